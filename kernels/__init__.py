@@ -1,0 +1,11 @@
+"""Element-wise kernels for mpievo (installed as ``mpievo.kernels``).
+
+Host kernels (numpy ufuncs with ``out=``, Numba where numpy is not enough) and
+Numba CUDA kernels. Nothing here knows about MPI or the evolutionary engine, and
+importing this package never touches CUDA: device kernels compile lazily on
+first use.
+"""
+
+from .host import REDUCE_OPS, reduce_into, supported_dtype, check_reducible
+
+__all__ = ["REDUCE_OPS", "reduce_into", "supported_dtype", "check_reducible"]

@@ -1,0 +1,3 @@
+from mpievo.cli.main import main
+
+raise SystemExit(main())

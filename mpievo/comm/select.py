@@ -1,0 +1,87 @@
+"""Algorithm selection by message size, from a calibration table.
+
+The table (``tuning.json`` beside this module, written by ``mpievo bench calibrate``
+on the target machine; override with ``MPIEVO_TUNING=path``) maps each collective and
+rank count to size thresholds: the first entry whose ``max_bytes`` is at least the
+message size (or null) names the algorithm. An algorithm can be forced per call
+(``algorithm=``) or per job with ``MPIEVO_<COLLECTIVE>_ALGORITHM`` (e.g.
+``MPIEVO_ALLREDUCE_ALGORITHM=ring``).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from pathlib import Path
+
+#: algorithms each collective implements; "auto" selects from the table
+ALGORITHMS = {
+    "allreduce": ("ring", "recursive_doubling", "native"),
+    "reduce_scatter": ("ring", "native"),
+    "allgather": ("ring", "native"),
+    "broadcast": ("chain", "native"),
+}
+#: used when the table has no entry (never for a calibrated machine)
+FALLBACK = {"allreduce": "ring", "reduce_scatter": "ring", "allgather": "ring", "broadcast": "chain"}
+DEFAULT_SEGMENT_BYTES = 1 << 20
+
+_TUNING_FILE = Path(__file__).with_name("tuning.json")
+
+
+@functools.lru_cache(maxsize=8)
+def load_table(path: str | None = None) -> dict:
+    """Read a tuning table (default: MPIEVO_TUNING or the packaged one).
+
+    Raises:
+        ValueError: the file is not a tuning table.
+    """
+    path = path or os.environ.get("MPIEVO_TUNING") or str(_TUNING_FILE)
+    if not Path(path).exists():
+        return {}
+    with open(path) as f:
+        table = json.load(f)
+    if not isinstance(table, dict) or "collectives" not in table:
+        raise ValueError(f"expected a tuning table with a 'collectives' key in {path}, "
+                         f"got {type(table).__name__} keys {list(table)[:5] if isinstance(table, dict) else ''}")
+    return table
+
+
+def check_algorithm(collective: str, algorithm: str) -> str:
+    choices = ALGORITHMS[collective]
+    if algorithm not in choices and algorithm != "auto":
+        raise ValueError(f"expected {collective} algorithm in {('auto',) + choices}, got {algorithm!r}")
+    return algorithm
+
+
+def forced_algorithm(collective: str) -> str | None:
+    """The algorithm forced by environment for ``collective``, or None."""
+    value = os.environ.get(f"MPIEVO_{collective.upper()}_ALGORITHM")
+    if not value or value == "auto":
+        return None
+    return check_algorithm(collective, value)
+
+
+def _rules(table: dict, collective: str, nranks: int) -> list:
+    per = table.get("collectives", {}).get(collective, {})
+    return per.get(str(nranks)) or per.get("default") or []
+
+
+def choose(collective: str, nbytes: int, nranks: int, table: dict | None = None) -> str:
+    """Pick the algorithm for a ``nbytes`` message on ``nranks`` ranks from the table."""
+    for max_bytes, algorithm in _rules(load_table() if table is None else table, collective, nranks):
+        if max_bytes is None or nbytes <= max_bytes:
+            return algorithm
+    return FALLBACK[collective]
+
+
+def segment_bytes(table: dict | None = None) -> int:
+    """Pipeline segment size: MPIEVO_SEGMENT_BYTES, else the table's, else 1 MiB."""
+    env = os.environ.get("MPIEVO_SEGMENT_BYTES")
+    if env:
+        value = int(env)
+        if value < 1:
+            raise ValueError(f"expected MPIEVO_SEGMENT_BYTES >= 1, got {value}")
+        return value
+    table = load_table() if table is None else table
+    return int(table.get("segment_bytes", DEFAULT_SEGMENT_BYTES))

@@ -1,0 +1,44 @@
+"""Shared fixtures. MPI-marked tests run under `mpiexec -n P python -m pytest --with-mpi`.
+
+Hypothesis under MPI: every rank must draw the same examples and agree on pass/fail,
+or the ranks diverge and the next collective hangs. The "mpi" profile derandomises
+generation; tests combine their verdict over ranks (see ``all_ranks_agree``) so that
+all ranks fail, and shrink, together.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "mpi",
+    derandomize=True,
+    database=None,
+    deadline=None,
+    max_examples=int(os.environ.get("MPIEVO_HYPOTHESIS_EXAMPLES", "25")),
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    print_blob=False,
+)
+settings.load_profile("mpi")
+
+
+@pytest.fixture
+def world():
+    """The mpi4py world communicator (initialises MPI on first use)."""
+    from mpi4py import MPI
+
+    return MPI.COMM_WORLD
+
+
+def all_ranks_agree(world, ok: bool, detail: str = "") -> None:
+    """Fail on every rank when ``ok`` is False on any rank.
+
+    Raises:
+        AssertionError: naming the ranks that failed and this rank's detail.
+    """
+    flags = world.allgather(bool(ok))
+    bad = [r for r, f in enumerate(flags) if not f]
+    assert not bad, f"failed on ranks {bad}; rank {world.rank}: {detail}"

