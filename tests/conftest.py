@@ -19,7 +19,8 @@ settings.register_profile(
     database=None,
     deadline=None,
     max_examples=int(os.environ.get("MPIEVO_HYPOTHESIS_EXAMPLES", "25")),
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                          HealthCheck.function_scoped_fixture],  # our fixtures are stateless
     print_blob=False,
 )
 settings.load_profile("mpi")

@@ -24,7 +24,7 @@ from .errors import CollectiveMismatchError, CollectiveTimeoutError, Communicato
 from .progress import Pending, Request, deadline_for, run_blocking, timeout_error, wait_pending
 from .ring import (RingContext, allgather_steps, allreduce_steps, chain_broadcast_steps,
                    displacements, even_counts, reduce_scatter_steps)
-from .small import (native_allgatherv_steps, native_allreduce_steps, native_bcast_steps,
+from .small import (NATIVE_OPS, NATIVE_TYPES, native_allgatherv_steps, native_allreduce_steps, native_bcast_steps,
                     native_reduce_scatter_steps, native_reduce_scatter_supports,
                     native_supports, recursive_doubling_steps)
 from .wire import HostWire, ScratchPool
@@ -80,6 +80,9 @@ class Communicator:
         self._broken: str | None = None
         self._pool = ScratchPool()
         self._workspace = ScratchPool()
+        self._forced = {name: select.forced_algorithm(name) for name in select.ALGORITHMS}
+        self._fast_native_max = self._native_fast_limit()  # -1 also when the communicator breaks
+        self._ring_factor = 2 * (self.size - 1)  # bytes sent per byte reduced, times size
 
     # ------------------------------------------------------------------ basics
     def free(self) -> None:
@@ -118,6 +121,7 @@ class Communicator:
     def _on_error(self, err: BaseException) -> None:
         if isinstance(err, CollectiveTimeoutError):
             self._broken = str(err)
+            self._fast_native_max = -1
 
     def _execute(self, name: str, steps, timeout, blocking: bool):
         timeout = self._timeout_for(timeout)
@@ -130,8 +134,27 @@ class Communicator:
             self._on_error(err)
             raise
 
+    def _native_fast_limit(self) -> int:
+        """Largest all-reduce (bytes) that takes the direct native call, or -1.
+
+        Tiny all-reduces cost about 2 us in the MPI library; the general path's Python
+        bookkeeping would triple that, so calls the table sends to ``native`` (and that
+        need neither timeout nor validation) go straight to MPI.
+        """
+        if self.size == 1 or self.validate or self.timeout is not None:
+            return -1
+        forced = self._forced["allreduce"]
+        if forced not in (None, "native"):
+            return -1
+        limit = -1
+        for max_bytes, algorithm in select._rules(select.load_table(), "allreduce", self.size):
+            if algorithm != "native" and forced is None:
+                break
+            limit = (1 << 62) if max_bytes is None else max_bytes
+        return limit
+
     def _select(self, collective: str, algorithm, nbytes: int) -> str:
-        algorithm = algorithm or select.forced_algorithm(collective) or "auto"
+        algorithm = algorithm or self._forced[collective] or "auto"
         select.check_algorithm(collective, algorithm)
         if algorithm == "auto":
             algorithm = select.choose(collective, nbytes, self.size)
@@ -192,6 +215,21 @@ class Communicator:
             CollectiveTimeoutError: not completed in time.
             CollectiveMismatchError: (validate mode) ranks called different collectives.
         """
+        if recvbuf is not None and algorithm is None and timeout is None and type(sendbuf) is np.ndarray:
+            plan = _FAST_PLANS.get((sendbuf.dtype, op))
+            nbytes = sendbuf.nbytes
+            if (plan is not None and nbytes <= self._fast_native_max
+                    and type(recvbuf) is np.ndarray and recvbuf.dtype is sendbuf.dtype):
+                try:
+                    self._comm.Allreduce(MPI.IN_PLACE if recvbuf is sendbuf else [sendbuf, plan[0]],
+                                         [recvbuf, plan[0]], plan[1])
+                except (BufferError, ValueError):
+                    pass  # the general path below explains what is wrong with the buffers
+                else:
+                    self._seq += 1
+                    traffic, purpose = self.traffic, self._purpose
+                    traffic[purpose] = traffic.get(purpose, 0) + (nbytes * self._ring_factor) // self.size
+                    return recvbuf
         return self._allreduce(sendbuf, recvbuf, op, algorithm, timeout, blocking=True)
 
     def iallreduce(self, sendbuf, recvbuf=None, op: str = "sum", *, algorithm: str | None = None,
@@ -207,16 +245,8 @@ class Communicator:
         check_dtype(src.dtype, op)
         result, dst = self._output(sendbuf, recvbuf, src)
         algorithm = self._select("allreduce", algorithm, src.nbytes)
-        if algorithm == "native" and not native_supports(src.dtype):
+        if algorithm == "native" and not native_supports(src.dtype, op):
             algorithm = "recursive_doubling"
-        if (blocking and algorithm == "native" and not self.validate and self.timeout is None
-                and timeout is None and self.size > 1):
-            # fast path for tiny messages: no generator, no extra checks
-            self._seq += 1
-            self._count(2 * src.nbytes * (self.size - 1) // self.size)
-            run_blocking(native_allreduce_steps(self._comm, src, dst, op, mean=op == "mean",
-                                                blocking=True), None, None)
-            return result
         steps = self._allreduce_steps(src, dst, op, algorithm, self._host_wire(src.dtype), blocking)
         out = self._execute("allreduce", steps, timeout, blocking)
         return result if blocking else _ResultRequest(out, result)
@@ -574,6 +604,13 @@ class _ResultRequest:
     @property
     def done(self) -> bool:
         return self._request.done
+
+
+#: (dtype, op) pairs whose native all-reduce needs no NaN guard and no final division
+_FAST_PLANS = {(dtype, op): (mpitype, NATIVE_OPS[op])
+               for dtype, mpitype in NATIVE_TYPES.items()
+               for op in ("sum", "prod", "max", "min")
+               if (dtype.kind in "iu" or op in ("sum", "prod")) and native_supports(dtype, op)}
 
 
 def _group_by_dtype(flats) -> dict:

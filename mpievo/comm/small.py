@@ -32,8 +32,17 @@ NATIVE_TYPES = {
 NATIVE_OPS = {"sum": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN, "mean": MPI.SUM}
 
 
-def native_supports(dtype) -> bool:
-    return np.dtype(dtype) in NATIVE_TYPES
+def native_supports(dtype, op: str) -> bool:
+    """Whether the MPI library's reduction gives mpievo's exact result for (dtype, op).
+
+    Open MPI 5.0's vectorised (AVX) MPI_SUM on 8- and 16-bit integers saturates
+    (int8: -85 + -75 gave -128) instead of wrapping like numpy and the ring; those
+    sums never go native.
+    """
+    dtype = np.dtype(dtype)
+    if dtype not in NATIVE_TYPES:
+        return False
+    return not (dtype.kind in "iu" and dtype.itemsize <= 2 and op in ("sum", "mean"))
 
 
 def _combine_ordered(mine: np.ndarray, theirs: np.ndarray, op: str, mine_is_low: bool) -> None:
@@ -165,4 +174,4 @@ def native_reduce_scatter_steps(comm, src, dst, counts, op: str, *, mean: bool, 
 
 
 def native_reduce_scatter_supports(dtype, op: str) -> bool:
-    return native_supports(dtype) and not _nan_guarded(dtype, op)
+    return native_supports(dtype, op) and not _nan_guarded(dtype, op)
