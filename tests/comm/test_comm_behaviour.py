@@ -1,0 +1,153 @@
+"""Communicator behaviour: bad input, timeouts, validate mode, non-blocking calls,
+bucketing, point-to-point exchange, private traffic."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+from conftest import all_ranks_agree
+from mpievo.comm import (CollectiveMismatchError, CollectiveTimeoutError, Communicator,
+                         CommunicatorBrokenError)
+
+P = MPI.COMM_WORLD.Get_size()
+
+
+@pytest.fixture
+def comm():
+    c = Communicator()
+    yield c
+    if c._broken is None:
+        c.free()
+
+
+@pytest.mark.mpi(min_size=1)
+@pytest.mark.parametrize("call, match", [
+    (lambda c: c.allreduce(np.ones(10, np.complex128)), r"expected a dtype among .* got complex128"),
+    (lambda c: c.allreduce(np.ones(10), op="avg"), r"expected op in .* got 'avg'"),
+    (lambda c: c.allreduce(np.ones(10, np.int32), op="mean"), r"expected a floating-point dtype, got int32"),
+    (lambda c: c.allreduce(np.ones((4, 4))[:, 1]), r"expected sendbuf to be C-contiguous, got strides"),
+    (lambda c: c.allreduce(np.ones(10), np.ones(9)), r"expected recvbuf with 10 elements of float64, got 9"),
+    (lambda c: c.allreduce(np.ones(10), np.ones(10, np.float32)), r"10 elements of float64, got 10 elements of float32"),
+    (lambda c: c.allreduce([1.0, 2.0]), r"expected sendbuf to be a numpy array .* got builtins.list"),
+    (lambda c: c.allreduce(np.ones(4), algorithm="magic"), r"expected allreduce algorithm in .* got 'magic'"),
+    (lambda c: c.broadcast(np.ones(3), root=P), rf"expected root in \[0, {P - 1}\], got {P}"),
+    (lambda c: c.broadcast(np.ones(3), root=-1), r"expected root in .* got -1"),
+    (lambda c: c.allgather(np.ones(3), counts=[3] * (P + 1)), r"expected counts to be .* \(one per rank\), got"),
+    (lambda c: c.reduce_scatter(np.ones(10), counts=[11] + [0] * (P - 1)), r"expected counts summing to sendbuf's 10"),
+    (lambda c: c.allreduce_buckets([np.ones(3)], bucket_bytes=0), r"expected bucket_bytes >= 1, got 0"),
+])
+def test_bad_input_says_expected_and_got(comm, call, match):
+    # validation happens before any message, so every rank raises and nothing is left in flight
+    with pytest.raises((TypeError, ValueError), match=match):
+        call(comm)
+    comm.barrier(timeout=30)
+
+
+@pytest.mark.mpi(min_size=1)
+def test_read_only_recvbuf_is_refused(comm):
+    out = np.empty(4)
+    out.flags.writeable = False
+    with pytest.raises(TypeError, match="expected recvbuf to be writable, got a read-only array"):
+        comm.allreduce(np.ones(4), out)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_timeout_names_operation_and_peers(world):
+    comm = Communicator()
+    if comm.rank == 0:
+        start = time.monotonic()
+        with pytest.raises(CollectiveTimeoutError, match=r"allreduce on rank 0 timed out after 0.5 s waiting for from rank") as info:
+            comm.allreduce(np.ones(1 << 16), algorithm="ring", timeout=0.5)
+        assert time.monotonic() - start < 10
+        assert ("from", P - 1) in info.value.peers
+        with pytest.raises(CommunicatorBrokenError, match="communicator unusable"):
+            comm.allreduce(np.ones(4))
+    world.Barrier()  # the other ranks never joined: rank 0's messages stay on the private dup
+
+
+@pytest.mark.mpi(min_size=2)
+def test_validate_mode_reports_mismatched_calls(world):
+    comm = Communicator(validate=True, timeout=30)
+    with pytest.raises(CollectiveMismatchError, match=r"rank 0: allreduce\(count=10.*rank 1: allreduce\(count=11"):
+        comm.allreduce(np.ones(10 + min(comm.rank, 1)))
+    with pytest.raises(CollectiveMismatchError, match=r"rank 0: broadcast.*rank 1: allreduce"):
+        if comm.rank == 0:
+            comm.broadcast(np.ones(10))
+        else:
+            comm.allreduce(np.ones(10))
+    with pytest.raises(CollectiveMismatchError, match=r"op=sum.*op=max|op=max.*op=sum"):
+        comm.allreduce(np.ones(4), op="sum" if comm.rank == 0 else "max")
+    out = comm.allreduce(np.ones(6))  # still usable: nothing was sent after the check
+    all_ranks_agree(world, np.all(out == P))
+
+
+@pytest.mark.mpi(min_size=1)
+def test_nonblocking_requests_complete_in_any_order(comm, world):
+    a, b = np.full(1 << 17, comm.rank + 1.0), np.arange(50.0) * (comm.rank + 1)
+    req_a = comm.iallreduce(a, None, "sum", algorithm="ring")
+    req_b = comm.iallreduce(b, None, "max")
+    req_c = comm.ibroadcast(np.arange(1000.0) if comm.rank == 0 else np.zeros(1000), 0)
+    while not req_b.test():
+        pass
+    out_c = req_c.wait()
+    out_a = req_a.wait()
+    out_b = req_b.wait()
+    ok = (np.all(out_a == P * (P + 1) / 2) and np.array_equal(out_b, np.arange(50.0) * P)
+          and np.array_equal(out_c, np.arange(1000.0)) and req_a.done)
+    all_ranks_agree(world, ok)
+
+
+@pytest.mark.mpi(min_size=1)
+@pytest.mark.parametrize("bucket_bytes", [1, 64, 1 << 20])
+def test_buckets_reduce_mixed_arrays_in_place(comm, world, bucket_bytes):
+    rng = np.random.default_rng(7)
+    shapes = [(3, 4), (5,), (2, 2, 2), (1,), (17, 3)]
+    dtypes = [np.float32, np.int64, np.float32, np.float64, np.int64]
+    base = [rng.integers(-9, 9, size=s).astype(d) for s, d in zip(shapes, dtypes)]
+    arrays = [b * (comm.rank + 1) for b in base]
+    ids = [id(a) for a in arrays]
+    out = comm.allreduce_buckets(arrays, "sum", bucket_bytes=bucket_bytes)
+    factor = P * (P + 1) // 2
+    ok = (out is arrays and [id(a) for a in arrays] == ids
+          and all(a.shape == s and a.dtype == d and np.array_equal(a, b * factor)
+                  for a, s, d, b in zip(arrays, shapes, dtypes, base)))
+    all_ranks_agree(world, ok)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_exchange_everyone_sends_large_at_once(comm, world):
+    # every rank sends 24 MiB to both neighbours before anyone receives: must not deadlock
+    n = 3 << 20
+    right, left = (comm.rank + 1) % P, (comm.rank - 1) % P
+    out_r, out_l = np.full(n, comm.rank, np.float64), np.full(n, -comm.rank, np.float64)
+    in_l, in_r = np.empty(n), np.empty(n)
+    with comm.purpose("migration"):
+        comm.exchange(sends=[(right, out_r), (left, out_l)], recvs=[(left, in_l), (right, in_r)], timeout=60)
+    ok = np.all(in_l == left) and np.all(in_r == -right) and comm.traffic["migration"] == 2 * n * 8
+    all_ranks_agree(world, ok)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_library_traffic_never_matches_user_messages(comm, world):
+    # a user message with an mpievo-like tag is posted first on the user's communicator
+    rank, right, left = comm.rank, (comm.rank + 1) % P, (comm.rank - 1) % P
+    user_in = np.empty(8)
+    req = world.Irecv(user_in, source=left, tag=101)
+    out = comm.allreduce(np.ones(1 << 16) * rank, algorithm="ring")
+    world.Send(np.full(8, 42.0), dest=right, tag=101)
+    req.Wait()
+    all_ranks_agree(world, np.all(out == sum(range(P))) and np.all(user_in == 42.0))
+
+
+@pytest.mark.mpi(min_size=1)
+def test_object_helpers(comm, world):
+    got = comm.allgather_object({"rank": comm.rank})
+    root_view = comm.gather_object(comm.rank * 2, root=P - 1)
+    cfg = comm.bcast_object({"seed": 5} if comm.rank == 0 else None)
+    ok = [g["rank"] for g in got] == list(range(P)) and cfg == {"seed": 5}
+    ok &= root_view == [2 * r for r in range(P)] if comm.rank == P - 1 else root_view is None
+    all_ranks_agree(world, ok)
