@@ -29,17 +29,18 @@ _INT_DTYPES = tuple(np.dtype(t) for t in (
     np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64))
 _FLOAT_DTYPES = tuple(np.dtype(t) for t in (np.float16, np.float32, np.float64))
 SUPPORTED_DTYPES = _INT_DTYPES + _FLOAT_DTYPES + ((BFLOAT16,) if BFLOAT16 is not None else ())
+_SUPPORTED_SET = frozenset(SUPPORTED_DTYPES)
+_FLOAT_SET = frozenset(_FLOAT_DTYPES + ((BFLOAT16,) if BFLOAT16 is not None else ()))
 
 
 def supported_dtype(dtype) -> bool:
     """Return True when mpievo's collectives can reduce buffers of ``dtype``."""
-    return np.dtype(dtype) in SUPPORTED_DTYPES
+    return np.dtype(dtype) in _SUPPORTED_SET
 
 
 def is_floating(dtype) -> bool:
     """True for float16/32/64 and bfloat16."""
-    dtype = np.dtype(dtype)
-    return dtype in _FLOAT_DTYPES or (BFLOAT16 is not None and dtype == BFLOAT16)
+    return np.dtype(dtype) in _FLOAT_SET
 
 
 def check_reducible(dtype, op: str) -> None:

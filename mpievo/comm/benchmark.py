@@ -17,7 +17,6 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import json
-import os
 import time
 
 import numpy as np
@@ -158,6 +157,8 @@ def run_collectives(sizes=None, collectives=COLLECTIVES, malloc_modes=("default"
 
 
 def _measure(comm, native, collective, nbytes, algorithm, target_s) -> dict:
+    if algorithm not in select.ALGORITHMS[collective]:
+        algorithm = None  # a forced name this collective does not have (e.g. ring for broadcast)
     case = _Case(comm, native, collective, nbytes, algorithm)
     chosen = algorithm or comm._forced.get(collective) or select.choose(collective, case.nbytes, comm.size)
     t_ours = time_call(native, case.ours, target_s=target_s)
@@ -173,13 +174,14 @@ def calibrate(sizes=None, target_s: float = 0.15, report=print) -> dict:
 
     Returns:
         ``{"collectives": {name: {str(nranks): [[max_bytes, algorithm], ..., [None, alg]]}},
-        "segment_bytes": best ring segment}`` for this rank count.
+        "segment_bytes": .., "copy_segment_bytes": ..}`` for this rank count.
     """
     sizes = [256 << i for i in range(19)] if sizes is None else sorted(sizes)
-    comm = Communicator()
     native = MPI.COMM_WORLD.Dup()
-    say = report if comm.rank == 0 else (lambda *_: None)
-    segment = _calibrate_segment(comm, native, target_s, say)
+    say = report if native.Get_rank() == 0 else (lambda *_: None)
+    segment = _calibrate_segment(native, target_s, say, "allreduce", "ring", "segment_bytes")
+    copy_segment = _calibrate_segment(native, target_s, say, "allgather", "ring", "copy_segment_bytes")
+    comm = Communicator(segment_bytes=segment, copy_segment_bytes=copy_segment)
     rules = {}
     for collective in COLLECTIVES:
         winners = []
@@ -195,18 +197,20 @@ def calibrate(sizes=None, target_s: float = 0.15, report=print) -> dict:
         rules[collective] = {str(comm.size): _merge_rules(winners)}
     native.Free()
     comm.free()
-    return {"collectives": rules, "segment_bytes": segment}
+    return {"collectives": rules, "segment_bytes": segment, "copy_segment_bytes": copy_segment}
 
 
-def _calibrate_segment(comm, native, target_s, say) -> int:
+def _calibrate_segment(native, target_s, say, collective: str, algorithm: str, option: str) -> int:
+    """Fastest pipeline segment for ``collective`` at 64 MiB."""
     times = {}
-    for seg in (128 << 10, 256 << 10, 512 << 10, 1 << 20, 2 << 20, 4 << 20):
-        os.environ["MPIEVO_SEGMENT_BYTES"] = str(seg)
-        case = _Case(comm, native, "allreduce", 64 << 20, "ring")
+    for seg in (128 << 10, 256 << 10, 512 << 10, 1 << 20, 2 << 20, 4 << 20, 16 << 20):
+        comm = Communicator(**{option: seg})
+        case = _Case(comm, native, collective, 64 << 20, algorithm)
         times[seg] = time_call(native, case.ours, target_s=target_s)
-        del os.environ["MPIEVO_SEGMENT_BYTES"]
+        comm.free()
     best = min(times, key=times.get)
-    say("ring segment: " + " ".join(f"{s >> 10}KiB={t * 1e3:.2f}ms" for s, t in times.items()) + f" -> {best}")
+    say(f"{collective} {algorithm} segment: "
+        + " ".join(f"{s >> 10}KiB={t * 1e3:.2f}ms" for s, t in times.items()) + f" -> {best}")
     return int(best)
 
 
@@ -234,4 +238,5 @@ def merge_tuning(table: dict, update: dict) -> dict:
     for collective, per in update["collectives"].items():
         merged.setdefault("collectives", {}).setdefault(collective, {}).update(per)
     merged["segment_bytes"] = update["segment_bytes"]
+    merged["copy_segment_bytes"] = update["copy_segment_bytes"]
     return merged

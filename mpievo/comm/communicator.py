@@ -37,6 +37,14 @@ _OPS = (None, "sum", "prod", "max", "min", "mean")
 DEFAULT_BUCKET_BYTES = 25 << 20    # like PyTorch DDP's bucket cap
 
 
+def _segment_option(name: str, value, kind: str) -> int:
+    if value is None:
+        return select.segment_bytes(kind)
+    if int(value) < 1:
+        raise ValueError(f"expected {name} >= 1, got {value}")
+    return int(value)
+
+
 def default_timeout() -> float | None:
     """Seconds from MPIEVO_COMM_TIMEOUT, or None (wait forever)."""
     value = os.environ.get("MPIEVO_COMM_TIMEOUT")
@@ -58,13 +66,18 @@ class Communicator:
             ``MPIEVO_COMM_TIMEOUT``, else no timeout).
         validate: check before each collective that all ranks called the same
             operation with the same count, dtype, op and root.
+        segment_bytes: pipeline segment of the reducing ring algorithms (default:
+            ``MPIEVO_SEGMENT_BYTES``, else the tuning table's).
+        copy_segment_bytes: segment of all-gather and chain broadcast (default:
+            ``MPIEVO_COPY_SEGMENT_BYTES``, else the tuning table's).
 
     Buffers are C-contiguous numpy arrays (any shape; reduced element-wise) or
     device arrays. Pass ``recvbuf=sendbuf`` for in-place operation.
     """
 
     def __init__(self, mpi_comm: MPI.Intracomm | None = None, *, timeout: float | None = None,
-                 validate: bool = False):
+                 validate: bool = False, segment_bytes: int | None = None,
+                 copy_segment_bytes: int | None = None):
         self.mpi_comm = MPI.COMM_WORLD if mpi_comm is None else mpi_comm
         if not isinstance(self.mpi_comm, MPI.Intracomm):
             raise TypeError(f"expected an mpi4py Intracomm, got {type(self.mpi_comm).__name__}")
@@ -80,7 +93,10 @@ class Communicator:
         self._broken: str | None = None
         self._pool = ScratchPool()
         self._workspace = ScratchPool()
+        # environment and tuning table are read once, here, not on every call
         self._forced = {name: select.forced_algorithm(name) for name in select.ALGORITHMS}
+        self._segment_bytes = _segment_option("segment_bytes", segment_bytes, "reduce")
+        self._copy_segment_bytes = _segment_option("copy_segment_bytes", copy_segment_bytes, "copy")
         self._fast_native_max = self._native_fast_limit()  # -1 also when the communicator breaks
         self._ring_factor = 2 * (self.size - 1)  # bytes sent per byte reduced, times size
 
@@ -112,9 +128,10 @@ class Communicator:
     def _timeout_for(self, timeout):
         return self.timeout if timeout is None else float(timeout)
 
-    def _context(self, itemsize: int) -> RingContext:
+    def _context(self, itemsize: int, copy_only: bool = False) -> RingContext:
         self._seq += 1
-        seg = max(1, select.segment_bytes() // max(1, itemsize))
+        seg_bytes = self._copy_segment_bytes if copy_only else self._segment_bytes
+        seg = max(1, seg_bytes // max(1, itemsize))
         return RingContext(self._comm, self.rank, self.size,
                            _TAG_BASE + self._seq % _TAG_SPAN, seg, self._count)
 
@@ -395,7 +412,7 @@ class Communicator:
             if not in_place:
                 np.copyto(own, src)
             return dst
-        ctx = self._context(src.dtype.itemsize)
+        ctx = self._context(src.dtype.itemsize, copy_only=True)
         if algorithm == "native":
             self._count(src.nbytes * (self.size - 1))
             yield from native_allgatherv_steps(self._comm, None if in_place else src, dst,
@@ -445,7 +462,7 @@ class Communicator:
         yield from self._signature_steps("broadcast", flat.size, flat.dtype, None, root, None)
         if self.size == 1:
             return flat
-        ctx = self._context(wire.wire_dtype.itemsize)
+        ctx = self._context(wire.wire_dtype.itemsize, copy_only=True)
         if algorithm == "native":
             if self.rank == root:
                 self._count(flat.nbytes)

@@ -75,13 +75,22 @@ def choose(collective: str, nbytes: int, nranks: int, table: dict | None = None)
     return FALLBACK[collective]
 
 
-def segment_bytes(table: dict | None = None) -> int:
-    """Pipeline segment size: MPIEVO_SEGMENT_BYTES, else the table's, else 1 MiB."""
-    env = os.environ.get("MPIEVO_SEGMENT_BYTES")
+def segment_bytes(kind: str = "reduce", table: dict | None = None) -> int:
+    """Pipeline segment size for reducing (``"reduce"``) or copy-only (``"copy"``) rings.
+
+    Reductions want cache-sized segments (the received segment is combined while
+    hot); pure copies (all-gather, broadcast) want fewer, larger messages. Order:
+    MPIEVO_SEGMENT_BYTES / MPIEVO_COPY_SEGMENT_BYTES, else the table's, else 1 MiB.
+    """
+    if kind not in ("reduce", "copy"):
+        raise ValueError(f"expected segment kind 'reduce' or 'copy', got {kind!r}")
+    name = "MPIEVO_SEGMENT_BYTES" if kind == "reduce" else "MPIEVO_COPY_SEGMENT_BYTES"
+    env = os.environ.get(name)
     if env:
         value = int(env)
         if value < 1:
-            raise ValueError(f"expected MPIEVO_SEGMENT_BYTES >= 1, got {value}")
+            raise ValueError(f"expected {name} >= 1, got {value}")
         return value
     table = load_table() if table is None else table
-    return int(table.get("segment_bytes", DEFAULT_SEGMENT_BYTES))
+    key = "segment_bytes" if kind == "reduce" else "copy_segment_bytes"
+    return int(table.get(key, DEFAULT_SEGMENT_BYTES))
