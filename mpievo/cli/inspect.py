@@ -1,0 +1,179 @@
+"""``mpievo inspect DIR``: summarise a checkpoint directory and verify its checksums.
+
+Exit status: 0 when the latest checkpoint verifies, 1 when it does not (the newest
+good one is named), 2 when the directory holds no checkpoint at all. Never writes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+HELP = "summarise a checkpoint directory (checkpoints, islands, best fitness) and verify its checksums"
+
+EXIT_OK, EXIT_LATEST_BAD, EXIT_NO_CHECKPOINT = 0, 1, 2
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("directory", type=Path, help="the run's checkpoint directory")
+    parser.add_argument("--no-verify", dest="verify", action="store_false",
+                        help="read headers only; skip reading every dataset to check checksums")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+def main(args: argparse.Namespace) -> int:
+    report = collect(args.directory, verify=args.verify)
+    print(json.dumps(report, indent=1, default=_json_default) if args.json else render(report))
+    return report["exit_code"]
+
+
+def collect(directory: str | Path, *, verify: bool = True) -> dict[str, Any]:
+    """Build the inspection report of ``directory`` (plain data; see ``render``)."""
+    from ..io import existing_entries, verify_checkpoint_files  # h5py only when the command runs
+    from ..io.manifest import checkpoint_dirs
+
+    directory = Path(directory)
+    report: dict[str, Any] = {"directory": str(directory), "verified": verify, "checkpoints": [],
+                              "manifest_problem": None, "stray": [], "latest": None, "newest_good": None}
+    if not directory.is_dir():
+        report["error"] = f"no such directory: {directory}"
+        report["exit_code"] = EXIT_NO_CHECKPOINT
+        return report
+    entries, problem = existing_entries(directory)
+    report["manifest_problem"] = problem
+    listed = {e.name for e in entries}
+    report["stray"] = sorted(p.name for p in checkpoint_dirs(directory).values() if p.name not in listed)
+    for entry in entries:
+        outcome = verify_checkpoint_files(directory, entry) if verify else _header_problems(directory, entry)
+        report["checkpoints"].append(_describe(directory, entry, outcome))
+    if not entries:
+        report["error"] = f"no checkpoint in {directory}"
+        report["exit_code"] = EXIT_NO_CHECKPOINT
+        return report
+    report["latest"] = entries[-1].name
+    good = [c["name"] for c in report["checkpoints"] if not c["problems"]]
+    report["newest_good"] = good[-1] if good else None
+    report["exit_code"] = EXIT_OK if report["newest_good"] == report["latest"] else EXIT_LATEST_BAD
+    return report
+
+
+def render(report: dict[str, Any]) -> str:
+    """Human-readable text of a ``collect`` report."""
+    lines = [f"checkpoint directory {report['directory']}"]
+    if report.get("manifest_problem"):
+        lines.append(f"warning: {report['manifest_problem']} (listing the checkpoint files found instead)")
+    if report.get("error"):
+        lines.append(f"error: {report['error']}")
+        return "\n".join(lines)
+    check = "checksums" if report["verified"] else "headers"
+    lines.append(f"{'checkpoint':<26}{'generation':>11}{'ranks':>7}{'islands':>9}{'size':>12}  {check}")
+    for ckpt in report["checkpoints"]:
+        status = "ok" if not ckpt["problems"] else "BAD"
+        lines.append(f"{ckpt['name']:<26}{ckpt['generation']:>11}{ckpt['nranks']:>7}{len(ckpt['islands']):>9}"
+                     f"{_size(ckpt['size_bytes']):>12}  {status}")
+        lines.extend(f"    {problem}" for problem in ckpt["problems"])
+    for name in report["stray"]:
+        lines.append(f"{name:<26} not in the manifest (an incomplete or failed write; ignored)")
+    latest = report["checkpoints"][-1]
+    lines.append("")
+    lines.append(f"latest: {latest['name']} (generation {latest['generation']}, written "
+                 f"{_when(latest['created_unix'])} by {latest['nranks']} rank(s), mpievo "
+                 f"{latest['mpievo_version'] or '?'}, config sha256 {latest['config_sha256'][:12]})")
+    lines.append(f"{'island':>6}  {'file':<24}{'generation':>11}{'evaluations':>13}{'population':>12}  best fitness")
+    for island in latest["island_table"]:
+        lines.append(f"{island['island']:>6}  {island['file']:<24}{_cell(island.get('generation')):>11}"
+                     f"{_cell(island.get('evaluations')):>13}{_cell(island.get('population_size')):>12}  "
+                     f"{_fitness(island.get('best_fitness'))}")
+    if report["exit_code"] == EXIT_OK:
+        lines.append(f"result: latest checkpoint {report['latest']} verifies"
+                     if report["verified"] else f"result: latest checkpoint {report['latest']} headers are readable")
+    else:
+        fallback = report["newest_good"] or "none"
+        lines.append(f"result: latest checkpoint {report['latest']} is BAD; a resume would use: {fallback}")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _header_problems(directory: Path, entry) -> dict[str, str | None]:
+    """Header-only check (no byte digest: a file with damaged metadata is still opened)."""
+    from ..io import CheckpointError, read_header
+
+    outcome: dict[str, str | None] = {}
+    for file_entry in entry.files:
+        path = directory / file_entry.path
+        try:
+            size = path.stat().st_size
+            if size != file_entry.size_bytes:
+                outcome[file_entry.path] = f"{path}: {size} bytes, {file_entry.size_bytes} were written"
+            elif read_header(path).checksum_sha256 != file_entry.checksum_sha256:
+                outcome[file_entry.path] = f"{path}: checksum differs from the manifest's"
+            else:
+                outcome[file_entry.path] = None
+        except FileNotFoundError:
+            outcome[file_entry.path] = f"{path}: missing (named by the manifest)"
+        except CheckpointError as err:
+            outcome[file_entry.path] = str(err)
+    return outcome
+
+
+def _describe(directory: Path, entry, outcome: dict[str, str | None]) -> dict[str, Any]:
+    from ..io import read_header
+
+    table, version, size = [], "", 0
+    for file_entry in entry.files:
+        path = directory / file_entry.path
+        size += path.stat().st_size if path.exists() else 0
+        if outcome.get(file_entry.path):  # never hand a damaged file to HDF5
+            table.extend({"island": i, "file": Path(file_entry.path).name} for i in file_entry.islands)
+            continue
+        header = read_header(path)
+        version = header.mpievo_version
+        for island in header.islands:
+            summary = {k: _plain(v) for k, v in header.island_summaries.get(island, {}).items()
+                       if k != "island_index"}
+            table.append({"island": island, "file": path.name, **summary})
+    return {
+        "name": entry.name, "sequence": entry.sequence, "generation": entry.generation,
+        "created_unix": entry.created_unix, "nranks": entry.nranks, "islands": list(entry.islands),
+        "config_sha256": entry.config_sha256, "mpievo_version": version, "size_bytes": size,
+        "files": [f.path for f in entry.files], "problems": [p for p in outcome.values() if p],
+        "island_table": sorted(table, key=lambda row: row["island"]),
+    }
+
+
+def _plain(value: Any) -> Any:
+    return value.tolist() if hasattr(value, "tolist") else value
+
+
+def _json_default(value: Any) -> Any:
+    return _plain(value)
+
+
+def _cell(value: Any) -> str:
+    return "-" if value is None else str(value)
+
+
+def _fitness(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, list):
+        return "[" + ", ".join(_fitness(v) for v in value) + "]"
+    return "nan" if isinstance(value, float) and math.isnan(value) else f"{value:.6g}"
+
+
+def _size(nbytes: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if nbytes < 1024 or unit == "GiB":
+            return f"{nbytes:.0f} {unit}" if unit == "B" else f"{nbytes:.1f} {unit}"
+        nbytes /= 1024
+    return f"{nbytes:.1f} TiB"  # pragma: no cover
+
+
+def _when(unix: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(unix))
