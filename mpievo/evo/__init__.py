@@ -1,0 +1,48 @@
+"""mpievo.evo: the evolutionary engine of one island (no MPI here, ever).
+
+Building blocks:
+
+* :class:`Island` (:mod:`.island`) -- archive + algorithm + problem; the object the
+  parallel layer drives: ``initialize()``, ``step(g)`` (or ``ask(g)``/``tell(f)`` to
+  evaluate elsewhere), ``emigrants(k, policy, rng)``, ``immigrate(...)``,
+  ``diversity()``, ``counters()``, ``best()``, ``state_dict()``/``load_state_dict()``.
+* :class:`Archive` (:mod:`.archive`) -- fixed-capacity elite set: genomes, fitness,
+  ids (``island * 2**40 + counter``), births, origins; keep-the-best merge.
+* Operators (:mod:`.operators`) -- selection, crossover, mutation, box handling; plain
+  callables vectorised over a batch, each taking an explicit Generator.
+* Algorithms (:mod:`.algorithms`) -- ``ga`` (default), ``de`` (jDE), ``cmaes``; the
+  protocol for user algorithms is in :mod:`.algorithms.base`.
+* Problems (:mod:`.problems`) -- batch fitness ``f(X) -> (n,)`` over a box; built-in
+  benchmarks (shifted/rotated), user callables or ``"module:function"``.
+* :class:`EngineConfig` (:mod:`.config`) -- validated settings; any setting may be a
+  per-island list or callable (:func:`resolve_param`).
+* :func:`stream` (:mod:`.streams`) -- random generators keyed by
+  ``(seed, island, generation, purpose)``: same seed, same results, any rank layout.
+
+The engine minimises; maximisation problems are negated inside and turned back by
+``Problem.to_user`` / ``Island.best``. Non-finite fitness ranks worst and is counted.
+
+Example::
+
+    from mpievo.evo import EngineConfig, Island, make_problem
+    island = Island(0, make_problem("rastrigin", dim=10), EngineConfig(), seed=1)
+    island.run(200)
+    genome, value = island.best()
+"""
+
+from .archive import ID_STRIDE, Archive, Insertion, make_ids, sanitize_fitness
+from .algorithms import CMAES, JDE, GeneticAlgorithm, IslandAlgorithm, make_algorithm
+from .config import EngineConfig
+from .island import EMIGRATION_POLICIES, IMMIGRATION_POLICIES, Island, Migrants
+from .params import resolve_param
+from .problems import BUILTIN_PROBLEMS, Problem, builtin_problem, check_fitness, make_problem
+from .streams import PURPOSES, stream
+
+__all__ = [
+    "Archive", "Insertion", "ID_STRIDE", "make_ids", "sanitize_fitness",
+    "IslandAlgorithm", "GeneticAlgorithm", "JDE", "CMAES", "make_algorithm",
+    "EngineConfig", "resolve_param",
+    "Island", "Migrants", "EMIGRATION_POLICIES", "IMMIGRATION_POLICIES",
+    "Problem", "BUILTIN_PROBLEMS", "builtin_problem", "make_problem", "check_fitness",
+    "PURPOSES", "stream",
+]

@@ -1,0 +1,124 @@
+"""Self-adaptive differential evolution (jDE, Brest et al. 2006), DE/rand/1/bin.
+
+Each population member ``i`` carries its own ``F_i`` and ``CR_i``. Per generation,
+with probability ``tau_f`` a trial's F is renewed to U(0.1, 1.0) and with probability
+``tau_cr`` its CR to U(0, 1); the trial ``x_r1 + F (x_r2 - x_r3)`` (r1, r2, r3
+distinct and different from i) is crossed binomially with ``x_i`` and put back in the
+box. A trial replaces its target when not worse, and then keeps its F and CR.
+
+The population is the algorithm's own (the island's archive is its elite memory): it
+starts from the best archive members (random genomes with +inf fitness fill the rest)
+and takes in immigrants through :meth:`JDE.migrate_in`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import operators as ops
+
+F_LOWER, F_SPAN = 0.1, 0.9
+
+
+def distinct_others(n: int, k: int, rng: np.random.Generator) -> np.ndarray:
+    """(n, k) indices in [0, n), distinct in each row and never equal to the row index.
+
+    Draws: an (n, n) uniform array.
+    """
+    if n < k + 1:
+        raise ValueError(f"expected a population of at least {k + 1}, got {n}")
+    keys = rng.random((n, n))
+    np.fill_diagonal(keys, 2.0)
+    picks = np.argpartition(keys, k - 1, axis=1)[:, :k]
+    # argpartition leaves the first k in no particular order: sort them by key.
+    order = np.argsort(np.take_along_axis(keys, picks, axis=1), axis=1)
+    return np.take_along_axis(picks, order, axis=1)
+
+
+class JDE:
+    """jDE island algorithm (see the module docstring)."""
+
+    name = "de"
+
+    def __init__(self, *, population: int = 32, tau_f: float = 0.1, tau_cr: float = 0.1,
+                 bounds: str = "clip"):
+        if population < 4:
+            raise ValueError(f"expected a DE population >= 4, got {population}")
+        self.population = int(population)
+        self.tau_f = float(tau_f)
+        self.tau_cr = float(tau_cr)
+        self.bounds = bounds
+
+    @classmethod
+    def from_config(cls, config) -> "JDE":
+        return cls(population=config.de_population, tau_f=config.de_tau_f,
+                   tau_cr=config.de_tau_cr, bounds=config.bounds)
+
+    def init(self, problem, archive, rng) -> None:
+        n, dim = self.population, archive.dim
+        self.lower, self.upper = ops.box_arrays(problem.lower, problem.upper, archive.dtype)
+        ranked = archive.ranking()[:n]
+        self.x = np.empty((n, dim), archive.dtype)
+        self.fitness = np.full(n, np.inf)
+        self.x[:len(ranked)] = archive.genomes[ranked]
+        self.fitness[:len(ranked)] = archive.fitness[ranked]
+        fill = n - len(ranked)
+        if fill:
+            self.x[len(ranked):] = rng.uniform(self.lower, self.upper, (fill, dim))
+            ops.apply_bounds(self.x, self.lower, self.upper, mode="clip")
+        self.f_scale = np.full(n, 0.5)
+        self.cr = np.full(n, 0.9)
+
+    def ask(self, rng: np.random.Generator) -> np.ndarray:
+        """Draw order: F renewals (2n), CR renewals (2n), partners, crossover mask, jrand, box."""
+        n, dim = self.x.shape
+        renew_f = rng.random(n) < self.tau_f
+        new_f = F_LOWER + F_SPAN * rng.random(n)
+        renew_cr = rng.random(n) < self.tau_cr
+        new_cr = rng.random(n)
+        self._trial_f = np.where(renew_f, new_f, self.f_scale)
+        self._trial_cr = np.where(renew_cr, new_cr, self.cr)
+        r = distinct_others(n, 3, rng)
+        x = self.x
+        f = self._trial_f.astype(x.dtype)[:, None]
+        mutant = x[r[:, 0]] + f * (x[r[:, 1]] - x[r[:, 2]])
+        cross = rng.random((n, dim)) < self._trial_cr[:, None]
+        cross[np.arange(n), rng.integers(0, dim, n)] = True
+        trial = np.where(cross, mutant, x)
+        ops.apply_bounds(trial, self.lower, self.upper, rng, mode=self.bounds)
+        return trial
+
+    def tell(self, genomes: np.ndarray, fitness: np.ndarray) -> None:
+        better = fitness <= self.fitness
+        self.x[better] = genomes[better]
+        self.fitness[better] = fitness[better]
+        self.f_scale[better] = self._trial_f[better]
+        self.cr[better] = self._trial_cr[better]
+
+    def migrate_in(self, genomes: np.ndarray, fitness: np.ndarray) -> None:
+        """Immigrants replace the worst members they beat (best immigrant vs worst member)."""
+        order_in = np.lexsort((np.arange(len(fitness)), fitness))
+        order_pop = np.lexsort((np.arange(len(self.fitness)), self.fitness))[::-1]
+        k = min(len(order_in), len(order_pop))
+        better = fitness[order_in[:k]] < self.fitness[order_pop[:k]]
+        src, dst = order_in[:k][better], order_pop[:k][better]
+        self.x[dst] = genomes[src]
+        self.fitness[dst] = fitness[src]
+
+    def best(self) -> tuple[np.ndarray, float]:
+        i = int(np.argmin(self.fitness))
+        return self.x[i].copy(), float(self.fitness[i])
+
+    def state_dict(self) -> dict:
+        return {"x": self.x.copy(), "fitness": self.fitness.copy(),
+                "f_scale": self.f_scale.copy(), "cr": self.cr.copy()}
+
+    def load_state_dict(self, state: dict) -> None:
+        x = np.asarray(state["x"])
+        if x.shape != self.x.shape or x.dtype != self.x.dtype:
+            raise ValueError(f"expected DE population of shape {self.x.shape} and dtype {self.x.dtype}, "
+                             f"got {x.shape} {x.dtype}")
+        self.x[...] = x
+        self.fitness[...] = state["fitness"]
+        self.f_scale[...] = state["f_scale"]
+        self.cr[...] = state["cr"]

@@ -1,0 +1,269 @@
+"""An island's archive: a fixed-capacity elite set of genomes with their records.
+
+Each member has a genome (a row of ``genomes``), a fitness (minimised, float64), an
+id (int64, see :func:`make_ids`), the generation it was born in and the island it was
+born on. :meth:`Archive.insert` merges a batch of candidates and keeps the best
+``capacity`` of members and candidates: a candidate replaces the worst member only
+when strictly better (incumbents win ties; among candidates the earlier one wins), so
+the result is deterministic. With ``unique=True`` a candidate whose genome equals a
+member's or an earlier candidate's is dropped.
+
+Non-finite fitness (NaN, +inf, -inf) ranks worst: it is stored as +inf
+(:func:`sanitize_fitness` also counts it).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from ..kernels import operators as kernels
+
+#: ids are island_index * ID_STRIDE + counter, unique across islands.
+ID_STRIDE = 2**40
+
+
+def make_ids(island_index: int, start: int, count: int) -> np.ndarray:
+    """Ids ``island_index * 2**40 + [start, start + count)``.
+
+    Raises:
+        OverflowError: the island's counter would pass 2**40.
+    """
+    if start + count > ID_STRIDE:
+        raise OverflowError(f"expected fewer than {ID_STRIDE} genomes per island, got {start + count}")
+    return np.arange(start, start + count, dtype=np.int64) + np.int64(island_index) * ID_STRIDE
+
+
+def sanitize_fitness(fitness) -> tuple[np.ndarray, int]:
+    """Fitness as float64 with every non-finite value replaced by +inf.
+
+    Returns:
+        (fitness, number of non-finite values); the input is not modified.
+    """
+    f = np.asarray(fitness, dtype=np.float64)
+    finite = np.isfinite(f)
+    bad = f.size - int(np.count_nonzero(finite))
+    if bad:
+        f = np.where(finite, f, np.inf)
+    return f, bad
+
+
+def row_hashes(genomes: np.ndarray) -> np.ndarray:
+    """A uint64 hash of each row's values (-0.0 and 0.0 hash alike)."""
+    genomes = np.ascontiguousarray(genomes)
+    if genomes.dtype.itemsize not in (4, 8) or genomes.dtype.kind != "f":
+        raise TypeError(f"expected float32 or float64 genomes, got {genomes.dtype}")
+    bits = (genomes + genomes.dtype.type(0)).view(np.uint32 if genomes.dtype.itemsize == 4 else np.uint64)
+    out = np.empty(genomes.shape[0], np.uint64)
+    kernels.hash_rows(bits, out)
+    return out
+
+
+class Insertion(NamedTuple):
+    """What :meth:`Archive.insert` did."""
+
+    entered: np.ndarray      # indices (into the candidates) that entered, ascending
+    slots: np.ndarray        # archive slots they went to (same order)
+    duplicates: int          # candidates dropped as duplicates
+
+
+class Archive:
+    """Fixed-capacity elite archive (see the module docstring).
+
+    Args:
+        capacity: maximum number of members (>= 1).
+        dim: genes per genome.
+        dtype: genome dtype, float32 or float64.
+        unique: drop candidates whose genome is already held.
+
+    Attributes (read-only views of the first ``size`` slots; do not modify):
+        genomes (size, dim), fitness (size,), ids, births, origins (size,) int64.
+    """
+
+    def __init__(self, capacity: int, dim: int, dtype="float32", *, unique: bool = False):
+        dtype = np.dtype(dtype)
+        if dtype not in (np.float32, np.float64):
+            raise TypeError(f"expected genome dtype float32 or float64, got {dtype}")
+        if capacity < 1 or dim < 1:
+            raise ValueError(f"expected capacity >= 1 and dim >= 1, got {capacity} and {dim}")
+        self.capacity = int(capacity)
+        self.dim = int(dim)
+        self.dtype = dtype
+        self.unique = bool(unique)
+        self._genomes = np.zeros((self.capacity, self.dim), dtype)
+        self._fitness = np.full(self.capacity, np.inf)
+        self._ids = np.full(self.capacity, -1, np.int64)
+        self._births = np.zeros(self.capacity, np.int64)
+        self._origins = np.zeros(self.capacity, np.int64)
+        self._hashes = np.zeros(self.capacity, np.uint64) if self.unique else None
+        self.size = 0
+
+    # --- views -------------------------------------------------------------------
+    @property
+    def genomes(self) -> np.ndarray:
+        return self._genomes[:self.size]
+
+    @property
+    def fitness(self) -> np.ndarray:
+        return self._fitness[:self.size]
+
+    @property
+    def ids(self) -> np.ndarray:
+        return self._ids[:self.size]
+
+    @property
+    def births(self) -> np.ndarray:
+        return self._births[:self.size]
+
+    @property
+    def origins(self) -> np.ndarray:
+        return self._origins[:self.size]
+
+    def __len__(self) -> int:
+        return self.size
+
+    def ranking(self) -> np.ndarray:
+        """Member slots from best to worst (ties: lower slot first)."""
+        return np.lexsort((np.arange(self.size), self.fitness))
+
+    def best_index(self) -> int:
+        """Slot of the best member (lowest slot among equals)."""
+        if self.size == 0:
+            raise ValueError("expected a non-empty archive, got an empty one")
+        return int(np.argmin(self.fitness))
+
+    # --- duplicates --------------------------------------------------------------
+    def _member_hashes(self) -> np.ndarray:
+        return self._hashes[:self.size] if self.unique else row_hashes(self.genomes)
+
+    def duplicate_mask(self, genomes: np.ndarray, hashes: np.ndarray | None = None) -> np.ndarray:
+        """True for each row equal to a member's genome or to an earlier row."""
+        genomes = np.asarray(genomes)
+        hashes = row_hashes(genomes) if hashes is None else hashes
+        dup = np.zeros(len(genomes), bool)
+        if self.size:
+            member_hashes = self._member_hashes()
+            order = np.argsort(member_hashes, kind="stable")
+            sorted_hashes = member_hashes[order]
+            pos = np.minimum(np.searchsorted(sorted_hashes, hashes), self.size - 1)
+            hit = np.flatnonzero(sorted_hashes[pos] == hashes)
+            match = order[pos[hit]]
+            same = np.all(self._genomes[match] == genomes[hit], axis=1)
+            dup[hit[same]] = True
+        _, first, inverse = np.unique(hashes, return_index=True, return_inverse=True)
+        representative = first[inverse.reshape(-1)]
+        later = np.flatnonzero(representative != np.arange(len(genomes)))
+        same = np.all(genomes[later] == genomes[representative[later]], axis=1)
+        dup[later[same]] = True
+        return dup
+
+    # --- updates -----------------------------------------------------------------
+    def _check_batch(self, genomes, fitness, ids, origins, births):
+        """Validated columns; int columns given as scalars stay scalars (broadcast on write)."""
+        genomes = np.asarray(genomes)
+        if genomes.ndim != 2 or genomes.shape[1] != self.dim:
+            raise ValueError(f"expected genomes of shape (n, {self.dim}), got {genomes.shape}")
+        n = genomes.shape[0]
+        if genomes.dtype != self.dtype:
+            genomes = genomes.astype(self.dtype)
+        fitness, _ = sanitize_fitness(fitness)
+        if fitness.shape != (n,):
+            raise ValueError(f"expected fitness of shape ({n},), got {fitness.shape}")
+        columns = [genomes, fitness]
+        for name, col in (("ids", ids), ("origins", origins), ("births", births)):
+            if np.ndim(col) == 0:
+                columns.append(np.int64(col))
+                continue
+            col = np.asarray(col, dtype=np.int64)
+            if col.shape != (n,):
+                raise ValueError(f"expected {name} of shape ({n},), got {col.shape}")
+            columns.append(col)
+        return columns
+
+    def _write(self, slots, genomes, fitness, ids, origins, births, hashes):
+        self._genomes[slots] = genomes
+        self._fitness[slots] = fitness
+        self._ids[slots] = ids
+        self._origins[slots] = origins
+        self._births[slots] = births
+        if self.unique:
+            self._hashes[slots] = hashes
+
+    def insert(self, genomes, fitness, ids, origins, births) -> Insertion:
+        """Merge candidates into the archive, keeping the best ``capacity``.
+
+        Args:
+            genomes: (n, dim) candidates.
+            fitness: (n,) minimised fitness (non-finite ranks worst).
+            ids, origins, births: (n,) int64 or scalars (same order as
+                :class:`~mpievo.evo.island.Migrants`).
+
+        Returns:
+            :class:`Insertion` (which candidates entered, where, duplicates dropped).
+        """
+        genomes, fitness, ids, origins, births = self._check_batch(genomes, fitness, ids, origins, births)
+        hashes = row_hashes(genomes) if self.unique else None
+        candidates = np.arange(len(genomes))
+        duplicates = 0
+        if self.unique and len(genomes):
+            keep = ~self.duplicate_mask(genomes, hashes)
+            duplicates = int(len(genomes) - np.count_nonzero(keep))
+            candidates = candidates[keep]
+        if duplicates:
+            entered, slots = self._merge_slots(fitness[candidates])
+            entered = candidates[entered]
+        else:
+            entered, slots = self._merge_slots(fitness)
+        if len(entered):
+            pick = lambda col: col if np.ndim(col) == 0 else col[entered]  # noqa: E731
+            self._write(slots, genomes[entered], fitness[entered], pick(ids), pick(origins),
+                        pick(births), hashes[entered] if self.unique else None)
+            self.size = max(self.size, int(slots.max()) + 1)
+        return Insertion(entered, slots, duplicates)
+
+    def _merge_slots(self, candidate_fitness: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Which candidates enter (indices into ``candidate_fitness``) and their slots."""
+        return kernels.survivors(self.fitness, np.ascontiguousarray(candidate_fitness), self.capacity)
+
+    def replace(self, slots, genomes, fitness, ids, origins, births) -> None:
+        """Overwrite the given member slots unconditionally (slots < size, or == size.. to append)."""
+        genomes, fitness, ids, origins, births = self._check_batch(genomes, fitness, ids, origins, births)
+        slots = np.asarray(slots, dtype=np.int64)
+        ids, origins, births = (np.full(len(genomes), c) if np.ndim(c) == 0 else c for c in (ids, origins, births))
+        if slots.shape != (len(genomes),) or (len(slots) and (slots.min() < 0 or slots.max() >= self.capacity)):
+            raise ValueError(f"expected {len(genomes)} slots in [0, {self.capacity}), got {slots}")
+        if len(slots) and not np.all(np.isin(np.arange(self.size, slots.max() + 1), slots)):
+            raise ValueError(f"expected slots that leave no gap after the {self.size} members, got {slots}")
+        self._write(slots, genomes, fitness, ids, origins, births,
+                    row_hashes(genomes) if self.unique else None)
+        if len(slots):
+            self.size = max(self.size, int(slots.max()) + 1)
+
+    # --- checkpoint --------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """Members as numpy arrays (copies) plus capacity/unique/dtype."""
+        return {
+            "genomes": self.genomes.copy(), "fitness": self.fitness.copy(), "ids": self.ids.copy(),
+            "births": self.births.copy(), "origins": self.origins.copy(),
+            "capacity": self.capacity, "unique": self.unique, "dtype": self.dtype.name,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore members saved by :meth:`state_dict` (exact).
+
+        Raises:
+            ValueError: capacity, dim or dtype differ from this archive's.
+        """
+        genomes = np.asarray(state["genomes"])
+        if int(state["capacity"]) != self.capacity:
+            raise ValueError(f"expected archive capacity {self.capacity}, got {int(state['capacity'])}")
+        if genomes.ndim != 2 or genomes.shape[1] != self.dim or genomes.shape[0] > self.capacity:
+            raise ValueError(f"expected genomes of shape (<= {self.capacity}, {self.dim}), got {genomes.shape}")
+        if genomes.dtype != self.dtype:
+            raise ValueError(f"expected genomes of dtype {self.dtype}, got {genomes.dtype}")
+        size = genomes.shape[0]
+        self.size = 0
+        self._fitness[:] = np.inf
+        self.replace(np.arange(size), genomes, state["fitness"], state["ids"], state["origins"],
+                     state["births"])

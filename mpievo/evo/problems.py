@@ -1,0 +1,318 @@
+"""Problems: batch fitness functions over a box.
+
+A :class:`Problem` wraps ``f(X) -> (n,)`` where ``X`` is an (n, dim) batch of genomes
+(one per row). The engine minimises: :meth:`Problem.evaluate` negates the values of a
+maximisation problem, and :meth:`Problem.to_user` turns them back.
+
+Built-in benchmark functions (:data:`BUILTIN_PROBLEMS`): sphere, ellipsoid, rastrigin,
+rosenbrock, ackley, griewank, schwefel; each optionally shifted and rotated, the shift
+and the rotation derived from a seed (:func:`builtin_problem`). A shifted/rotated
+function is evaluated at ``z = R (x - o) + x*`` where ``x*`` is the unshifted optimum,
+so its optimum lies at ``x = o``. (Rotating schwefel moves points outside its native
+box, where its optimum no longer holds; use it unrotated.)
+
+User problems come as a Python callable or a ``"module:function"`` string
+(:func:`make_problem`); a wrong output shape or dtype raises a clear error.
+
+Example::
+
+    problem = make_problem("rastrigin", dim=10, shift=True, rotate=True, seed=3)
+    problem = make_problem("mypkg.fitness:score", dim=64, lower=-1, upper=1, maximize=True)
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Callable
+
+import numpy as np
+
+from ..kernels import operators as kernels
+from .streams import stream
+
+
+def check_fitness(values, n: int, name: str = "problem") -> np.ndarray:
+    """Validate a fitness function's output and return it as float64 of shape (n,).
+
+    Raises:
+        ValueError: shape other than (n,).
+        TypeError: not real numbers (bool, complex, object, strings).
+    """
+    arr = np.asarray(values)
+    if arr.shape != (n,):
+        raise ValueError(
+            f"expected fitness of shape ({n},) from {name!r}, got {type(values).__name__} "
+            f"of shape {arr.shape}")
+    if arr.dtype.kind not in "fiu":
+        raise TypeError(
+            f"expected real-valued fitness (float or int dtype) from {name!r}, got dtype {arr.dtype}")
+    return arr.astype(np.float64, copy=False)
+
+
+def _as_bound(value, dim: int, name: str) -> np.ndarray:
+    arr = np.asarray(value, dtype=np.float64)
+    if arr.ndim == 0:
+        arr = np.full(dim, float(arr))
+    if arr.shape != (dim,):
+        raise ValueError(f"expected {name} to be a scalar or of shape ({dim},), got shape {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"expected finite {name} bounds, got {arr[~np.isfinite(arr)][:3]}")
+    return arr
+
+
+class Problem:
+    """A batch fitness function over the box ``[lower, upper]``.
+
+    ``X`` has the island's genome dtype (float32 by default) and must not be kept
+    or modified by ``func`` (the engine reuses the buffer).
+
+    Args:
+        func: ``func(X) -> (n,)`` for an (n, dim) batch (``batched=True``), or
+            ``func(x) -> float`` for one genome (``batched=False``, evaluated row by
+            row; slower).
+        dim: number of genes.
+        lower, upper: scalars or (dim,) arrays, ``lower < upper``.
+        maximize: True when larger values are better.
+        name: label for messages.
+        batched: see ``func``.
+
+    Raises:
+        ValueError, TypeError: bad dimension or bounds.
+    """
+
+    def __init__(self, func: Callable, dim: int, lower, upper, *, maximize: bool = False,
+                 name: str | None = None, batched: bool = True):
+        if not callable(func):
+            raise TypeError(f"expected a callable fitness function, got {type(func).__name__}")
+        if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim < 1:
+            raise ValueError(f"expected dim to be an int >= 1, got {dim!r}")
+        self.func = func
+        self.dim = int(dim)
+        self.lower = _as_bound(lower, self.dim, "lower")
+        self.upper = _as_bound(upper, self.dim, "upper")
+        if not np.all(self.lower < self.upper):
+            bad = int(np.argmin(self.upper - self.lower))
+            raise ValueError(f"expected lower < upper for every gene, got gene {bad}: "
+                             f"[{self.lower[bad]}, {self.upper[bad]}]")
+        self.maximize = bool(maximize)
+        self.name = name or getattr(func, "__name__", type(func).__name__)
+        self.batched = bool(batched)
+
+    def __repr__(self) -> str:
+        sense = "maximize" if self.maximize else "minimize"
+        return f"Problem({self.name!r}, dim={self.dim}, {sense})"
+
+    def __call__(self, genomes: np.ndarray) -> np.ndarray:
+        """User-facing values of an (n, dim) batch (validated, float64)."""
+        genomes = np.asarray(genomes)
+        if genomes.ndim != 2 or genomes.shape[1] != self.dim:
+            raise ValueError(f"expected genomes of shape (n, {self.dim}), got {genomes.shape}")
+        n = genomes.shape[0]
+        if self.batched:
+            values = self.func(genomes)
+        else:
+            values = [self.func(row) for row in genomes]
+        return check_fitness(values, n, self.name)
+
+    def evaluate(self, genomes: np.ndarray) -> np.ndarray:
+        """Fitness to minimise (values negated for a maximisation problem)."""
+        values = self(genomes)
+        return -values if self.maximize else values
+
+    def to_user(self, fitness):
+        """Turn minimised fitness back into the user's sense (negate when maximising)."""
+        return -fitness if self.maximize else fitness
+
+
+# --- built-in benchmark functions (float64 batches, optimum value 0) ----------------
+
+def sphere(z: np.ndarray) -> np.ndarray:
+    return np.einsum("ij,ij->i", z, z)
+
+
+def ellipsoid(z: np.ndarray) -> np.ndarray:
+    dim = z.shape[1]
+    weights = 10.0 ** (6.0 * np.arange(dim) / max(dim - 1, 1))
+    return (z * z) @ weights
+
+
+def rastrigin(z: np.ndarray) -> np.ndarray:
+    return 10.0 * z.shape[1] + np.sum(z * z - 10.0 * np.cos(2.0 * np.pi * z), axis=1)
+
+
+def rosenbrock(z: np.ndarray) -> np.ndarray:
+    head, tail = z[:, :-1], z[:, 1:]
+    return np.sum(100.0 * (tail - head * head) ** 2 + (1.0 - head) ** 2, axis=1)
+
+
+def ackley(z: np.ndarray) -> np.ndarray:
+    mean_sq = np.mean(z * z, axis=1)
+    mean_cos = np.mean(np.cos(2.0 * np.pi * z), axis=1)
+    return -20.0 * np.exp(-0.2 * np.sqrt(mean_sq)) - np.exp(mean_cos) + 20.0 + np.e
+
+
+def griewank(z: np.ndarray) -> np.ndarray:
+    divisors = np.sqrt(np.arange(1, z.shape[1] + 1))
+    return 1.0 + np.sum(z * z, axis=1) / 4000.0 - np.prod(np.cos(z / divisors), axis=1)
+
+
+SCHWEFEL_OPTIMUM = 420.9687462275036
+
+
+def schwefel(z: np.ndarray) -> np.ndarray:
+    return 418.9828872724338 * z.shape[1] - np.sum(z * np.sin(np.sqrt(np.abs(z))), axis=1)
+
+
+@dataclass(frozen=True)
+class _Benchmark:
+    function: Callable[[np.ndarray], np.ndarray]
+    optimum: float      # every gene of the unshifted optimum
+    lower: float        # default box
+    upper: float
+
+
+#: name -> benchmark (read-only)
+BUILTIN_PROBLEMS = MappingProxyType({
+    "sphere": _Benchmark(sphere, 0.0, -5.12, 5.12),
+    "ellipsoid": _Benchmark(ellipsoid, 0.0, -5.12, 5.12),
+    "rastrigin": _Benchmark(rastrigin, 0.0, -5.12, 5.12),
+    "rosenbrock": _Benchmark(rosenbrock, 1.0, -5.0, 10.0),
+    "ackley": _Benchmark(ackley, 0.0, -32.768, 32.768),
+    "griewank": _Benchmark(griewank, 0.0, -600.0, 600.0),
+    "schwefel": _Benchmark(schwefel, SCHWEFEL_OPTIMUM, -500.0, 500.0),
+})
+
+
+class ShiftedRotated:
+    """``f(R (x - o) + x*)`` for a benchmark ``f`` (either part may be absent).
+
+    Attributes:
+        shift: (dim,) optimum location ``o``, or None (optimum at ``x*``).
+        rotation: (dim, dim) orthogonal matrix, or None.
+    """
+
+    def __init__(self, name: str, dim: int, shift: np.ndarray | None, rotation: np.ndarray | None):
+        self.name = name
+        self.benchmark = BUILTIN_PROBLEMS[name]
+        self.dim = dim
+        self.shift = shift
+        self.rotation = rotation
+        self.__name__ = name
+
+    @property
+    def optimum(self) -> np.ndarray:
+        """Location of the optimum (value 0, up to rounding for schwefel)."""
+        if self.shift is not None:
+            return self.shift.copy()
+        return np.full(self.dim, self.benchmark.optimum)
+
+    def __call__(self, genomes: np.ndarray) -> np.ndarray:
+        plain = self.shift is None and self.rotation is None
+        if plain and self.name == "sphere" and genomes.dtype in (np.float32, np.float64):
+            # The cheap path: no float64 copy of the batch.
+            out = np.empty(genomes.shape[0])
+            kernels.sum_squares_rows(np.ascontiguousarray(genomes), out)
+            return out
+        z = genomes.astype(np.float64)
+        if not plain:
+            z -= self.optimum
+            if self.rotation is not None:
+                z = z @ self.rotation.T
+            z += self.benchmark.optimum
+        return self.benchmark.function(z)
+
+
+def random_rotation(dim: int, rng: np.random.Generator) -> np.ndarray:
+    """A random orthogonal matrix (Haar measure: QR of a Gaussian matrix, signs fixed)."""
+    q, r = np.linalg.qr(rng.standard_normal((dim, dim)))
+    return q * np.sign(np.diag(r))
+
+
+def builtin_problem(name: str, dim: int, *, shift: bool = False, rotate: bool = False,
+                    seed: int = 0, lower=None, upper=None, maximize: bool = False) -> Problem:
+    """A built-in benchmark as a :class:`Problem`.
+
+    Args:
+        name: one of :data:`BUILTIN_PROBLEMS`.
+        dim: number of genes.
+        shift: move the optimum to a point drawn from ``seed`` (inside the middle 80%
+            of the box).
+        rotate: apply a random rotation drawn from ``seed``.
+        seed: seed of the shift and the rotation (int >= 0).
+        lower, upper: box (default: the function's usual box).
+        maximize: maximise the function instead (rarely useful for these).
+
+    Raises:
+        ValueError: unknown name or bad box.
+    """
+    if name not in BUILTIN_PROBLEMS:
+        raise ValueError(f"expected a built-in problem among {sorted(BUILTIN_PROBLEMS)}, got {name!r}")
+    bench = BUILTIN_PROBLEMS[name]
+    lo = _as_bound(bench.lower if lower is None else lower, dim, "lower")
+    hi = _as_bound(bench.upper if upper is None else upper, dim, "upper")
+    offset = None
+    if shift:
+        margin = 0.1 * (hi - lo)
+        offset = stream(seed, 0, 0, "problem").uniform(lo + margin, hi - margin)
+    rotation = random_rotation(dim, stream(seed, 0, 1, "problem")) if rotate else None
+    func = ShiftedRotated(name, dim, offset, rotation)
+    label = name + ("+shift" if shift else "") + ("+rotate" if rotate else "")
+    return Problem(func, dim, lo, hi, maximize=maximize, name=label)
+
+
+def load_object(spec: str):
+    """Import ``"package.module:attribute"`` (the attribute may be dotted).
+
+    Raises:
+        ValueError: not of the form 'module:attribute', or the import failed.
+    """
+    if not isinstance(spec, str) or spec.count(":") != 1 or spec.startswith(":") or spec.endswith(":"):
+        raise ValueError(f"expected 'module:attribute', got {spec!r}")
+    module_name, attr_path = spec.split(":")
+    try:
+        obj = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"cannot import module {module_name!r} for {spec!r}: {exc}") from exc
+    for part in attr_path.split("."):
+        if not hasattr(obj, part):
+            raise ValueError(f"expected {spec!r} to name an object, but {module_name!r} has no {attr_path!r}")
+        obj = getattr(obj, part)
+    return obj
+
+
+def make_problem(spec, dim: int | None = None, *, lower=None, upper=None, maximize: bool = False,
+                 shift: bool = False, rotate: bool = False, seed: int = 0,
+                 batched: bool = True) -> Problem:
+    """A :class:`Problem` from a name, a ``"module:function"`` string, a callable or a Problem.
+
+    Args:
+        spec: a :class:`Problem` (returned as is), a built-in name, ``"module:function"``
+            naming a batch fitness function (or a Problem), or a callable.
+        dim: number of genes (needed unless ``spec`` is a Problem).
+        lower, upper: box; defaults to the built-in's box, required for user functions.
+        maximize: larger is better.
+        shift, rotate, seed: built-ins only (see :func:`builtin_problem`).
+        batched: whether a user function takes a batch (True) or one genome.
+
+    Raises:
+        ValueError, TypeError: unknown name, import failure, missing dim or bounds.
+    """
+    if isinstance(spec, Problem):
+        return spec
+    if isinstance(spec, str) and ":" not in spec:
+        if dim is None:
+            raise ValueError(f"expected dim for problem {spec!r}, got None")
+        return builtin_problem(spec, dim, shift=shift, rotate=rotate, seed=seed,
+                               lower=lower, upper=upper, maximize=maximize)
+    name = spec if isinstance(spec, str) else getattr(spec, "__name__", type(spec).__name__)
+    func = load_object(spec) if isinstance(spec, str) else spec
+    if isinstance(func, Problem):
+        return func
+    if shift or rotate:
+        raise ValueError(f"expected shift/rotate only for built-in problems, got them for {name!r}")
+    if dim is None or lower is None or upper is None:
+        raise ValueError(f"expected dim, lower and upper for user problem {name!r}, "
+                         f"got dim={dim!r}, lower={lower!r}, upper={upper!r}")
+    return Problem(func, dim, lower, upper, maximize=maximize, name=name, batched=batched)

@@ -1,0 +1,96 @@
+"""Keyed random streams: the only source of randomness in the engine.
+
+Every random decision draws from ``stream(seed, island, generation, purpose)``, a
+fresh ``numpy.random.Generator`` (Philox, counter-based) whose state is a pure
+function of those four keys.
+Nothing carries generator state from one generation to the next, so a run gives
+bit-identical results whatever the rank layout, the timing of migrations or a
+checkpoint/restart in between, and checkpoints need no RNG state.
+"""
+
+from __future__ import annotations
+
+import numbers
+from types import MappingProxyType
+
+import numpy as np
+
+#: purpose name -> code mixed into the seed (read-only; extend by passing an int).
+PURPOSES = MappingProxyType({
+    "init": 0,        # initial population of an island
+    "breed": 1,       # ask(): parent selection and variation
+    "algorithm": 2,   # algorithm set-up (e.g. CMA-ES internals, DE population)
+    "emigrate": 3,    # choosing emigrants (random policy)
+    "immigrate": 4,   # immigration policies that draw
+    "problem": 5,     # shift and rotation of built-in problems
+    "topology": 6,    # for the parallel layer: random migration partners
+})
+
+
+def _non_negative_int(value, name: str) -> int:
+    if type(value) is int and value >= 0:  # fast path: called every generation
+        return value
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"expected a non-negative int for {name}, got {type(value).__name__} {value!r}")
+    if value < 0:
+        raise ValueError(f"expected a non-negative int for {name}, got {value}")
+    return int(value)
+
+
+def purpose_code(purpose: str | int) -> int:
+    """Return the integer code of ``purpose`` (a name of :data:`PURPOSES` or an int >= 0).
+
+    Raises:
+        ValueError: unknown purpose name.
+        TypeError: neither str nor int.
+    """
+    if isinstance(purpose, str):
+        if purpose not in PURPOSES:
+            raise ValueError(f"expected a purpose among {sorted(PURPOSES)} or an int, got {purpose!r}")
+        return PURPOSES[purpose]
+    return _word(purpose, "purpose")
+
+
+_TWO_64 = 2**64
+
+
+def _key_and_counter(seed, island, generation, purpose) -> tuple[list[int], list[int]]:
+    key = [_word(seed, "seed"), _word(island, "island")]
+    counter = [0, 0, _word(generation, "generation"), purpose_code(purpose)]
+    return key, counter
+
+
+def _word(value, name: str) -> int:
+    value = _non_negative_int(value, name)
+    if value >= _TWO_64:
+        raise ValueError(f"expected {name} < 2**64, got {value}")
+    return value
+
+
+def stream(seed: int, island: int, generation: int, purpose: str | int = "breed") -> np.random.Generator:
+    """A generator keyed by ``(seed, island, generation, purpose)``.
+
+    Philox is a counter-based generator: the key ``(seed, island)`` selects the
+    stream family and the counter's high words ``(generation, purpose)`` a disjoint
+    block of 2**128 draws, so distinct keys never share numbers and building one
+    costs a few microseconds (no seed hashing).
+
+    Args:
+        seed: the run's seed (int, 0 <= seed < 2**64).
+        island: island index (int >= 0).
+        generation: generation number (int >= 0).
+        purpose: what the draws are for: a name of :data:`PURPOSES` or an int >= 0.
+
+    Returns:
+        A new ``numpy.random.Generator``; equal keys give equal streams.
+
+    Raises:
+        TypeError, ValueError: a key that is not a non-negative int, or an unknown purpose.
+    """
+    key, counter = _key_and_counter(seed, island, generation, purpose)
+    return np.random.Generator(np.random.Philox(counter=counter, key=key))
+
+
+def seed_int(rng: np.random.Generator) -> int:
+    """Draw a 32-bit seed from ``rng`` for libraries that want an integer seed."""
+    return int(rng.integers(1, 2**31 - 1))

@@ -1,0 +1,116 @@
+"""Archive semantics: keep-the-best merge, ties, non-finite fitness, uniqueness, ids."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from mpievo.evo import ID_STRIDE, Archive, make_ids, sanitize_fitness
+
+
+def filled(capacity=4, dim=3, unique=False, fitness=(4.0, 3.0, 2.0, 1.0)):
+    archive = Archive(capacity, dim, "float64", unique=unique)
+    genomes = np.arange(len(fitness) * dim, dtype=float).reshape(len(fitness), dim)
+    archive.insert(genomes, fitness, np.arange(len(fitness)), 0, 0)
+    return archive
+
+
+def test_fills_free_slots_first_then_replaces_worst_only_when_better():
+    archive = filled()
+    assert archive.size == 4 and list(archive.fitness) == [4.0, 3.0, 2.0, 1.0]
+    result = archive.insert(np.full((2, 3), 9.0), [5.0, 3.5], [10, 11], 0, 1)
+    assert len(result.entered) == 1 and list(result.entered) == [1]
+    assert sorted(archive.fitness) == [1.0, 2.0, 3.0, 3.5] and 11 in archive.ids and 0 not in archive.ids
+    worse = archive.insert(np.full((1, 3), 7.0), [100.0], [12], 0, 2)
+    assert len(worse.entered) == 0 and 12 not in archive.ids
+
+
+def test_ties_keep_incumbents_and_earlier_candidates():
+    archive = filled(fitness=(1.0, 2.0, 2.0, 2.0))
+    result = archive.insert(np.full((1, 3), 9.0), [2.0], [99], 0, 1)  # equal to the worst: stays out
+    assert len(result.entered) == 0
+    result = archive.insert(np.array([[7.0] * 3, [8.0] * 3]), [1.5, 1.5], [100, 101], 0, 1)
+    assert list(result.entered) == [0, 1]
+    # the two evicted 2.0-members are the later slots
+    assert sorted(archive.ids.tolist()) == [0, 1, 100, 101]
+    archive = filled(capacity=2, fitness=(1.0,))
+    archive.insert(np.array([[5.0] * 3, [6.0] * 3, [7.0] * 3]), [3.0, 3.0, 3.0], [7, 8, 9], 0, 1)
+    assert sorted(archive.ids.tolist()) == [0, 7]
+
+
+@given(st.lists(st.one_of(st.floats(-1e3, 1e3), st.just(np.nan), st.just(np.inf), st.just(-np.inf)),
+                min_size=1, max_size=40),
+       st.integers(1, 10))
+def test_merge_matches_a_reference_sort(values, capacity):
+    archive = Archive(capacity, 2, "float64")
+    genomes = np.arange(len(values) * 2, dtype=float).reshape(-1, 2)
+    half = len(values) // 2
+    archive.insert(genomes[:half], values[:half], np.arange(half), 0, 0)
+    archive.insert(genomes[half:], values[half:], np.arange(half, len(values)), 0, 1)
+    clean, _ = sanitize_fitness(values)
+    assert np.array_equal(np.sort(archive.fitness), np.sort(clean)[:capacity])
+    assert len(set(archive.ids.tolist())) == archive.size == min(capacity, len(values))
+    assert np.all(archive.genomes[:, 0] == 2 * archive.ids)  # rows stay with their records
+
+
+def test_nonfinite_fitness_counted_and_ranked_worst():
+    f, bad = sanitize_fitness([1.0, np.nan, -np.inf, np.inf, 2.0])
+    assert bad == 3 and list(f) == [1.0, np.inf, np.inf, np.inf, 2.0]
+    archive = Archive(3, 1, "float64")
+    archive.insert(np.array([[0.0], [1.0], [2.0]]), [np.nan, -np.inf, 5.0], [0, 1, 2], 0, 0)
+    assert archive.best_index() == 2
+    archive.insert(np.array([[3.0], [4.0]]), [7.0, 8.0], [3, 4], 0, 1)
+    assert sorted(archive.ids.tolist()) == [2, 3, 4]
+
+
+def test_uniqueness_drops_duplicates_of_members_and_of_earlier_candidates():
+    archive = filled(capacity=6, unique=True)
+    dup_member = archive.genomes[2].copy()
+    batch = np.array([dup_member, [50.0, 50.0, 50.0], [50.0, 50.0, 50.0], [-0.0, 1.0, 2.0]])
+    result = archive.insert(batch, [0.1, 0.2, 0.3, 0.4], [20, 21, 22, 23], 0, 1)
+    # genome 0 of the archive is [0, 1, 2]; -0.0 equals 0.0
+    assert result.duplicates == 3 and list(result.entered) == [1]
+    plain = filled(capacity=6)
+    assert len(plain.insert(batch, [0.1, 0.2, 0.3, 0.4], [20, 21, 22, 23], 0, 1).entered) == 4
+
+
+def test_duplicate_mask_survives_hash_order():
+    archive = Archive(50, 4, "float32", unique=True)
+    rng = np.random.default_rng(0)
+    genomes = rng.normal(size=(50, 4)).astype(np.float32)
+    archive.insert(genomes, rng.random(50), np.arange(50), 0, 0)
+    probe = np.concatenate([genomes[::-1], rng.normal(size=(5, 4)).astype(np.float32)])
+    assert archive.duplicate_mask(probe).tolist() == [True] * 50 + [False] * 5
+
+
+def test_ids_layout_and_overflow():
+    ids = make_ids(3, 10, 4)
+    assert ids.dtype == np.int64 and list(ids - 3 * ID_STRIDE) == [10, 11, 12, 13]
+    with pytest.raises(OverflowError, match="expected fewer than"):
+        make_ids(0, ID_STRIDE - 1, 2)
+
+
+def test_shape_errors():
+    archive = Archive(4, 3)
+    with pytest.raises(ValueError, match=r"expected genomes of shape \(n, 3\), got \(2, 4\)"):
+        archive.insert(np.zeros((2, 4)), [1, 2], [0, 1], 0, 0)
+    with pytest.raises(ValueError, match=r"expected fitness of shape \(2,\), got \(3,\)"):
+        archive.insert(np.zeros((2, 3)), [1, 2, 3], [0, 1], 0, 0)
+    with pytest.raises(TypeError, match="expected genome dtype float32 or float64"):
+        Archive(4, 3, "int32")
+
+
+def test_state_round_trip_exact():
+    archive = Archive(5, 2, "float32", unique=True)
+    archive.insert(np.random.default_rng(0).normal(size=(4, 2)), [3.0, 1.0, np.nan, 2.0], [5, 6, 7, 8], 9, [1, 2, 3, 4])
+    state = archive.state_dict()
+    other = Archive(5, 2, "float32", unique=True)
+    other.load_state_dict({k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in state.items()})
+    for key in ("genomes", "fitness", "ids", "births", "origins"):
+        assert np.array_equal(getattr(other, key), getattr(archive, key))
+    probe = archive.genomes[:1]
+    assert other.duplicate_mask(probe).tolist() == [True]
+    with pytest.raises(ValueError, match="expected archive capacity 6, got 5"):
+        Archive(6, 2, "float32").load_state_dict(state)
