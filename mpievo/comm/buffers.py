@@ -8,19 +8,12 @@ from mpievo.kernels import host
 
 
 def is_device_array(buf) -> bool:
-    """True for arrays in GPU memory (CUDA Array Interface or a CUDA DLPack device)."""
+    """True for arrays in GPU memory (see mpievo.comm.device.is_device_array)."""
     if isinstance(buf, np.ndarray):
         return False
-    if hasattr(buf, "__cuda_array_interface__"):
-        return True
-    dlpack_device = getattr(buf, "__dlpack_device__", None)
-    if dlpack_device is not None:
-        try:
-            device_type = int(dlpack_device()[0])
-        except (TypeError, ValueError, IndexError):
-            return False
-        return device_type in (2, 3, 13)  # kDLCUDA, kDLCUDAHost, kDLCUDAManaged
-    return False
+    from .device import is_device_array as on_device  # lazy: keeps numba.cuda out of imports
+
+    return on_device(buf)
 
 
 def flat_host(buf, name: str, *, writable: bool = False) -> np.ndarray:

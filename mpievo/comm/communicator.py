@@ -93,6 +93,8 @@ class Communicator:
         self._broken: str | None = None
         self._pool = ScratchPool()
         self._workspace = ScratchPool()
+        self._device_resources = None  # streams and pinned slots, made on first device call
+        self._staging = None           # compression staging slots, made on first use
         # environment and tuning table are read once, here, not on every call
         self._forced = {name: select.forced_algorithm(name) for name in select.ALGORITHMS}
         self._segment_bytes = _segment_option("segment_bytes", segment_bytes, "reduce")
@@ -107,6 +109,9 @@ class Communicator:
             self._comm.Free()
         self._pool.clear()
         self._workspace.clear()
+        for keeper in (self._device_resources, self._staging):
+            if keeper is not None:
+                keeper.clear()
 
     @contextlib.contextmanager
     def purpose(self, name: str):
@@ -209,11 +214,31 @@ class Communicator:
     def _device(self):
         from . import device  # lazy: importing mpievo.comm never touches CUDA
 
+        if self._device_resources is None:
+            self._device_resources = device.DeviceResources()
         return device
+
+    def _compressed_allreduce(self, sendbuf, recvbuf, op, compression, timeout, blocking):
+        from . import compress
+
+        if self._staging is None:
+            self._staging = compress.StagingPool()
+        return compress.allreduce(self, sendbuf, recvbuf, op, compression=compression,
+                                  timeout=timeout, blocking=blocking, pool=self._staging)
+
+    def _compression_applies(self, sendbuf, compression) -> bool:
+        if compression is None:
+            return False
+        from . import compress
+
+        if is_device_array(sendbuf):
+            raise ValueError(f"expected compression=None for device buffers, got {compression!r} "
+                             "(compressed wires are host-only)")
+        return compress.applies_to(compression, getattr(sendbuf, "dtype", None))
 
     # ------------------------------------------------------------- allreduce
     def allreduce(self, sendbuf, recvbuf=None, op: str = "sum", *, algorithm: str | None = None,
-                  timeout: float | None = None):
+                  timeout: float | None = None, compression: str | None = None):
         """Reduce ``sendbuf`` element-wise over all ranks; every rank gets the result.
 
         Args:
@@ -223,6 +248,8 @@ class Communicator:
             op: "sum", "prod", "max", "min" or "mean" (mean: floating dtypes only).
             algorithm: "ring", "recursive_doubling", "native" or None/"auto" (by size).
             timeout: seconds (default: the communicator's).
+            compression: None, "fp16" or "bf16": float32 data travels in 16 bits and
+                is accumulated in float32 (ring only; other dtypes go uncompressed).
 
         Returns:
             The result array (``recvbuf``, or a new array shaped like ``sendbuf``).
@@ -232,6 +259,8 @@ class Communicator:
             CollectiveTimeoutError: not completed in time.
             CollectiveMismatchError: (validate mode) ranks called different collectives.
         """
+        if self._compression_applies(sendbuf, compression):
+            return self._compressed_allreduce(sendbuf, recvbuf, op, compression, timeout, True)
         if recvbuf is not None and algorithm is None and timeout is None and type(sendbuf) is np.ndarray:
             plan = _FAST_PLANS.get((sendbuf.dtype, op))
             nbytes = sendbuf.nbytes
@@ -250,8 +279,10 @@ class Communicator:
         return self._allreduce(sendbuf, recvbuf, op, algorithm, timeout, blocking=True)
 
     def iallreduce(self, sendbuf, recvbuf=None, op: str = "sum", *, algorithm: str | None = None,
-                   timeout: float | None = None) -> Request:
+                   timeout: float | None = None, compression: str | None = None) -> Request:
         """Non-blocking :meth:`allreduce`; ``wait()`` returns the result array."""
+        if self._compression_applies(sendbuf, compression):
+            return self._compressed_allreduce(sendbuf, recvbuf, op, compression, timeout, False)
         return self._allreduce(sendbuf, recvbuf, op, algorithm, timeout, blocking=False)
 
     def _allreduce(self, sendbuf, recvbuf, op, algorithm, timeout, blocking):
@@ -473,13 +504,15 @@ class Communicator:
 
     # ------------------------------------------------------------ bucketing
     def allreduce_buckets(self, arrays, op: str = "sum", *, bucket_bytes: int = DEFAULT_BUCKET_BYTES,
-                          algorithm: str | None = None, timeout: float | None = None) -> list:
+                          algorithm: str | None = None, timeout: float | None = None,
+                          compression: str | None = None) -> list:
         """All-reduce many arrays with one collective per dtype bucket, in place.
 
         Arrays of the same dtype are packed (in order) into buckets of at most
         ``bucket_bytes`` (an array larger than that gets its own), each bucket is
         reduced with one all-reduce, and the results are written back into the
-        original arrays. Every rank must pass the same shapes and dtypes.
+        original arrays. Every rank must pass the same shapes and dtypes. With
+        ``compression`` the float32 buckets travel compressed, the others as they are.
 
         Returns:
             ``arrays`` (reduced in place).
@@ -491,12 +524,13 @@ class Communicator:
             check_dtype(flat.dtype, op)
         for members in _group_by_dtype(flats).values():
             for bucket in _buckets(members, flats, bucket_bytes):
-                self._reduce_bucket([flats[i] for i in bucket], op, algorithm, timeout)
+                self._reduce_bucket([flats[i] for i in bucket], op, algorithm, timeout, compression)
         return arrays
 
-    def _reduce_bucket(self, flats, op, algorithm, timeout) -> None:
+    def _reduce_bucket(self, flats, op, algorithm, timeout, compression) -> None:
+        options = dict(algorithm=algorithm, timeout=timeout, compression=compression)
         if len(flats) == 1:
-            self.allreduce(flats[0], flats[0], op, algorithm=algorithm, timeout=timeout)
+            self.allreduce(flats[0], flats[0], op, **options)
             return
         total = sum(f.size for f in flats)
         packed = self._workspace.get(flats[0].dtype, total, 1)
@@ -504,7 +538,7 @@ class Communicator:
         for f in flats:
             packed[offset:offset + f.size] = f
             offset += f.size
-        self.allreduce(packed, packed, op, algorithm=algorithm, timeout=timeout)
+        self.allreduce(packed, packed, op, **options)
         offset = 0
         for f in flats:
             f[...] = packed[offset:offset + f.size]

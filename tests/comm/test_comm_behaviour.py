@@ -151,3 +151,24 @@ def test_object_helpers(comm, world):
     ok = [g["rank"] for g in got] == list(range(P)) and cfg == {"seed": 5}
     ok &= root_view == [2 * r for r in range(P)] if comm.rank == P - 1 else root_view is None
     all_ranks_agree(world, ok)
+
+
+@pytest.mark.mpi(min_size=1)
+@pytest.mark.parametrize("compression", ["fp16", "bf16"])
+def test_compression_option_compresses_float32_only(comm, world, compression):
+    from mpievo.comm import compress
+
+    rng = np.random.default_rng(comm.rank)
+    x = rng.standard_normal(10_001).astype(np.float32)
+    via_option = comm.allreduce(x, None, "sum", compression=compression)
+    direct = compress.allreduce(comm, x, None, "sum", compression=compression)
+    exact = comm.allreduce(x, None, "sum")
+    ints = [np.arange(5, dtype=np.int64) * (comm.rank + 1), x.copy()]
+    comm.allreduce_buckets(ints, "sum", compression=compression)
+    wire_changes_bits = P == 1 or not np.array_equal(via_option, exact)
+    ok = (np.array_equal(via_option, direct) and np.allclose(via_option, exact, rtol=0.05, atol=0.05 * P)
+          and wire_changes_bits and np.array_equal(ints[0], np.arange(5) * P * (P + 1) // 2)
+          and np.array_equal(ints[1], via_option))
+    all_ranks_agree(world, ok)
+    with pytest.raises(ValueError, match=r"expected compression among .* got 'zip'"):
+        comm.allreduce(x, compression="zip")

@@ -1,0 +1,337 @@
+"""Device-array detection and adaptation, CUDA-awareness, and the device wires (one rank)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gpu_support import FakeCudaArray, FakeDLPackArray
+
+from mpievo.comm import device
+from mpievo.kernels import host
+
+
+# ------------------------------------------------------------------ detection
+def test_detection_of_device_arrays():
+    from numba import cuda
+
+    host_array = np.zeros(4, np.float32)
+    assert device.is_device_array(FakeCudaArray(host_array))
+    assert device.is_device_array(FakeCudaArray(host_array, version=2))
+    assert device.is_device_array(cuda.to_device(host_array))  # a (simulated) numba array
+    assert device.is_device_array(FakeDLPackArray(host_array, device_type=2))
+    assert device.is_device_array(FakeDLPackArray(host_array, device_type=13))
+    assert not device.is_device_array(FakeDLPackArray(host_array, device_type=3))  # pinned host
+    assert not device.is_device_array(FakeDLPackArray(host_array, device_type=1))
+    assert not device.is_device_array(host_array)
+    assert not device.is_device_array([1, 2, 3])
+
+
+def test_adapted_view_shares_memory_without_copy():
+    backing = np.arange(12, dtype=np.float32).reshape(3, 4)
+    view = device.as_device_array(FakeCudaArray(backing))
+    assert tuple(view.shape) == (3, 4)
+    assert device.device_address(view) == backing.ctypes.data
+    view[1, 2] = -5.0  # written "on the device", seen in the exporter's memory
+    assert backing[1, 2] == -5.0
+
+
+def test_cai_version_2_and_readonly_data():
+    backing = np.arange(5, dtype=np.int16)
+    backing.flags.writeable = False
+    info = device.parse_cuda_array_interface(FakeCudaArray(backing, version=2).__cuda_array_interface__)
+    assert info.readonly and info.stream is None and info.dtype == np.int16 and info.shape == (5,)
+
+
+def test_non_contiguous_device_arrays_get_a_clear_error():
+    backing = np.zeros((4, 6), np.float32)
+    with pytest.raises(ValueError, match=r"expected a C-contiguous device array, got strides \(24, 8\)"):
+        device.as_device_array(FakeCudaArray(backing[:, ::2]))
+    with pytest.raises(ValueError, match="C-contiguous"):
+        device.as_device_array(FakeCudaArray(np.zeros((3, 2), np.float64).T))
+    with pytest.raises(ValueError, match="sendbuf: expected a C-contiguous"):
+        device.adapt(FakeCudaArray(backing[:, ::2]), "sendbuf")
+
+
+def test_explicit_contiguous_strides_and_unit_dimensions_are_accepted():
+    backing = np.zeros((1, 5), np.float32)
+    view = device.as_device_array(FakeCudaArray(backing, strides=(999, 4)))
+    assert tuple(view.shape) == (1, 5)
+    device.check_c_contiguous((0, 3), (4, 99), 4)  # empty: nothing to lay out
+
+
+@pytest.mark.parametrize("cai, error, match", [
+    ({"version": 1, "shape": (1,), "typestr": "<f4", "data": (0, False)}, ValueError, "version"),
+    ({"version": 3, "shape": (1,), "typestr": "<f4"}, ValueError, "expected keys"),
+    ({"version": 3, "shape": (1,), "typestr": "<f4", "data": (8, False), "mask": object()},
+     ValueError, "no mask"),
+    ({"version": 3, "shape": (1,), "typestr": "<f4", "data": (8, False), "stream": 0},
+     ValueError, "other than 0"),
+    ({"version": 3, "shape": (1,), "typestr": "<f4", "data": (8, False), "stream": "x"},
+     TypeError, "integer stream"),
+    ([1, 2], TypeError, "dict"),
+])
+def test_invalid_cuda_array_interfaces(cai, error, match):
+    with pytest.raises(error, match=match):
+        device.parse_cuda_array_interface(cai)
+
+
+def test_not_a_device_array():
+    with pytest.raises(TypeError, match="expected a device array"):
+        device.as_device_array(object())
+
+
+@pytest.mark.parametrize("stream, expected", [(None, None), (1, 1), (2, 2), (0x5EED, 0x5EED)])
+def test_the_producer_stream_is_synchronised_before_use(monkeypatch, stream, expected):
+    calls = []
+    monkeypatch.setattr(device, "synchronize_stream", calls.append)
+    device.as_device_array(FakeCudaArray(np.zeros(3, np.float32), stream=stream))
+    assert calls == [expected]
+    calls.clear()
+    device.as_device_array(FakeCudaArray(np.zeros(3, np.float32), stream=stream), sync=False)
+    assert calls == []
+
+
+def test_numba_arrays_synchronise_their_own_stream(monkeypatch):
+    from numba import cuda
+
+    calls = []
+    monkeypatch.setattr(device, "synchronize_stream", calls.append)
+    arr = cuda.to_device(np.zeros(3))
+    assert device.as_device_array(arr) is arr
+    stream = cuda.stream()
+    device.as_device_array(arr.bind(stream))
+    assert calls == [None, stream]
+
+
+def test_dlpack_producer_is_viewed_and_asked_for_the_legacy_stream(monkeypatch):
+    calls = []
+    monkeypatch.setattr(device, "synchronize_stream", calls.append)
+    backing = np.arange(6, dtype=np.float64)
+    fake = FakeDLPackArray(backing)
+    view = device.as_device_array(fake)
+    assert device.device_address(view) == backing.ctypes.data
+    assert fake.streams == [device.LEGACY_DEFAULT_STREAM] and calls == [device.LEGACY_DEFAULT_STREAM]
+
+
+def test_dlpack_bfloat16_keeps_its_logical_dtype(monkeypatch):
+    """numpy cannot export bfloat16 through DLPack: stand in for cuda.core's view of a
+    bfloat16 tensor (as torch would export one)."""
+    backing = np.array([1.5, -2.0, 3.25], host.BFLOAT16)
+
+    class BFloat16View:
+        ptr, shape, strides, dtype, readonly = backing.ctypes.data, (3,), None, backing.dtype, False
+
+        @classmethod
+        def from_dlpack(cls, obj, stream_ptr=None):
+            return cls()
+
+    monkeypatch.setattr(device, "_strided_memory_view", lambda: BFloat16View)
+    buf = device.adapt(FakeDLPackArray(np.zeros(3, np.uint16)))
+    assert buf.dtype == host.BFLOAT16 and buf.flat.dtype == np.uint16
+    np.testing.assert_array_equal(buf.flat.copy_to_host(), backing.view(np.uint16))
+
+
+def test_dlpack_non_contiguous_is_refused():
+    with pytest.raises(ValueError, match="expected a C-contiguous device array, got strides"):
+        device.as_device_array(FakeDLPackArray(np.zeros((3, 4))[:, ::2]))
+
+
+def test_adapt_flattens_and_checks_the_dtype():
+    buf = device.adapt(FakeCudaArray(np.zeros((2, 3), np.int32)), "sendbuf")
+    assert buf.size == 6 and buf.dtype == np.int32 and len(buf.flat.shape) == 1
+    with pytest.raises(TypeError, match="sendbuf with a dtype among"):
+        device.adapt(FakeCudaArray(np.zeros(2, np.complex64)), "sendbuf")
+
+
+# ------------------------------------------------------------- CUDA-awareness
+@pytest.fixture
+def fresh_awareness(monkeypatch):
+    monkeypatch.delenv(device.ENV_CUDA_AWARE, raising=False)
+    device.cuda_awareness.cache_clear()
+    yield monkeypatch
+    device.cuda_awareness.cache_clear()
+
+
+def test_the_pypi_mpi_is_not_cuda_aware_and_says_where_it_looked(fresh_awareness):
+    value, where = device.query_mpix_cuda_support()
+    assert value == 0 and where  # the Open MPI / MPICH wheels export the query and answer 0
+    awareness = device.cuda_awareness()
+    assert awareness == (False, "MPIX_Query_cuda_support", f"MPIX_Query_cuda_support() = 0 in {where}")
+    assert device.cuda_aware() is False
+
+
+@pytest.mark.parametrize("value, aware", [("1", True), ("0", False), (" true ", True), ("off", False)])
+def test_environment_overrides_the_query(fresh_awareness, value, aware):
+    fresh_awareness.setenv(device.ENV_CUDA_AWARE, value)
+    assert device.cuda_awareness() == (aware, "environment", f"{device.ENV_CUDA_AWARE}={value}")
+
+
+def test_bad_environment_value(fresh_awareness):
+    fresh_awareness.setenv(device.ENV_CUDA_AWARE, "maybe")
+    with pytest.raises(ValueError, match="expected MPIEVO_CUDA_AWARE to be 0 or 1, got 'maybe'"):
+        device.cuda_awareness()
+
+
+def test_awareness_is_cached(fresh_awareness):
+    calls = []
+    fresh_awareness.setattr(device, "query_mpix_cuda_support", lambda: calls.append(1) or (1, "lib"))
+    assert device.cuda_aware() and device.cuda_aware()
+    assert calls == [1]
+
+
+def test_missing_query_means_not_aware(fresh_awareness):
+    fresh_awareness.setattr(device, "query_mpix_cuda_support", lambda: (None, "not found"))
+    awareness = device.cuda_awareness()
+    assert not awareness.aware and awareness.source == "default" and "MPIEVO_CUDA_AWARE=1" in awareness.detail
+
+
+def test_make_wire_follows_awareness():
+    res = device.DeviceResources()
+    assert isinstance(device.make_wire(np.float32, res, aware=True), device.DeviceWire)
+    assert isinstance(device.make_wire(np.float32, res, aware=False), device.StagedWire)
+
+
+# ------------------------------------------------------------------- wires
+def _device(values):
+    from numba import cuda
+
+    return cuda.to_device(np.asarray(values))
+
+
+def test_staged_wire_sends_host_copies_and_reduces_on_the_device():
+    res = device.DeviceResources()
+    wire = device.StagedWire(np.float32, res)
+    region = _device(np.arange(4, dtype=np.float32))
+    sent = wire.encode(region)
+    assert isinstance(sent, np.ndarray) and not device.is_device_array(sent)
+    np.testing.assert_array_equal(sent, [0, 1, 2, 3])
+    recv = wire.scratch(4)
+    assert isinstance(recv, np.ndarray)
+    recv[:] = [10, 20, 30, 40]  # what MPI would write
+    dst = _device(np.ones(4, np.float32))
+    wire.reduce(dst, recv, "sum", left=region)
+    np.testing.assert_array_equal(dst.copy_to_host(), [10, 21, 32, 43])
+    wire.release(sent)
+    wire.finish()
+    assert res.pinned.free_slots == res.pinned.allocated == 2
+
+
+def test_staged_wire_reuses_slots_after_release():
+    res = device.DeviceResources()
+    wire = device.StagedWire(np.float64, res)
+    region = _device(np.zeros(8))
+    for _ in range(5):
+        wire.release(wire.encode(region))
+    assert res.pinned.allocated == 1
+
+
+def test_staged_wire_forwards_a_stored_segment_from_its_pinned_slot():
+    res = device.DeviceResources()
+    wire = device.StagedWire(np.int32, res)
+    dst = _device(np.zeros(6, np.int32))
+    incoming = wire.recv_into(dst[2:5])
+    incoming[:] = [7, 8, 9]
+    wire.store(dst[2:5], incoming)
+    np.testing.assert_array_equal(dst.copy_to_host(), [0, 0, 7, 8, 9, 0])
+    other = wire.encode(dst[0:3])  # another region: copied from the device
+    assert other is not incoming and wire.device_to_host_copies == 1
+    np.testing.assert_array_equal(other, [0, 0, 7])
+    assert wire.encode(dst[2:5]) is incoming  # the stored one: no device-to-host copy
+    assert wire.forwarded == 1 and wire.device_to_host_copies == 1
+    wire.release(incoming)
+    wire.release(other)
+    wire.finish()
+
+
+def test_staged_wire_does_not_forward_a_segment_changed_since_it_was_stored():
+    res = device.DeviceResources()
+    wire = device.StagedWire(np.float32, res)
+    dst = _device(np.zeros(3, np.float32))
+    buf = wire.recv_into(dst)
+    buf[:] = 1
+    wire.store(dst, buf)
+    wire.divide(dst, 2)  # the device copy changed: the pinned slot is stale
+    sent = wire.encode(dst)
+    np.testing.assert_array_equal(sent, [0.5, 0.5, 0.5])
+    assert wire.forwarded == 0
+    wire.finish()
+
+
+def test_staged_wire_waits_for_the_copy_out_of_a_slot_before_reusing_it():
+    events = []
+
+    class RecordingResources(device.DeviceResources):
+        def record(self):
+            event = super().record()
+            waited = []
+            event.synchronize = lambda: waited.append(True)
+            events.append(waited)
+            return event
+
+    res = RecordingResources()
+    wire = device.StagedWire(np.float32, res)
+    dst = _device(np.zeros(4, np.float32))
+    buf = wire.scratch(4)
+    buf[:] = 1
+    wire.reduce(dst, buf, "sum")
+    assert events == [[]]  # recorded, not yet waited for
+    wire.scratch(4)  # the same slot again: must wait for the host-to-device copy
+    assert events == [[True]]
+    wire.finish()
+
+
+def test_staged_wire_rejects_foreign_buffers():
+    wire = device.StagedWire(np.float32, device.DeviceResources())
+    with pytest.raises(ValueError, match="handed out by this wire"):
+        wire.release(np.zeros(3, np.float32))
+
+
+def test_device_wire_keeps_data_on_the_device_and_alternates_scratch():
+    res = device.DeviceResources()
+    wire = device.DeviceWire(np.float32, res)
+    region = _device(np.arange(3, dtype=np.float32))
+    assert wire.encode(region) is region
+    first, second = wire.scratch(3), wire.scratch(3)
+    assert device.is_device_array(first) and device.device_address(first) != device.device_address(second)
+    first[:] = np.array([1, 1, 1], np.float32)
+    wire.reduce(region, first, "max", left=region)
+    third = wire.scratch(3)  # the first slot again, after its kernel
+    assert device.device_address(third) == device.device_address(first)
+    np.testing.assert_array_equal(region.copy_to_host(), [1, 1, 2])
+    assert wire.recv_into(region) is region
+    wire.divide(region, 2)
+    wire.finish()
+    np.testing.assert_array_equal(region.copy_to_host(), [0.5, 0.5, 1])
+
+
+def test_concurrent_wires_never_share_scratch_memory():
+    res = device.DeviceResources()
+    first, second = device.DeviceWire(np.float32, res), device.DeviceWire(np.float32, res)
+    mine = {device.device_address(first.scratch(8)) for _ in range(2)}
+    theirs = {device.device_address(second.scratch(8)) for _ in range(2)}
+    assert len(mine) == len(theirs) == 2 and not mine & theirs
+    staged = device.StagedWire(np.float32, res)
+    buf = staged.scratch(8)
+    buf[:] = 1
+    staged.reduce(_device(np.zeros(8, np.float32)), buf, "sum")
+    assert device.device_address(staged._staged.raw) not in mine | theirs
+    for wire in (first, second, staged):
+        wire.finish()
+    assert res.device.free_slots == res.device.allocated == 5
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+def test_bfloat16_reduction_through_both_wires():
+    bf16 = host.BFLOAT16
+    a = np.array([1.5, -2.0, np.nan, 3.0], bf16)
+    b = np.array([0.25, 4.0, 1.0, np.nan], bf16)
+    want = np.maximum(a, b)
+    for wire_type in (device.DeviceWire, device.StagedWire):
+        wire = wire_type(bf16, device.DeviceResources())
+        dst = _device(a.view(np.uint16))
+        buf = wire.scratch(4)
+        buf[:] = b.view(np.uint16)
+        wire.reduce(dst, buf, "max")
+        wire.finish()
+        got = dst.copy_to_host().view(bf16)
+        np.testing.assert_array_equal(got.astype(np.float32), want.astype(np.float32))
