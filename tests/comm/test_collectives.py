@@ -16,7 +16,7 @@ from mpi4py import MPI
 
 from mpievo.comm import Communicator
 from mpievo.comm.ring import displacements, even_counts
-from conftest import all_ranks_agree
+from mpi_support import all_ranks_agree
 
 pytestmark = pytest.mark.mpi(min_size=1)
 

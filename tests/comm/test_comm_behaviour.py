@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from conftest import all_ranks_agree
+from mpi_support import all_ranks_agree
 from mpievo.comm import (CollectiveMismatchError, CollectiveTimeoutError, Communicator,
                          CommunicatorBrokenError)
 

@@ -11,7 +11,7 @@ import traceback
 import warnings
 
 import pytest
-from conftest import all_ranks_agree
+from mpi_support import all_ranks_agree
 from io_helpers import assert_trees_equal, flip_data_byte, make_island
 
 import mpievo.io.checkpointer as checkpointer_module

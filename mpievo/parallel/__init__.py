@@ -1,0 +1,34 @@
+"""mpievo.parallel: islands over MPI ranks (the only place where comm and evo meet).
+
+* :mod:`.mapping` -- block placement of N logical islands on P ranks.
+* :mod:`.topology` -- ring, bidirectional ring, torus, fully connected, seeded random
+  per epoch, user graph, unconnected: ``neighbours(n_islands, ...) -> list[list[int]]``.
+* :mod:`.migration` -- synchronous buffer migration (best/random emigrants; replace
+  worst / if better / fair; elite-unique), one message per rank pair.
+* :mod:`.adaptive` -- migration interval from measured diversity (a pure rule).
+* :mod:`.scheme` -- the :class:`Scheme` protocol and the :class:`IslandScheme`.
+* :mod:`.runner` -- the run loop (logging, checkpoints, stop requests).
+* :mod:`.job` -- build and run a validated TOML job (:func:`run_job`).
+* :mod:`.output` -- progress line, per-island logs, summary.json, convergence plot.
+* :mod:`.gpu` -- bind each rank to a node-local GPU when there is one.
+* :mod:`.bench` -- the engine benchmark (``mpievo bench engine``).
+"""
+
+from .adaptive import AdaptiveInterval, next_interval
+from .gpu import DeviceBinding, bind_device, choose_device, local_rank
+from .job import best_genome_bytes, build_problem, build_scheme, run_job
+from .mapping import islands_of_rank, rank_of_island
+from .migration import IslandShape, MigrationPolicy, MigrationReport, Migrator
+from .runner import LogPoint, RunLoop, RunResult, RunSettings
+from .scheme import BestMember, IslandRecord, IslandScheme, MigrationSchedule, Scheme, StepResult
+from .topology import (TOPOLOGIES, bidirectional_ring, build_topology, fully_connected, graph,
+                       random_topology, ring, torus, unconnected)
+
+__all__ = [
+    "AdaptiveInterval", "next_interval", "DeviceBinding", "bind_device", "choose_device", "local_rank",
+    "best_genome_bytes", "build_problem", "build_scheme", "run_job", "islands_of_rank",
+    "rank_of_island", "IslandShape", "MigrationPolicy", "MigrationReport", "Migrator", "LogPoint",
+    "RunLoop", "RunResult", "RunSettings", "BestMember", "IslandRecord", "IslandScheme",
+    "MigrationSchedule", "Scheme", "StepResult", "TOPOLOGIES", "bidirectional_ring",
+    "build_topology", "fully_connected", "graph", "random_topology", "ring", "torus", "unconnected",
+]

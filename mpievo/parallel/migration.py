@@ -1,0 +1,283 @@
+"""Synchronous migration between islands spread over ranks.
+
+At a migration (a generation boundary, the same on every rank) every island first
+chooses its emigrants for each destination, then every island takes in what it
+received, in ascending source order. Choosing before receiving makes the result
+independent of which islands share a rank, and the fixed order makes it
+independent of message timing: the same seed gives the same run on any number of
+ranks.
+
+Transfers: all migrants between one pair of ranks travel in one buffer message
+(:mod:`.packing` layout, ascending (source, destination) edge order) through
+``Communicator.exchange``, which posts every send and receive before waiting, so
+ranks that all send large messages at once cannot deadlock; islands on the same
+rank hand their migrants over in memory.
+
+Elite-unique migration (``unique=True``) never sends a genome the receiver already
+holds: first every receiver sends the 64-bit hashes of its members' genomes to its
+senders (8 bytes per member, one small message per rank pair), and a sender then
+picks its best (or random) members among those whose hash the receiver does not
+hold. Equal genomes have equal hashes, so no held genome is sent; a hash collision
+can only hold back a genome that was not held, which is harmless. Two senders may
+still send the receiver the same genome in one round (e.g. a migrant both received
+earlier): the receiver drops such duplicates, and members it already holds, before
+its replacement policy runs.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from ..evo.archive import row_hashes
+from ..evo.island import Island, Migrants
+from ..evo.streams import stream
+from .mapping import rank_of_island
+from .packing import EdgeLayout, HashLayout, concat_migrants, migrant_count
+
+#: config name -> Island.immigrate policy
+REPLACEMENT_POLICIES = {"worst": "replace_worst", "better": "replace_if_better", "fair": "fair"}
+SELECTION_POLICIES = ("best", "random")
+
+
+@dataclass(frozen=True)
+class MigrationPolicy:
+    """How islands exchange members.
+
+    Attributes:
+        emigrants: migrants per edge (k).
+        selection: ``best`` (the k best) or ``random`` (k distinct members).
+        replacement: ``worst`` (evict the worst members unconditionally), ``better``
+            (enter only when better than the worst member), ``fair`` (at most k of
+            the incoming migrants, the best, may enter and only when better).
+        unique: elite-unique (see the module docstring).
+    """
+
+    emigrants: int = 2
+    selection: str = "best"
+    replacement: str = "better"
+    unique: bool = True
+
+    def __post_init__(self):
+        if isinstance(self.emigrants, bool) or not isinstance(self.emigrants, int) or self.emigrants < 0:
+            raise ValueError(f"expected emigrants to be an int >= 0, got {self.emigrants!r}")
+        if self.selection not in SELECTION_POLICIES:
+            raise ValueError(f"expected selection among {SELECTION_POLICIES}, got {self.selection!r}")
+        if self.replacement not in REPLACEMENT_POLICIES:
+            raise ValueError(f"expected replacement among {tuple(REPLACEMENT_POLICIES)}, "
+                             f"got {self.replacement!r}")
+
+
+@dataclass(frozen=True)
+class IslandShape:
+    """What every rank knows about every island's archive (from the config alone)."""
+
+    dim: int
+    dtype: np.dtype
+    capacity: int
+
+
+@dataclass
+class MigrationReport:
+    """What one migration did on this rank."""
+
+    generation: int
+    edges: int = 0                       # edges in the whole topology
+    sent: int = 0                        # migrants sent by this rank's islands
+    accepted: dict[int, int] = field(default_factory=dict)   # local island -> immigrants taken in
+    received: dict[int, int] = field(default_factory=dict)   # local island -> migrants that arrived
+    seconds: float = 0.0
+
+
+def topology_edges(destinations: Sequence[Sequence[int]]) -> list[tuple[int, int]]:
+    """All (source, destination) edges, ascending."""
+    return sorted((s, d) for s, row in enumerate(destinations) for d in row)
+
+
+def select_emigrants(island: Island, k: int, policy: str, rng: np.random.Generator,
+                     exclude: np.ndarray | None = None) -> Migrants:
+    """Up to ``k`` members of ``island`` whose genome hash is not in ``exclude``.
+
+    Args:
+        island: the sending island.
+        k: number wanted.
+        policy: ``best`` (best first) or ``random`` (drawn from ``rng``).
+        rng: the generator of this migration.
+        exclude: uint64 genome hashes the receiver holds (None: exclude nothing).
+
+    Returns:
+        Copies of the chosen members (fewer than ``k`` when too few are eligible).
+    """
+    if exclude is None:
+        return island.emigrants(k, policy, rng)
+    archive = island.archive
+    eligible = ~np.isin(row_hashes(archive.genomes), exclude)
+    if policy == "best":
+        ranking = archive.ranking()
+        chosen = ranking[eligible[ranking]][:k]
+    else:
+        pool = np.flatnonzero(eligible)
+        chosen = rng.choice(pool, size=min(k, len(pool)), replace=False) if len(pool) else pool
+    return Migrants(archive.genomes[chosen].copy(), archive.fitness[chosen].copy(),
+                    archive.ids[chosen].copy(), archive.origins[chosen].copy(),
+                    archive.births[chosen].copy())
+
+
+def drop_held_duplicates(island: Island, migrants: Migrants) -> Migrants:
+    """Migrants whose genome the island does not hold and that no earlier migrant repeats."""
+    if migrant_count(migrants) == 0:
+        return migrants
+    keep = ~island.archive.duplicate_mask(migrants.genomes.astype(island.archive.dtype, copy=False))
+    return Migrants(*(column[keep] for column in migrants))
+
+
+class Migrator:
+    """Runs migrations for the islands of this rank.
+
+    Args:
+        comm: an mpievo Communicator (``exchange`` and ``purpose`` are used).
+        islands: this rank's islands, index -> Island.
+        shapes: the archive shape of every island of the run (index order).
+        policy: the :class:`MigrationPolicy`.
+        seed: the run's seed (random emigrant choice draws from
+            ``stream(seed, source, generation, "emigrate")``).
+    """
+
+    def __init__(self, comm, islands: Mapping[int, Island], shapes: Sequence[IslandShape],
+                 policy: MigrationPolicy, seed: int):
+        self.comm = comm
+        self.islands = dict(islands)
+        self.shapes = list(shapes)
+        self.policy = policy
+        self.seed = int(seed)
+        self.n_islands = len(self.shapes)
+        self._rank_of = [rank_of_island(i, self.n_islands, comm.size) for i in range(self.n_islands)]
+        self._layouts = [EdgeLayout(policy.emigrants, s.dim, s.dtype) for s in self.shapes]
+        self._hash_layouts = [HashLayout(s.capacity) for s in self.shapes]
+
+    def migrate(self, generation: int, destinations: Sequence[Sequence[int]]) -> MigrationReport:
+        """One migration along ``destinations`` (collective: every rank calls it together).
+
+        Returns:
+            This rank's :class:`MigrationReport`.
+        """
+        start = time.perf_counter()
+        edges = topology_edges(destinations)
+        report = MigrationReport(generation, edges=len(edges))
+        if not edges or self.policy.emigrants == 0:
+            report.seconds = time.perf_counter() - start
+            return report
+        with self.comm.purpose("migration"):
+            exclude = self._exchange_hashes(edges) if self.policy.unique else {}
+            outgoing = self._choose(generation, destinations, exclude)
+            report.sent = sum(migrant_count(m) for m in outgoing.values())
+            arrived = self._exchange_migrants(edges, outgoing)
+        self._take_in(edges, arrived, report)
+        report.seconds = time.perf_counter() - start
+        return report
+
+    # ------------------------------------------------------------------ steps
+    def _local(self, island: int) -> bool:
+        return island in self.islands
+
+    def _exchange_hashes(self, edges) -> dict[tuple[int, int], np.ndarray]:
+        """Every sender learns the genome hashes its receivers hold."""
+        held = {d: row_hashes(self.islands[d].archive.genomes)
+                for d in {d for _, d in edges if self._local(d)}}
+        exclude = {(s, d): held[d] for s, d in edges if self._local(s) and self._local(d)}
+        # messages: receiver d -> sender s, i.e. "reversed" edges
+        sends = self._pack_per_peer([(d, s) for s, d in edges if self._local(d) and not self._local(s)],
+                                    lambda d, s: self._hash_layouts[d], lambda d, s, block:
+                                    self._hash_layouts[d].pack(block, held[d]))
+        remote = [(d, s) for s, d in edges if self._local(s) and not self._local(d)]
+        recvs = self._receive_buffers(remote, lambda d, s: self._hash_layouts[d])
+        self._exchange(sends, recvs)
+        for (d, s), block in self._blocks(remote, recvs, lambda d, s: self._hash_layouts[d]):
+            exclude[(s, d)] = self._hash_layouts[d].unpack(block)
+        return exclude
+
+    def _choose(self, generation: int, destinations, exclude) -> dict[tuple[int, int], Migrants]:
+        """Emigrants of every local island for each of its destinations (before any arrival)."""
+        outgoing = {}
+        for s in sorted(self.islands):
+            rng = stream(self.seed, s, generation, "emigrate")
+            for d in sorted(destinations[s]):
+                outgoing[(s, d)] = select_emigrants(self.islands[s], self.policy.emigrants,
+                                                    self.policy.selection, rng, exclude.get((s, d)))
+        return outgoing
+
+    def _exchange_migrants(self, edges, outgoing) -> dict[tuple[int, int], Migrants]:
+        arrived = {(s, d): m for (s, d), m in outgoing.items() if self._local(d)}
+        remote_out = [(s, d) for s, d in edges if self._local(s) and not self._local(d)]
+        sends = self._pack_per_peer(remote_out, lambda s, d: self._layouts[s],
+                                    lambda s, d, block: self._layouts[s].pack(block, outgoing[(s, d)]))
+        remote_in = [(s, d) for s, d in edges if self._local(d) and not self._local(s)]
+        recvs = self._receive_buffers(remote_in, lambda s, d: self._layouts[s])
+        self._exchange(sends, recvs)
+        for (s, d), block in self._blocks(remote_in, recvs, lambda s, d: self._layouts[s]):
+            arrived[(s, d)] = self._layouts[s].unpack(block)
+        return arrived
+
+    def _take_in(self, edges, arrived, report: MigrationReport) -> None:
+        immigration = REPLACEMENT_POLICIES[self.policy.replacement]
+        for d in sorted(self.islands):
+            island = self.islands[d]
+            shape = self.shapes[d]
+            batch = concat_migrants([arrived[(s, d)] for s, dd in edges if dd == d], shape.dim, shape.dtype)
+            report.received[d] = migrant_count(batch)
+            if self.policy.unique:
+                batch = drop_held_duplicates(island, batch)
+            extra = {"max_replace": self.policy.emigrants} if immigration == "fair" else {}
+            accepted = island.immigrate(*batch, policy=immigration, **extra) if migrant_count(batch) else 0
+            report.accepted[d] = accepted
+
+    # ---------------------------------------------------------- message plumbing
+    # Pairs are (sending island, receiving island) of one message block: (source,
+    # destination) for migrants, (destination, source) for hashes. Both sides order
+    # the blocks of a message by pair, so the receiver can cut the buffer apart.
+    def _peer(self, pair) -> int:
+        """The rank of the second island of ``pair``."""
+        return self._rank_of[pair[1]]
+
+    def _pack_per_peer(self, pairs, layout_of, pack):
+        """One uint8 buffer per receiving rank with the blocks of ``pairs``, in order."""
+        by_peer: dict[int, list] = {}
+        for pair in pairs:
+            by_peer.setdefault(self._peer(pair), []).append(pair)
+        sends = []
+        for peer in sorted(by_peer):
+            group = sorted(by_peer[peer])
+            buf = np.empty(sum(layout_of(*p).nbytes for p in group), np.uint8)
+            offset = 0
+            for pair in group:
+                size = layout_of(*pair).nbytes
+                pack(*pair, buf[offset:offset + size])
+                offset += size
+            sends.append((peer, buf))
+        return sends
+
+    def _receive_buffers(self, pairs, layout_of):
+        """(sending rank, buffer) for the blocks of ``pairs`` this rank receives."""
+        sizes: dict[int, int] = {}
+        for pair in pairs:
+            peer = self._peer(pair[::-1])
+            sizes[peer] = sizes.get(peer, 0) + layout_of(*pair).nbytes
+        return [(peer, np.empty(sizes[peer], np.uint8)) for peer in sorted(sizes)]
+
+    def _blocks(self, pairs, recvs, layout_of):
+        """Cut received buffers back into per-pair blocks (the order the sender packed)."""
+        buffers = dict(recvs)
+        offsets = dict.fromkeys(buffers, 0)
+        for pair in sorted(pairs):
+            peer = self._peer(pair[::-1])
+            size = layout_of(*pair).nbytes
+            yield pair, buffers[peer][offsets[peer]:offsets[peer] + size]
+            offsets[peer] += size
+
+    def _exchange(self, sends, recvs) -> None:
+        if sends or recvs:
+            self.comm.exchange(sends, recvs)
+

@@ -1,0 +1,263 @@
+"""The run loop: drive a :class:`~mpievo.parallel.scheme.Scheme` for N generations.
+
+Per generation every rank steps its islands (migrating when due). Every
+``log_every`` generations the island records go to rank 0 (one gather: the global
+best, totals, per-island logs, progress). When a stop flag is given, the ranks OR it
+with a non-blocking 8-byte all-reduce posted after each generation and completed
+after the next one, so that a signal reaching any rank stops all of them after the
+same generation without making the ranks wait for each other every generation (the
+stop comes one generation after the signal); a checkpointer then saves the islands
+and the loop returns with ``stopped=True``. Checkpoints are also written every
+``checkpoint_every`` generations and at the end.
+
+Nothing the loop does changes the islands: logging, checkpointing and stopping never
+alter the result of a deterministic run.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Protocol, Sequence
+
+import numpy as np
+
+from .scheme import IslandRecord, Scheme
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """How long to run and how often to log and checkpoint.
+
+    Attributes:
+        generations: the last generation to run (a resumed run continues up to it).
+        log_every: generations between record gathers (>= 1).
+        checkpoint_every: generations between checkpoints (0: only at the end and on stop).
+    """
+
+    generations: int
+    log_every: int = 10
+    checkpoint_every: int = 0
+
+    def __post_init__(self):
+        for name, minimum in (("generations", 0), ("log_every", 1), ("checkpoint_every", 0)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                raise ValueError(f"expected {name} to be an int >= {minimum}, got {value!r}")
+
+
+@dataclass
+class LogPoint:
+    """What rank 0 knows at a log point (all islands)."""
+
+    generation: int
+    records: list[IslandRecord]          # every island, index order
+    evaluations: int                     # total over islands
+    migrations: int                      # migrations so far
+    migrants_sent: int                   # migrants sent so far (all ranks)
+    elapsed_s: float                     # since this run() started
+    evaluations_this_run: int
+
+    @property
+    def best(self) -> IslandRecord:
+        return min(self.records, key=lambda r: (r.best_internal, r.island))
+
+
+@dataclass
+class RunResult:
+    """The outcome of :meth:`RunLoop.run` (genome and island list on rank 0 only)."""
+
+    generations: int
+    best_fitness: float
+    best_island: int
+    best_genome: np.ndarray | None
+    evaluations: int
+    evaluations_this_run: int
+    wall_s: float
+    evals_per_s: float
+    bytes_sent: dict[str, int]
+    islands: list[dict] = field(default_factory=list)
+    migrations: int = 0
+    stopped: bool = False
+    checkpoints: list[str] = field(default_factory=list)
+
+
+class Reporter(Protocol):
+    """Rank 0's observer of a run (progress display, log files, summary)."""
+
+    def on_log(self, point: LogPoint) -> None: ...
+
+    def on_finish(self, result: RunResult) -> None: ...
+
+
+class RunLoop:
+    """Drives a scheme (see the module docstring).
+
+    Args:
+        comm: an mpievo Communicator.
+        scheme: the :class:`Scheme`, initialised or restored or neither (then the loop
+            initialises it).
+        settings: :class:`RunSettings`.
+        reporters: observers called on rank 0.
+        checkpointer: an object with ``save(generation, islands, config=..., run_state=...)``
+            (mpievo.io.Checkpointer), or None for no checkpoints.
+        config: the effective config stored in checkpoints.
+        stop: a flag object with a ``requested`` attribute (mpievo.faults.StopRequest), or None.
+        extra_run_state: merged into the saved run state (e.g. elapsed time before a resume).
+    """
+
+    def __init__(self, comm, scheme: Scheme, settings: RunSettings, *,
+                 reporters: Sequence[Reporter] = (), checkpointer: Any = None,
+                 config: Mapping[str, Any] | None = None, stop: Any = None,
+                 extra_run_state: Mapping[str, Any] | None = None):
+        self.comm = comm
+        self.scheme = scheme
+        self.settings = settings
+        self.reporters = list(reporters) if comm.rank == 0 else []
+        self.checkpointer = checkpointer
+        self.config = dict(config or {})
+        self.stop = stop
+        self.extra_run_state = dict(extra_run_state or {})
+        self._migrants_sent = 0
+        self._checkpoints: list[str] = []
+        self._last_saved = -1
+        self._stop_vote = None     # (request, buffer) of the all-reduce in flight
+
+    # ------------------------------------------------------------------ loop
+    def run(self) -> RunResult:
+        """Run up to ``settings.generations`` (collective). Returns the result on every rank."""
+        start = self._start = time.perf_counter()
+        self._evaluations_before = self._total_evaluations()
+        if self.scheme.generation < 0:
+            self.scheme.initialize()
+        elif self.checkpointer is not None:
+            self._last_saved = self.scheme.generation   # restored: that checkpoint exists
+        self._log(self.scheme.generation)
+        stopped = False
+        while self.scheme.generation < self.settings.generations:
+            step = self.scheme.step()
+            if step.migration is not None:
+                self._migrants_sent += step.migration.sent
+            generation = step.generation
+            if generation % self.settings.log_every == 0 or generation == self.settings.generations:
+                self._log(generation)
+            # a stop decided at the last generation changes nothing: the run is complete
+            stopped = self._stop_everywhere() and generation < self.settings.generations
+            if (stopped and self.checkpointer is not None) or self._checkpoint_due(generation):
+                self._save(generation)
+            if stopped:
+                break
+        if not stopped and self.checkpointer is not None and self._last_saved != self.scheme.generation:
+            self._save(self.scheme.generation)
+        return self._finish(time.perf_counter() - start, stopped)
+
+    def _checkpoint_due(self, generation: int) -> bool:
+        every = self.settings.checkpoint_every
+        return self.checkpointer is not None and every > 0 and generation % every == 0
+
+    def _stop_everywhere(self) -> bool:
+        """Whether any rank had its flag set one generation ago (the same on every rank)."""
+        if self.stop is None:
+            return False
+        if self.comm.size == 1:
+            return bool(self.stop.requested)
+        decided = False
+        if self._stop_vote is not None:
+            request, vote = self._stop_vote
+            request.wait()
+            decided = bool(vote[0])
+            self._stop_vote = None
+        if not decided and self.scheme.generation < self.settings.generations:
+            vote = np.array([1 if self.stop.requested else 0], np.int64)
+            with self.comm.purpose("control"):
+                self._stop_vote = (self.comm.iallreduce(vote, vote, op="max"), vote)
+        return decided
+
+    def _save(self, generation: int) -> None:
+        run_state = {**self.scheme.run_state(), **self.extra_run_state,
+                     "wall_s_before": float(self.extra_run_state.get("wall_s_before", 0.0))
+                     + (time.perf_counter() - self._start)}
+        with self.comm.purpose("control"):
+            info = self.checkpointer.save(generation, self.scheme.island_states(),
+                                          config=self.config, run_state=run_state)
+        self._checkpoints.append(getattr(info, "name", str(info)))
+        self._last_saved = generation
+
+    # --------------------------------------------------------------- logging
+    def _total_evaluations(self) -> int:
+        with self.comm.purpose("control"):
+            return sum(self.comm.allgather_object(self.scheme.evaluations()))
+
+    def _log(self, generation: int) -> None:
+        with self.comm.purpose("global_best"):
+            parts = self.comm.gather_object((self.scheme.records(), self._migrants_sent), root=0)
+        if parts is None:
+            return
+        point = self._log_point(generation, parts)
+        for reporter in self.reporters:
+            reporter.on_log(point)
+
+    def _log_point(self, generation: int, parts) -> LogPoint:
+        records = sorted((r for recs, _ in parts for r in recs), key=lambda r: r.island)
+        evaluations = sum(r.evaluations for r in records)
+        return LogPoint(generation, records, evaluations, self.scheme.run_state().get("migrations", 0),
+                        sum(sent for _, sent in parts), time.perf_counter() - self._start,
+                        evaluations - self._evaluations_before)
+
+    # --------------------------------------------------------------- finish
+    def _finish(self, wall_s: float, stopped: bool) -> RunResult:
+        comm = self.comm
+        with comm.purpose("global_best"):
+            best = comm.allgather_object(_without_genome(self.scheme.best_local()))
+            owner = min((b, rank) for rank, b in enumerate(best) if b is not None)[1]
+            _, island, fitness = best[owner]
+            genome = self._best_genome_to_root(owner, island)
+            records = comm.gather_object(self.scheme.records(), root=0)
+        traffic = dict(comm.traffic)
+        with comm.purpose("control"):
+            evaluations = comm.allgather_object(self.scheme.evaluations())
+            traffics = comm.gather_object(traffic, root=0)
+        total = sum(evaluations)
+        this_run = total - self._evaluations_before
+        result = RunResult(
+            generations=self.scheme.generation, best_fitness=fitness, best_island=island,
+            best_genome=genome, evaluations=total, evaluations_this_run=this_run, wall_s=wall_s,
+            evals_per_s=this_run / wall_s if wall_s > 0 else float("nan"),
+            bytes_sent=_sum_traffic(traffics) if traffics is not None else dict(traffic),
+            migrations=int(self.scheme.run_state().get("migrations", 0)), stopped=stopped,
+            checkpoints=list(self._checkpoints))
+        if records is not None:
+            flat = sorted((r for recs in records for r in recs), key=lambda r: r.island)
+            result.islands = [{"island": r.island, "best_fitness": r.best, "evaluations": r.evaluations,
+                               "immigrants": r.immigrants, "diversity": r.diversity} for r in flat]
+        for reporter in self.reporters:
+            reporter.on_finish(result)
+        return result
+
+    def _best_genome_to_root(self, owner: int, island: int) -> np.ndarray | None:
+        """Send the winning genome from its rank ``owner`` to rank 0 (a buffer, no pickle)."""
+        comm = self.comm
+        if comm.rank == owner:
+            genome = np.ascontiguousarray(self.scheme.best_local().genome)
+            if owner == 0:
+                return genome
+            comm.exchange(sends=[(0, genome)])
+        elif comm.rank == 0:
+            dim, dtype = self.scheme.genome_shape(island)
+            genome = np.empty(dim, dtype)
+            comm.exchange(recvs=[(owner, genome)])
+            return genome
+        return None
+
+
+def _without_genome(best):
+    return None if best is None else (best.internal, best.island, best.fitness)
+
+
+def _sum_traffic(traffics: list[Mapping[str, int]]) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for traffic in traffics:
+        for purpose, nbytes in traffic.items():
+            total[purpose] = total.get(purpose, 0) + int(nbytes)
+    return dict(sorted(total.items()))
+

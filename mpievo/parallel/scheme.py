@@ -1,0 +1,312 @@
+"""Parallel schemes: how the engine's work is spread over ranks.
+
+:class:`Scheme` is what the run loop (:mod:`.runner`) drives. The island model
+(:class:`IslandScheme`) is the first implementation; others (centralised breeding on
+rank 0, master-worker batch evaluation, a replicated archive) can be added beside it
+by implementing the same few methods on top of :class:`mpievo.evo.Island` or the
+engine's ask/tell interface.
+
+Checkpoint contract: ``island_states()`` returns this rank's islands as
+``{index: state tree}`` and ``run_state()`` a small scheme-level tree (identical on
+every rank); ``restore(island_states, run_state)`` puts a fresh scheme (same config,
+any rank count that the island count allows) back exactly where it was.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, NamedTuple, Protocol, runtime_checkable
+
+import numpy as np
+
+from ..evo.config import EngineConfig
+from ..evo.island import Island
+from .adaptive import AdaptiveInterval
+from .mapping import islands_of_rank
+from .migration import IslandShape, MigrationPolicy, MigrationReport, Migrator
+from .topology import build_topology
+
+SCHEME_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class IslandRecord:
+    """One island's state at a generation (what the per-island log holds)."""
+
+    island: int
+    generation: int
+    best: float            # in the user's sense (maximised problems: the largest value)
+    mean: float            # mean finite fitness of the archive, user's sense (nan if none)
+    diversity: float
+    evaluations: int
+    migrations: int        # migrations this island took part in so far
+    immigrants: int        # immigrants it accepted so far
+    best_internal: float   # minimised value, for comparing islands
+
+    def to_json(self) -> dict:
+        return {"generation": self.generation, "best": self.best, "mean": self.mean,
+                "diversity": self.diversity, "evaluations": self.evaluations,
+                "migrations": self.migrations, "immigrants": self.immigrants}
+
+
+class BestMember(NamedTuple):
+    """The best member of some islands."""
+
+    internal: float        # minimised fitness (compare with this)
+    island: int
+    fitness: float         # in the user's sense
+    genome: np.ndarray
+
+
+@dataclass
+class StepResult:
+    """What one generation did on this rank."""
+
+    generation: int
+    migration: MigrationReport | None = None
+
+
+@runtime_checkable
+class Scheme(Protocol):
+    """What the run loop needs from a parallel scheme (all collective unless noted)."""
+
+    name: str
+    n_islands: int
+    generation: int        # last completed generation (identical on every rank)
+
+    def initialize(self) -> None:
+        """Generation 0 (random start), on every rank."""
+
+    def step(self) -> StepResult:
+        """Run generation ``generation + 1`` (including migration when due)."""
+
+    def records(self) -> list[IslandRecord]:
+        """Records of this rank's islands (local, not collective)."""
+
+    def evaluations(self) -> int:
+        """Evaluations made by this rank's islands (local)."""
+
+    def best_local(self) -> BestMember | None:
+        """The best member of this rank's islands, or None when it has none (local)."""
+
+    def genome_shape(self, island: int) -> tuple[int, np.dtype]:
+        """(dim, dtype) of the genomes of ``island`` (any island; local, no message)."""
+
+    def island_states(self) -> dict[int, dict]:
+        """This rank's islands as state trees (local)."""
+
+    def run_state(self) -> dict:
+        """Scheme-level state, identical on every rank (local)."""
+
+    def restore(self, island_states: Mapping[int, Mapping[str, Any]], run_state: Mapping[str, Any]) -> None:
+        """Continue from saved states (local)."""
+
+
+@dataclass(frozen=True)
+class MigrationSchedule:
+    """When and along which edges islands migrate.
+
+    Attributes:
+        topology: a name of :data:`mpievo.parallel.topology.TOPOLOGIES`.
+        interval: generations between migrations (the first one with ``adaptive``).
+        options: topology options (degree, rows, adjacency, edges).
+        adaptive: rule for a diversity-driven interval, or None for a fixed one.
+    """
+
+    topology: str = "ring"
+    interval: int = 10
+    options: Mapping[str, Any] = field(default_factory=dict)
+    adaptive: AdaptiveInterval | None = None
+
+    def __post_init__(self):
+        if isinstance(self.interval, bool) or not isinstance(self.interval, int) or self.interval < 1:
+            raise ValueError(f"expected a migration interval >= 1, got {self.interval!r}")
+
+
+class IslandScheme:
+    """The island model: N islands over the ranks of ``comm``, migrating synchronously.
+
+    Args:
+        comm: an mpievo Communicator.
+        problem: the :class:`~mpievo.evo.problems.Problem` (the same on every island).
+        engine: the :class:`~mpievo.evo.config.EngineConfig` (per-island values allowed).
+        n_islands: number of islands (>= comm.size).
+        seed: the run's seed.
+        policy: the :class:`MigrationPolicy`.
+        schedule: the :class:`MigrationSchedule`.
+
+    Every random draw is keyed by (seed, island, generation), migrations happen at
+    generation boundaries in a fixed order, and each island evaluates its own batch
+    (never fused with another island's: a BLAS product may round differently for a
+    different batch size), so the result is bit-identical on any number of ranks,
+    given the same BLAS thread count (``mpievo run`` pins one thread per rank: a
+    multi-threaded product may also round differently).
+    """
+
+    name = "islands"
+
+    def __init__(self, comm, problem, engine: EngineConfig, *, n_islands: int, seed: int = 0,
+                 policy: MigrationPolicy | None = None, schedule: MigrationSchedule | None = None):
+        self.comm = comm
+        self.problem = problem
+        self.n_islands = int(n_islands)
+        self.seed = int(seed)
+        self.policy = MigrationPolicy() if policy is None else policy
+        self.schedule = MigrationSchedule() if schedule is None else schedule
+        self.local_indices = islands_of_rank(comm.rank, self.n_islands, comm.size)
+        self.islands = {i: Island(i, problem, engine, seed=self.seed, n_islands=self.n_islands)
+                        for i in self.local_indices}
+        shapes = [self._shape(engine.resolve(i, self.n_islands)) for i in range(self.n_islands)]
+        self.destinations = build_topology(self.schedule.topology, self.n_islands, seed=self.seed,
+                                           **dict(self.schedule.options))
+        self.migrator = Migrator(comm, self.islands, shapes, self.policy, self.seed)
+        self.generation = -1
+        self.interval = self._clamp(self.schedule.interval)
+        self.next_migration = self.interval
+        self.migrations = 0
+
+    def _shape(self, resolved: EngineConfig) -> IslandShape:
+        return IslandShape(self.problem.dim, np.dtype(resolved.dtype), resolved.capacity)
+
+    def _clamp(self, interval: int) -> int:
+        rule = self.schedule.adaptive
+        return interval if rule is None else rule.clamp(interval)
+
+    # ------------------------------------------------------------ evolution
+    def initialize(self) -> None:
+        for index in self.local_indices:
+            self.islands[index].initialize()
+        self.generation = 0
+
+    def step(self) -> StepResult:
+        if self.generation < 0:
+            raise RuntimeError("expected initialize() or restore() before step(), got neither")
+        generation = self.generation + 1
+        for index in self.local_indices:
+            self.islands[index].step(generation)
+        self.generation = generation
+        result = StepResult(generation)
+        if generation == self.next_migration:
+            result.migration = self._migrate(generation)
+        return result
+
+    def _migrate(self, generation: int) -> MigrationReport:
+        report = self.migrator.migrate(generation, self.destinations(generation))
+        self.migrations += 1
+        rule = self.schedule.adaptive
+        if rule is not None:
+            # every rank applies the same pure rule to the same gathered values
+            with self.comm.purpose("control"):
+                gathered = self.comm.allgather_object([(i, self.islands[i].diversity())
+                                                       for i in self.local_indices])
+            diversities = [d for _, d in sorted(p for part in gathered for p in part)]
+            self.interval = rule.next(self.interval, diversities)
+        self.next_migration = generation + self.interval
+        return report
+
+    # ------------------------------------------------------------ reporting
+    def records(self) -> list[IslandRecord]:
+        return [self._record(self.islands[i]) for i in self.local_indices]
+
+    def _record(self, island: Island) -> IslandRecord:
+        fitness = island.archive.fitness
+        finite = fitness[np.isfinite(fitness)]
+        mean = float(island.problem.to_user(finite.mean())) if finite.size else float("nan")
+        _, best = island.best()
+        return IslandRecord(island.index, island.generation, best, mean, island.diversity(),
+                            island.evaluations, self.migrations, island.immigrants_accepted,
+                            float(island.archive.fitness[island.archive.best_index()]))
+
+    def evaluations(self) -> int:
+        return sum(self.islands[i].evaluations for i in self.local_indices)
+
+    def best_local(self) -> BestMember | None:
+        best = None
+        for i in self.local_indices:
+            archive = self.islands[i].archive
+            slot = archive.best_index()
+            if best is None or (float(archive.fitness[slot]), i) < (best.internal, best.island):
+                internal = float(archive.fitness[slot])
+                best = BestMember(internal, i, float(self.problem.to_user(internal)),
+                                  archive.genomes[slot].copy())
+        return best
+
+    def genome_shape(self, island: int) -> tuple[int, np.dtype]:
+        shape = self.migrator.shapes[island]
+        return shape.dim, shape.dtype
+
+    # ------------------------------------------------------------ checkpoints
+    def island_states(self) -> dict[int, dict]:
+        return {i: nest_state(self.islands[i].state_dict()) for i in self.local_indices}
+
+    def run_state(self) -> dict:
+        return {"scheme": self.name, "format": SCHEME_FORMAT, "generation": self.generation,
+                "n_islands": self.n_islands, "interval": self.interval,
+                "next_migration": self.next_migration, "migrations": self.migrations}
+
+    def restore(self, island_states, run_state) -> None:
+        """Load this rank's islands and the schedule state.
+
+        Raises:
+            ValueError: another scheme, island count, or missing/extra islands.
+        """
+        state = {k: _plain(v) for k, v in run_state.items()}
+        for key, value in (("scheme", self.name), ("n_islands", self.n_islands)):
+            if state.get(key) != value:
+                raise ValueError(f"expected {key} = {value!r} in the saved run state, got {state.get(key)!r}")
+        if sorted(island_states) != self.local_indices:
+            raise ValueError(f"expected saved states of islands {self.local_indices} on rank "
+                             f"{self.comm.rank}, got {sorted(island_states)}")
+        for i in self.local_indices:
+            self.islands[i].load_state_dict(flatten_state(island_states[i]))
+        generations = {self.islands[i].generation for i in self.local_indices}
+        if generations != {int(state["generation"])}:
+            raise ValueError(f"expected every island at generation {state['generation']}, got {sorted(generations)}")
+        self.generation = int(state["generation"])
+        self.interval = int(state["interval"])
+        self.next_migration = int(state["next_migration"])
+        self.migrations = int(state["migrations"])
+
+
+def nest_state(flat: Mapping[str, Any]) -> dict:
+    """An island's flat ``{"group/name": value}`` state as nested dicts (checkpoint trees
+    allow no "/" in keys); :func:`flatten_state` undoes it exactly.
+
+    Raises:
+        ValueError: a key that is both a value and a group ("a" and "a/b").
+    """
+    tree: dict = {}
+    for key in flat:
+        *groups, name = key.split("/")
+        node = tree
+        for group in groups:
+            node = node.setdefault(group, {})
+            if not isinstance(node, dict):
+                raise ValueError(f"expected {group!r} to be a group in the island state, got a value")
+        if name in node:
+            raise ValueError(f"expected {key!r} once in the island state, got it as a group too")
+        node[name] = flat[key]
+    return tree
+
+
+def flatten_state(tree: Mapping[str, Any], prefix: str = "") -> dict:
+    """Inverse of :func:`nest_state` (values are never dicts in an island's flat state)."""
+    flat = {}
+    for key, value in tree.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(flatten_state(value, path + "/"))
+        else:
+            flat[path] = value
+    return flat
+
+
+def _plain(value):
+    """numpy scalars / 0-d arrays / bytes (as read back from HDF5) -> Python values."""
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value.item()
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, bytes):
+        value = value.decode()
+    return value

@@ -1,0 +1,182 @@
+"""Migration topologies: who sends emigrants to whom.
+
+A topology is a plain function returning, for every island, the sorted list of
+islands it sends emigrants to (never itself). All functions are pure: the random
+topology is keyed by (seed, epoch), so every rank draws the same graph and a re-run
+with the same seed migrates along the same edges (pygmo's random topology is not
+seeded, so its runs cannot be reproduced).
+
+:func:`build_topology` turns a name and options (as in the TOML ``[migration]``
+table) into ``destinations(epoch) -> list[list[int]]`` for a fixed island count.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Sequence
+
+from ..evo.streams import stream
+
+Neighbours = list[list[int]]
+
+#: topology names accepted by :func:`build_topology`
+TOPOLOGIES = ("ring", "bidirectional_ring", "torus", "fully_connected", "random", "graph",
+              "unconnected")
+
+
+def _check_count(n_islands: int) -> int:
+    if isinstance(n_islands, bool) or not isinstance(n_islands, int) or n_islands < 1:
+        raise ValueError(f"expected n_islands to be an int >= 1, got {n_islands!r}")
+    return n_islands
+
+
+def _tidy(n_islands: int, targets: Sequence[set[int]]) -> Neighbours:
+    return [sorted(t - {i}) for i, t in enumerate(targets)]
+
+
+def unconnected(n_islands: int) -> Neighbours:
+    """No migration at all (independent islands)."""
+    return [[] for _ in range(_check_count(n_islands))]
+
+
+def ring(n_islands: int) -> Neighbours:
+    """Island i sends to i+1 (mod N)."""
+    n = _check_count(n_islands)
+    return _tidy(n, [{(i + 1) % n} for i in range(n)])
+
+
+def bidirectional_ring(n_islands: int) -> Neighbours:
+    """Island i sends to i-1 and i+1 (mod N)."""
+    n = _check_count(n_islands)
+    return _tidy(n, [{(i - 1) % n, (i + 1) % n} for i in range(n)])
+
+
+def torus_shape(n_islands: int, rows: int | None = None) -> tuple[int, int]:
+    """(rows, cols) of the torus grid: the most square factorisation unless ``rows`` is given.
+
+    Raises:
+        ValueError: ``rows`` does not divide ``n_islands``.
+    """
+    n = _check_count(n_islands)
+    if rows is None:
+        rows = max(r for r in range(1, math.isqrt(n) + 1) if n % r == 0)
+    if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1 or n % rows:
+        raise ValueError(f"expected torus rows dividing {n} islands, got {rows!r}")
+    return rows, n // rows
+
+
+def torus(n_islands: int, rows: int | None = None) -> Neighbours:
+    """2-D grid with wrap-around; island ``r*cols + c`` sends to its four grid neighbours.
+
+    With a prime island count the grid is 1 x N, i.e. a bidirectional ring.
+    """
+    rows, cols = torus_shape(n_islands, rows)
+    targets = []
+    for i in range(n_islands):
+        r, c = divmod(i, cols)
+        targets.append({((r - 1) % rows) * cols + c, ((r + 1) % rows) * cols + c,
+                        r * cols + (c - 1) % cols, r * cols + (c + 1) % cols})
+    return _tidy(n_islands, targets)
+
+
+def fully_connected(n_islands: int) -> Neighbours:
+    """Every island sends to every other island."""
+    n = _check_count(n_islands)
+    return _tidy(n, [set(range(n)) for _ in range(n)])
+
+
+def random_topology(n_islands: int, seed: int, epoch: int, degree: int = 1) -> Neighbours:
+    """Each island sends to ``degree`` distinct other islands drawn anew every epoch.
+
+    Args:
+        n_islands: number of islands.
+        seed: the run's seed.
+        epoch: the generation of the migration (a new graph each time).
+        degree: destinations per island (capped at N-1).
+
+    Returns:
+        Neighbour lists, a pure function of (n_islands, seed, epoch, degree).
+    """
+    n = _check_count(n_islands)
+    if isinstance(degree, bool) or not isinstance(degree, int) or degree < 1:
+        raise ValueError(f"expected degree to be an int >= 1, got {degree!r}")
+    rng = stream(seed, 0, epoch, "topology")
+    take = min(degree, n - 1)
+    out = []
+    for i in range(n):
+        others = [j for j in range(n) if j != i]
+        out.append(sorted(int(j) for j in rng.choice(others, size=take, replace=False)) if take else [])
+    return out
+
+
+def graph(n_islands: int, adjacency: Sequence[Sequence[int]] | None = None,
+          edges: Sequence[Sequence[int]] | None = None) -> Neighbours:
+    """A user graph, given as an adjacency list or as (source, destination) edges.
+
+    Raises:
+        ValueError: neither or both given, wrong length, an island out of range,
+            a self-loop, or a malformed edge.
+    """
+    n = _check_count(n_islands)
+    if (adjacency is None) == (edges is None):
+        raise ValueError("expected exactly one of 'adjacency' or 'edges' for a graph topology, "
+                         f"got {'both' if adjacency is not None else 'neither'}")
+    if adjacency is not None:
+        if len(adjacency) != n:
+            raise ValueError(f"expected an adjacency list with {n} entries (one per island), "
+                             f"got {len(adjacency)}")
+        pairs = [(i, j) for i, row in enumerate(adjacency) for j in _as_list(row, f"adjacency[{i}]")]
+    else:
+        pairs = []
+        for k, edge in enumerate(edges):
+            edge = _as_list(edge, f"edges[{k}]")
+            if len(edge) != 2:
+                raise ValueError(f"expected edges[{k}] = [source, destination], got {edge!r}")
+            pairs.append((edge[0], edge[1]))
+    targets: list[set[int]] = [set() for _ in range(n)]
+    for src, dst in pairs:
+        for island in (src, dst):
+            if isinstance(island, bool) or not isinstance(island, int) or not 0 <= island < n:
+                raise ValueError(f"expected island indices in [0, {n}) in the graph, got {island!r}")
+        if src == dst:
+            raise ValueError(f"expected no self-loops in the graph, got {src} -> {dst}")
+        targets[src].add(dst)
+    return [sorted(t) for t in targets]
+
+
+def _as_list(value, name: str) -> list:
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise ValueError(f"expected a list for {name}, got {value!r}")
+    return list(value)
+
+
+def build_topology(name: str, n_islands: int, *, seed: int = 0, degree: int = 1,
+                   rows: int | None = None, adjacency=None, edges=None) -> Callable[[int], Neighbours]:
+    """``destinations(epoch)`` for a named topology (see :data:`TOPOLOGIES`).
+
+    Static topologies are computed (and validated) once; ``random`` draws a new graph
+    per epoch. Options that do not apply to ``name`` are rejected.
+
+    Raises:
+        ValueError: unknown name, bad or inapplicable options.
+    """
+    if name not in TOPOLOGIES:
+        raise ValueError(f"expected a topology among {list(TOPOLOGIES)}, got {name!r}")
+    given = {"degree": degree != 1, "rows": rows is not None,
+             "adjacency": adjacency is not None, "edges": edges is not None}
+    allowed = {"random": {"degree"}, "torus": {"rows"}, "graph": {"adjacency", "edges"}}.get(name, set())
+    extra = sorted(k for k, v in given.items() if v and k not in allowed)
+    if extra:
+        raise ValueError(f"expected no {extra} options for topology {name!r}, got them")
+    if name == "random":
+        random_topology(n_islands, seed, 0, degree)  # validate now, not at the first migration
+        return lambda epoch: random_topology(n_islands, seed, epoch, degree)
+    static = {
+        "ring": lambda: ring(n_islands),
+        "bidirectional_ring": lambda: bidirectional_ring(n_islands),
+        "torus": lambda: torus(n_islands, rows),
+        "fully_connected": lambda: fully_connected(n_islands),
+        "graph": lambda: graph(n_islands, adjacency, edges),
+        "unconnected": lambda: unconnected(n_islands),
+    }[name]()
+    return lambda epoch: [list(row) for row in static]

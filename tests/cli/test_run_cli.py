@@ -1,0 +1,94 @@
+"""``mpievo run`` in this process (one rank): output files, options, config errors."""
+
+import json
+
+import pytest
+from mpi4py import MPI
+
+from mpievo.cli.main import main
+
+# pytest-mpi also runs unmarked tests on every rank of an MPI stage
+pytestmark = pytest.mark.skipif(MPI.COMM_WORLD.Get_size() > 1,
+                                reason="runs `mpievo run` on COMM_WORLD in this process: one rank only")
+
+
+def _run(*argv):
+    return main(["run", *map(str, argv)])
+
+
+def test_run_writes_summary_logs_plot_and_checkpoint(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert _run("--generations", 12, "--dim", 5, "--islands", 3, "--out", out, "--log-every", 4,
+                "--set", "engine.batch_size=16", "--set", "engine.capacity=8", "--progress", "lines") == 0
+    summary = json.loads((out / "summary.json").read_text())
+    for key in ("config", "best_fitness", "best_genome", "evaluations", "generations", "wall_s",
+                "evals_per_s", "bytes_sent", "islands"):
+        assert key in summary, key
+    assert summary["generations"] == 12 and len(summary["best_genome"]) == 5
+    assert summary["config"]["run"]["islands"] == 3 and summary["config"]["problem"]["dim"] == 5
+    assert [i["island"] for i in summary["islands"]] == [0, 1, 2]
+    assert summary["best_fitness"] == min(i["best_fitness"] for i in summary["islands"])
+    assert summary["evaluations"] == sum(i["evaluations"] for i in summary["islands"]) == 3 * (8 + 12 * 16)
+    lines = [json.loads(line) for line in (out / "islands" / "island-0002.jsonl").read_text().splitlines()]
+    assert [line["generation"] for line in lines] == [0, 4, 8, 12]
+    assert set(lines[0]) == {"generation", "best", "mean", "diversity", "evaluations", "migrations", "immigrants"}
+    assert (out / "convergence.png").stat().st_size > 1000
+    assert (out / "checkpoints" / "manifest.json").exists()
+    text = capsys.readouterr().out
+    assert "gen 12/12" in text and "done: generation 12" in text
+
+
+def test_large_genome_goes_to_npy(tmp_path):
+    import numpy as np
+
+    out = tmp_path / "big"
+    assert _run("--generations", 1, "--problem", "sphere", "--dim", 1500, "--out", out, "--progress", "none",
+                "--set", "engine.batch_size=4", "--set", "engine.capacity=4") == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["best_genome"] == "best_genome.npy"
+    assert np.load(out / "best_genome.npy").shape == (1500,)
+
+
+def test_config_file_and_resume_extends_a_finished_run(tmp_path):
+    config = tmp_path / "job.toml"
+    config.write_text('[run]\nislands = 2\ngenerations = 6\n[problem]\nname = "sphere"\ndim = 4\n'
+                      '[engine]\nbatch_size = 8\ncapacity = 6\n')
+    out = tmp_path / "run"
+    assert _run(config, "--out", out, "--progress", "none") == 0
+    assert _run("--resume", out, "--generations", 10, "--progress", "none") == 0
+    resumed = json.loads((out / "summary.json").read_text())
+    straight = tmp_path / "straight"
+    assert _run("--config", config, "--generations", 10, "--out", straight, "--progress", "none") == 0
+    expected = json.loads((straight / "summary.json").read_text())
+    assert resumed["best_genome"] == expected["best_genome"] and resumed["generations"] == 10
+    assert resumed["resumed_from"].endswith("g000000006")
+
+
+def test_resume_refuses_a_changed_seed(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert _run("--generations", 2, "--dim", 3, "--out", out, "--progress", "none") == 0
+    capsys.readouterr()
+    assert _run("--resume", out, "--seed", 5, "--generations", 4) == 2
+    err = capsys.readouterr().err
+    assert "refusing to resume" in err and "run.seed" in err
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["--islands", 0, "--set", "run.bogus=1"], "[run]: unknown key 'bogus'"),
+    (["--dim", "ten"], "problem.dim: expected an int, got str 'ten'"),
+    (["--set", "migration.topology=star"], "migration.topology: expected one of"),
+    (["--resume", "/nonexistent/run"], "no checkpoint directory /nonexistent/run/checkpoints"),
+])
+def test_config_errors_exit_2_with_one_message(argv, fragment, capsys, tmp_path):
+    assert _run(*argv, "--out", tmp_path / "x") == 2
+    captured = capsys.readouterr()
+    assert fragment in captured.err and captured.err.count("mpievo run:") == 1
+    assert not (tmp_path / "x" / "summary.json").exists()
+
+
+def test_show_config_and_help_config(capsys):
+    assert _run("--show-config", "--islands", 2) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["run"]["islands"] == 2 and shown["problem"]["name"] == "rastrigin"
+    assert _run("--help-config") == 0
+    assert "[migration.adaptive]" in capsys.readouterr().out

@@ -1,0 +1,41 @@
+"""Small jobs shared by the parallel tests."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+from mpievo.config import validate
+
+
+def small_job(nranks: int, **tables):
+    """A validated 4-island job that runs in a fraction of a second."""
+    config = {
+        "run": {"islands": 4, "generations": 24, "log_every": 6, "seed": 7},
+        "problem": {"name": "rastrigin", "dim": 6, "shift": True, "rotate": True, "seed": 2},
+        "engine": {"capacity": 12, "batch_size": 16},
+        "migration": {"interval": 3, "emigrants": 2},
+    }
+    for table, values in tables.items():
+        config.setdefault(table, {}).update(values)
+    return validate(config, nranks)
+
+
+def states_digest(states: dict) -> str:
+    """SHA-1 over every island's archive genomes and fitness (bit for bit)."""
+    digest = hashlib.sha1()
+    for index in sorted(states):
+        archive = states[index]["archive"]
+        for key in ("genomes", "fitness", "ids", "births", "origins"):
+            digest.update(np.ascontiguousarray(archive[key]).tobytes())
+    return digest.hexdigest()
+
+
+def sleepy_sphere(genomes):
+    """A batch fitness that hangs on genomes whose first gene is positive (time-limit tests)."""
+    import time
+
+    if genomes[0, 0] > 0:
+        time.sleep(5.0)
+    return np.einsum("ij,ij->i", genomes, genomes)

@@ -1,0 +1,101 @@
+"""Checkpoint contract of the run loop: island states out, the same run back in."""
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+from parallel_helpers import small_job, states_digest
+
+from mpi_support import all_ranks_agree
+from mpievo.comm import Communicator
+from mpievo.io import Checkpointer, load_latest
+from mpievo.parallel import RunLoop, RunSettings, best_genome_bytes, build_scheme, run_job
+from mpievo.parallel.scheme import flatten_state, nest_state
+
+FEATURES = {"migration": {"topology": "random", "selection": "random", "interval": 2,
+                          "adaptive": {"enabled": True, "minimum": 1, "maximum": 5}},
+            "engine": {"algorithm": ["ga", "de", "cmaes", "ga"]}}
+
+
+def test_nest_and_flatten_state_round_trip():
+    flat = {"format": 1, "island/index": 3, "archive/genomes": np.ones((2, 3)), "algorithm/state/x": 1.5}
+    tree = nest_state(flat)
+    assert tree["island"]["index"] == 3 and set(tree) == {"format", "island", "archive", "algorithm"}
+    back = flatten_state(tree)
+    assert back.keys() == flat.keys() and back["algorithm/state/x"] == 1.5
+    with pytest.raises(ValueError, match="as a group too"):
+        nest_state({"a/b": 1, "a": 2})
+
+
+def test_restored_scheme_continues_exactly():
+    comm = Communicator(MPI.COMM_SELF)
+    job = small_job(1, **FEATURES)
+    straight = build_scheme(comm, job)
+    straight.initialize()
+    for _ in range(20):
+        straight.step()
+    first = build_scheme(comm, job)
+    first.initialize()
+    for _ in range(9):
+        first.step()
+    saved_islands, saved_run = first.island_states(), first.run_state()
+    second = build_scheme(comm, job)
+    second.restore(saved_islands, saved_run)
+    for _ in range(11):
+        second.step()
+    assert states_digest(second.island_states()) == states_digest(straight.island_states())
+    assert second.run_state() == straight.run_state()
+
+
+def test_restore_refuses_a_foreign_state():
+    comm = Communicator(MPI.COMM_SELF)
+    scheme = build_scheme(comm, small_job(1))
+    scheme.initialize()
+    islands, run = scheme.island_states(), scheme.run_state()
+    with pytest.raises(ValueError, match="n_islands = 4"):
+        build_scheme(comm, small_job(1)).restore(islands, {**run, "n_islands": 5})
+    with pytest.raises(ValueError, match=r"islands \[0, 1, 2, 3\]"):
+        build_scheme(comm, small_job(1)).restore({0: islands[0]}, run)
+
+
+class _StopAt:
+    """A stop flag raised by rank 0 once its scheme passed a generation."""
+
+    def __init__(self, scheme, generation, rank):
+        self.scheme, self.generation, self.rank = scheme, generation, rank
+
+    @property
+    def requested(self):
+        return self.rank == 0 and self.scheme.generation >= self.generation
+
+
+@pytest.mark.mpi(min_size=1)
+def test_stop_checkpoint_and_resume_on_another_rank_count(world, tmp_path_factory):
+    comm = Communicator(world)
+    job = small_job(comm.size, **FEATURES)
+    directory = comm.bcast_object(str(tmp_path_factory.mktemp("ckpt")) if comm.rank == 0 else None)
+    scheme = build_scheme(comm, job)
+    loop = RunLoop(comm, scheme, RunSettings(job.run["generations"], 5), config=job.config,
+                   checkpointer=Checkpointer(directory, comm=comm), stop=_StopAt(scheme, 7, comm.rank))
+    stopped = loop.run()
+    # the flag rises after generation 7 on rank 0 only; every rank stops together soon after
+    all_ranks_agree(world, stopped.stopped and 7 <= stopped.generations < job.run["generations"],
+                    f"stopped={stopped.stopped} at {stopped.generations}")
+    comm.barrier()
+    if comm.rank == 0:   # resume all islands in one process (a different rank count)
+        ckpt = load_latest(directory)
+        one = Communicator(MPI.COMM_SELF)
+        resumed = run_job(small_job(1, **FEATURES), one, restored=ckpt)
+        straight = run_job(small_job(1, **FEATURES), one)
+        same = ckpt.generation == stopped.generations and \
+            best_genome_bytes(resumed) == best_genome_bytes(straight)
+    else:
+        same = True
+    all_ranks_agree(world, same, "resumed run differs from the uninterrupted one")
+
+
+def test_stop_without_checkpointer_just_stops():
+    comm = Communicator(MPI.COMM_SELF)
+    job = small_job(1)
+    scheme = build_scheme(comm, job)
+    result = RunLoop(comm, scheme, RunSettings(20, 5), stop=_StopAt(scheme, 4, 0)).run()
+    assert result.stopped and result.generations == 4 and result.checkpoints == []
