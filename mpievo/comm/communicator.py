@@ -21,7 +21,8 @@ from . import select
 from .buffers import (check_counts, check_dtype, check_root, check_same, flat_host,
                       is_device_array)
 from .errors import CollectiveMismatchError, CollectiveTimeoutError, CommunicatorBrokenError
-from .progress import Pending, Request, deadline_for, run_blocking, timeout_error, wait_pending
+from .progress import (Pending, Request, ResultRequest, deadline_for, run_blocking, timeout_error,
+                       wait_pending)
 from .ring import (RingContext, allgather_steps, allreduce_steps, chain_broadcast_steps,
                    displacements, even_counts, reduce_scatter_steps)
 from .small import (NATIVE_OPS, NATIVE_TYPES, native_allgatherv_steps, native_allreduce_steps, native_bcast_steps,
@@ -145,16 +146,18 @@ class Communicator:
             self._broken = str(err)
             self._fast_native_max = -1
 
-    def _execute(self, name: str, steps, timeout, blocking: bool):
+    def _execute(self, name: str, steps, timeout, blocking: bool, result):
+        """Drive ``steps``: blocking returns ``result``; otherwise a request whose
+        ``wait()`` returns it."""
         timeout = self._timeout_for(timeout)
         if not blocking:
-            return Request(steps, name, self.rank, timeout, self._on_error)
+            return ResultRequest(Request(steps, name, self.rank, timeout, self._on_error), result)
         try:
-            return run_blocking(steps, deadline_for(timeout),
-                                timeout_error(name, timeout or 0.0, self.rank))
+            run_blocking(steps, deadline_for(timeout), timeout_error(name, timeout or 0.0, self.rank))
         except CollectiveTimeoutError as err:
             self._on_error(err)
             raise
+        return result
 
     def _native_fast_limit(self) -> int:
         """Largest all-reduce (bytes) that takes the direct native call, or -1.
@@ -296,8 +299,7 @@ class Communicator:
         if algorithm == "native" and not native_supports(src.dtype, op):
             algorithm = "recursive_doubling"
         steps = self._allreduce_steps(src, dst, op, algorithm, self._host_wire(src.dtype), blocking)
-        out = self._execute("allreduce", steps, timeout, blocking)
-        return result if blocking else _ResultRequest(out, result)
+        return self._execute("allreduce", steps, timeout, blocking, result)
 
     def _output(self, sendbuf, recvbuf, src):
         if recvbuf is None:
@@ -369,8 +371,7 @@ class Communicator:
         if algorithm == "native" and not native_reduce_scatter_supports(src.dtype, op):
             algorithm = "ring"
         steps = self._reduce_scatter_steps(src, dst, op, counts, algorithm, blocking)
-        out = self._execute("reduce_scatter", steps, timeout, blocking)
-        return recvbuf if blocking else _ResultRequest(out, recvbuf)
+        return self._execute("reduce_scatter", steps, timeout, blocking, recvbuf)
 
     def _reduce_scatter_steps(self, src, dst, op, counts, algorithm, blocking):
         yield from self._signature_steps("reduce_scatter", src.size, src.dtype, op, 0, counts)
@@ -431,8 +432,7 @@ class Communicator:
         check_same("recvbuf", dst, sum(counts), src.dtype)
         algorithm = self._select("allgather", algorithm, dst.nbytes)
         steps = self._allgather_steps(src, dst, counts, algorithm, blocking)
-        out = self._execute("allgather", steps, timeout, blocking)
-        return recvbuf if blocking else _ResultRequest(out, recvbuf)
+        return self._execute("allgather", steps, timeout, blocking, recvbuf)
 
     def _allgather_steps(self, src, dst, counts, algorithm, blocking):
         yield from self._signature_steps("allgather", src.size, src.dtype, None, 0, counts)
@@ -486,8 +486,7 @@ class Communicator:
         check_dtype(flat.dtype, None)
         algorithm = self._select("broadcast", algorithm, flat.nbytes)
         steps = self._broadcast_steps(flat, root, algorithm, self._host_wire(flat.dtype), blocking)
-        out = self._execute("broadcast", steps, timeout, blocking)
-        return buf if blocking else _ResultRequest(out, buf)
+        return self._execute("broadcast", steps, timeout, blocking, buf)
 
     def _broadcast_steps(self, flat, root, algorithm, wire, blocking):
         yield from self._signature_steps("broadcast", flat.size, flat.dtype, None, root, None)
@@ -637,24 +636,6 @@ class Communicator:
         if out is None:
             return None
         return [out[d:d + n].tobytes() for d, n in zip(displs, lengths.tolist())]
-
-
-class _ResultRequest:
-    """A Request whose ``wait()`` returns the user-facing result (e.g. the reshaped array)."""
-
-    def __init__(self, request: Request, result):
-        self._request, self._result = request, result
-
-    def test(self) -> bool:
-        return self._request.test()
-
-    def wait(self, timeout: float | None = None):
-        self._request.wait(timeout)
-        return self._result
-
-    @property
-    def done(self) -> bool:
-        return self._request.done
 
 
 #: (dtype, op) pairs whose native all-reduce needs no NaN guard and no final division

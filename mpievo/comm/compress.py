@@ -374,8 +374,7 @@ def allreduce(comm, sendbuf, recvbuf=None, op: str = "sum", *, compression: str 
         result, dst = recvbuf, flat_host(recvbuf, "recvbuf", writable=True)
         check_same("recvbuf", dst, src.size, src.dtype)
     steps = _allreduce_steps(comm, src, dst, op, wire)
-    out = comm._execute("allreduce", steps, timeout, blocking)
-    return result if blocking else _ResultRequest(out, result)
+    return comm._execute("allreduce", steps, timeout, blocking, result)
 
 
 def _allreduce_steps(comm, src, dst, op, wire):
@@ -394,24 +393,6 @@ def _allreduce_steps(comm, src, dst, op, wire):
         return dst
     finally:
         wire.finish()
-
-
-class _ResultRequest:
-    """Request whose ``wait()`` returns the user-facing result array."""
-
-    def __init__(self, request, result):
-        self._request, self._result = request, result
-
-    def test(self) -> bool:
-        return self._request.test()
-
-    def wait(self, timeout: float | None = None):
-        self._request.wait(timeout)
-        return self._result
-
-    @property
-    def done(self) -> bool:
-        return self._request.done
 
 
 # ---------------------------------------------------------------- top-k

@@ -732,29 +732,6 @@ def _output(recvbuf, sendbuf, src: DeviceBuffer, count: int, shape):
     return recvbuf, dst.flat
 
 
-class _DeviceRequest:
-    """Request of a non-blocking device collective; ``wait()`` returns the result."""
-
-    def __init__(self, request, result):
-        self._request, self._result = request, result
-
-    def test(self) -> bool:
-        return self._request.test()
-
-    def wait(self, timeout: float | None = None):
-        self._request.wait(timeout)
-        return self._result
-
-    @property
-    def done(self) -> bool:
-        return self._request.done
-
-
-def _run(comm, name: str, steps, timeout, blocking: bool, result):
-    out = comm._execute(name, steps, timeout, blocking)
-    return result if blocking else _DeviceRequest(out, result)
-
-
 def _finishing(steps, wire):
     """Run ``steps``; afterwards (or on error) let the wire finish its device work."""
     try:
@@ -790,7 +767,7 @@ def allreduce(comm, sendbuf, recvbuf, op, algorithm, timeout, blocking, *, aware
                                    mean=op == "mean")
         return dst
 
-    return _run(comm, "allreduce", _finishing(steps(), wire), timeout, blocking, result)
+    return comm._execute("allreduce", _finishing(steps(), wire), timeout, blocking, result)
 
 
 def reduce_scatter(comm, sendbuf, recvbuf, op, counts, algorithm, timeout, blocking, *, aware=None):
@@ -830,7 +807,7 @@ def reduce_scatter(comm, sendbuf, recvbuf, op, counts, algorithm, timeout, block
             resources.device.give(work_slot, resources.record())
         return dst
 
-    return _run(comm, "reduce_scatter", _finishing(steps(), wire), timeout, blocking, result)
+    return comm._execute("reduce_scatter", _finishing(steps(), wire), timeout, blocking, result)
 
 
 def allgather(comm, sendbuf, recvbuf, counts, algorithm, timeout, blocking, *, aware=None):
@@ -871,7 +848,7 @@ def allgather(comm, sendbuf, recvbuf, counts, algorithm, timeout, blocking, *, a
             device_copy(own, src.flat, resources.stream)
         return dst
 
-    return _run(comm, "allgather", _finishing(steps(), wire), timeout, blocking, result)
+    return comm._execute("allgather", _finishing(steps(), wire), timeout, blocking, result)
 
 
 def broadcast(comm, buf, root, algorithm, timeout, blocking, *, aware=None):
@@ -891,4 +868,4 @@ def broadcast(comm, buf, root, algorithm, timeout, blocking, *, aware=None):
         yield from chain_broadcast_steps(ctx, target.flat, root, wire)
         return target.flat
 
-    return _run(comm, "broadcast", _finishing(steps(), wire), timeout, blocking, buf)
+    return comm._execute("broadcast", _finishing(steps(), wire), timeout, blocking, buf)

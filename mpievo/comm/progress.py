@@ -154,3 +154,22 @@ class Request:
         err = CollectiveTimeoutError(self._operation, self._timeout or 0.0, self._rank, peers)
         self._on_error(err)
         raise err
+
+
+class ResultRequest:
+    """A :class:`Request` whose ``wait()`` returns the user-facing result (e.g. the
+    caller's array in its own shape) instead of the generator's value."""
+
+    def __init__(self, request: Request, result):
+        self._request, self._result = request, result
+
+    def test(self) -> bool:
+        return self._request.test()
+
+    def wait(self, timeout: float | None = None):
+        self._request.wait(timeout)
+        return self._result
+
+    @property
+    def done(self) -> bool:
+        return self._request.done
