@@ -202,8 +202,12 @@ def hash_rows(bits, out):
 def survivors(member_fitness, candidate_fitness, capacity):
     """Keep the best ``capacity`` of members followed by candidates.
 
-    A stable sort of the concatenation breaks ties by position: members before
-    candidates, earlier candidates first. Fitness must hold no NaN.
+    The result is that of a stable sort of the concatenation (ties broken by
+    position: members before candidates, earlier candidates first), found without
+    sorting: a selection gives the ``capacity``-th smallest value ``v``; everything
+    below ``v`` is kept, and of the values equal to ``v`` the earliest ones. That is
+    O(members + candidates), which matters for archives of thousands of members.
+    Fitness must hold no NaN.
 
     Returns:
         (entered, slots): candidate indices that enter (ascending) and the slots they
@@ -218,10 +222,19 @@ def survivors(member_fitness, candidate_fitness, capacity):
     merged = np.empty(total)
     merged[:size] = member_fitness
     merged[size:] = candidate_fitness
-    order = np.argsort(merged, kind="mergesort")
+    threshold = np.partition(merged, capacity - 1)[capacity - 1]
+    ties = capacity  # how many values equal to the threshold still fit
+    for i in range(total):
+        if merged[i] < threshold:
+            ties -= 1
     keep = np.zeros(total, np.bool_)
-    for t in range(capacity):
-        keep[order[t]] = True
+    for i in range(total):
+        v = merged[i]
+        if v < threshold:
+            keep[i] = True
+        elif v == threshold and ties > 0:
+            keep[i] = True
+            ties -= 1
     n_entered = 0
     for i in range(size, total):
         if keep[i]:

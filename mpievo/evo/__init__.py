@@ -7,11 +7,15 @@ Building blocks:
   evaluate elsewhere), ``emigrants(k, policy, rng)``, ``immigrate(...)``,
   ``diversity()``, ``counters()``, ``best()``, ``state_dict()``/``load_state_dict()``.
 * :class:`Archive` (:mod:`.archive`) -- fixed-capacity elite set: genomes, fitness,
-  ids (``island * 2**40 + counter``), births, origins; keep-the-best merge.
+  ids (``island * 2**40 + counter``), births, origins; keep-the-best merge up to a
+  limit (the population in use, which GA restarts grow).
 * Operators (:mod:`.operators`) -- selection, crossover, mutation, box handling; plain
   callables vectorised over a batch, each taking an explicit Generator.
-* Algorithms (:mod:`.algorithms`) -- ``ga`` (default), ``de`` (jDE), ``cmaes``; the
-  protocol for user algorithms is in :mod:`.algorithms.base`.
+* Algorithms (:mod:`.algorithms`) -- ``ga`` (default; restarts with a growing
+  population when it stagnates), ``de`` (jDE), ``cmaes``; the protocol for user
+  algorithms is in :mod:`.algorithms.base`.
+* :class:`StagnationMonitor` (:mod:`.stagnation`) -- generations without progress of
+  a population's best and median fitness (what triggers the GA's restarts).
 * Problems (:mod:`.problems`) -- batch fitness ``f(X) -> (n,)`` over a box; built-in
   benchmarks (shifted/rotated), user callables or ``"module:function"``.
 * :class:`EngineConfig` (:mod:`.config`) -- validated settings; any setting may be a
@@ -36,6 +40,7 @@ from .config import EngineConfig
 from .island import EMIGRATION_POLICIES, IMMIGRATION_POLICIES, Island, Migrants
 from .params import resolve_param
 from .problems import BUILTIN_PROBLEMS, Problem, builtin_problem, check_fitness, make_problem
+from .stagnation import StagnationMonitor
 from .streams import PURPOSES, stream
 
 __all__ = [
@@ -44,5 +49,6 @@ __all__ = [
     "EngineConfig", "resolve_param",
     "Island", "Migrants", "EMIGRATION_POLICIES", "IMMIGRATION_POLICIES",
     "Problem", "BUILTIN_PROBLEMS", "builtin_problem", "make_problem", "check_fitness",
+    "StagnationMonitor",
     "PURPOSES", "stream",
 ]

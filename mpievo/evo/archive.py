@@ -3,10 +3,15 @@
 Each member has a genome (a row of ``genomes``), a fitness (minimised, float64), an
 id (int64, see :func:`make_ids`), the generation it was born in and the island it was
 born on. :meth:`Archive.insert` merges a batch of candidates and keeps the best
-``capacity`` of members and candidates: a candidate replaces the worst member only
+``limit`` of members and candidates: a candidate replaces the worst member only
 when strictly better (incumbents win ties; among candidates the earlier one wins), so
 the result is deterministic. With ``unique=True`` a candidate whose genome equals a
 member's or an earlier candidate's is dropped.
+
+``limit`` (members in use, at most ``capacity``, the storage allocated) lets a
+population grow without reallocating: the GA's restarts raise it
+(:meth:`Archive.set_limit`); :meth:`Archive.retain` and :meth:`Archive.truncate`
+drop members, and later inserts refill the freed slots.
 
 Non-finite fitness (NaN, +inf, -inf) ranks worst: it is stored as +inf
 (:func:`sanitize_fitness` also counts it).
@@ -72,16 +77,20 @@ class Archive:
     """Fixed-capacity elite archive (see the module docstring).
 
     Args:
-        capacity: maximum number of members (>= 1).
+        capacity: storage, the largest ``limit`` (>= 1).
         dim: genes per genome.
         dtype: genome dtype, float32 or float64.
         unique: drop candidates whose genome is already held.
+        limit: members kept by merges (1..capacity); None: ``capacity``.
+        island: index of the island that owns the archive (its own members have
+            ``origins == island``).
 
     Attributes (read-only views of the first ``size`` slots; do not modify):
         genomes (size, dim), fitness (size,), ids, births, origins (size,) int64.
     """
 
-    def __init__(self, capacity: int, dim: int, dtype="float32", *, unique: bool = False):
+    def __init__(self, capacity: int, dim: int, dtype="float32", *, unique: bool = False,
+                 limit: int | None = None, island: int = 0):
         dtype = np.dtype(dtype)
         if dtype not in (np.float32, np.float64):
             raise TypeError(f"expected genome dtype float32 or float64, got {dtype}")
@@ -91,6 +100,7 @@ class Archive:
         self.dim = int(dim)
         self.dtype = dtype
         self.unique = bool(unique)
+        self.island = int(island)
         self._genomes = np.zeros((self.capacity, self.dim), dtype)
         self._fitness = np.full(self.capacity, np.inf)
         self._ids = np.full(self.capacity, -1, np.int64)
@@ -98,6 +108,9 @@ class Archive:
         self._origins = np.zeros(self.capacity, np.int64)
         self._hashes = np.zeros(self.capacity, np.uint64) if self.unique else None
         self.size = 0
+        self.limit = self.capacity
+        if limit is not None:
+            self.set_limit(limit)
 
     # --- views -------------------------------------------------------------------
     @property
@@ -224,15 +237,15 @@ class Archive:
 
     def _merge_slots(self, candidate_fitness: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Which candidates enter (indices into ``candidate_fitness``) and their slots."""
-        return kernels.survivors(self.fitness, np.ascontiguousarray(candidate_fitness), self.capacity)
+        return kernels.survivors(self.fitness, np.ascontiguousarray(candidate_fitness), self.limit)
 
     def replace(self, slots, genomes, fitness, ids, origins, births) -> None:
         """Overwrite the given member slots unconditionally (slots < size, or == size.. to append)."""
         genomes, fitness, ids, origins, births = self._check_batch(genomes, fitness, ids, origins, births)
         slots = np.asarray(slots, dtype=np.int64)
         ids, origins, births = (np.full(len(genomes), c) if np.ndim(c) == 0 else c for c in (ids, origins, births))
-        if slots.shape != (len(genomes),) or (len(slots) and (slots.min() < 0 or slots.max() >= self.capacity)):
-            raise ValueError(f"expected {len(genomes)} slots in [0, {self.capacity}), got {slots}")
+        if slots.shape != (len(genomes),) or (len(slots) and (slots.min() < 0 or slots.max() >= self.limit)):
+            raise ValueError(f"expected {len(genomes)} slots in [0, {self.limit}), got {slots}")
         if len(slots) and not np.all(np.isin(np.arange(self.size, slots.max() + 1), slots)):
             raise ValueError(f"expected slots that leave no gap after the {self.size} members, got {slots}")
         self._write(slots, genomes, fitness, ids, origins, births,
@@ -240,13 +253,56 @@ class Archive:
         if len(slots):
             self.size = max(self.size, int(slots.max()) + 1)
 
+    def set_limit(self, limit: int) -> None:
+        """Set how many members merges keep; lowering it below ``size`` drops the worst.
+
+        Raises:
+            ValueError: ``limit`` not an int in [1, capacity].
+        """
+        if isinstance(limit, bool) or not isinstance(limit, (int, np.integer)) or not 1 <= limit <= self.capacity:
+            raise ValueError(f"expected an archive limit in [1, {self.capacity}], got {limit!r}")
+        self.limit = int(limit)
+        if self.size > self.limit:
+            self.truncate(self.limit)
+
+    def retain(self, slots) -> None:
+        """Keep only the members in ``slots``, moved to slots ``0..len(slots)-1`` in that order.
+
+        Raises:
+            ValueError: slots not distinct member slots.
+        """
+        slots = np.asarray(slots, dtype=np.int64)
+        if slots.ndim != 1 or (len(slots) and (slots.min() < 0 or slots.max() >= self.size)) \
+                or len(np.unique(slots)) != len(slots):
+            raise ValueError(f"expected distinct member slots in [0, {self.size}), got {slots}")
+        columns = [self._genomes, self._fitness, self._ids, self._origins, self._births]
+        if self.unique:
+            columns.append(self._hashes)
+        keep = len(slots)
+        for column in columns:
+            column[:keep] = column[slots]  # fancy indexing copies first: overlap is safe
+        self._fitness[keep:self.size] = np.inf
+        self.size = keep
+
+    def truncate(self, keep: int) -> None:
+        """Keep only the best ``keep`` members (rank order, see :meth:`retain`).
+
+        Raises:
+            ValueError: ``keep`` < 0.
+        """
+        if isinstance(keep, bool) or not isinstance(keep, (int, np.integer)) or keep < 0:
+            raise ValueError(f"expected keep to be an int >= 0, got {keep!r}")
+        if keep < self.size:
+            self.retain(self.ranking()[:keep])
+
     # --- checkpoint --------------------------------------------------------------
     def state_dict(self) -> dict:
-        """Members as numpy arrays (copies) plus capacity/unique/dtype."""
+        """Members as numpy arrays (copies) plus capacity/limit/unique/dtype."""
         return {
             "genomes": self.genomes.copy(), "fitness": self.fitness.copy(), "ids": self.ids.copy(),
             "births": self.births.copy(), "origins": self.origins.copy(),
-            "capacity": self.capacity, "unique": self.unique, "dtype": self.dtype.name,
+            "capacity": self.capacity, "limit": self.limit, "unique": self.unique,
+            "dtype": self.dtype.name,
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -265,5 +321,10 @@ class Archive:
         size = genomes.shape[0]
         self.size = 0
         self._fitness[:] = np.inf
+        # states written before the limit existed used the whole capacity
+        self.limit = self.capacity
+        self.set_limit(int(state.get("limit", self.capacity)))
+        if size > self.limit:
+            raise ValueError(f"expected at most limit = {self.limit} members, got {size}")
         self.replace(np.arange(size), genomes, state["fitness"], state["ids"], state["origins"],
                      state["births"])

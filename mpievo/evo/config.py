@@ -117,6 +117,22 @@ class EngineConfig:
                                     "GA step-size control: success rule or self-adaptation")
     sigma_tau: Any = _setting(None, _float(0.0, 10.0, optional=True),
                               "self-adaptation learning rate; None: 1/sqrt(2 * mutated genes)")
+    population: Any = _setting(None, _optional_int(2),
+                               "members in use at the start (the archive's limit; capped at capacity); "
+                               "None: capacity. GA restarts multiply it by restart_growth, up to capacity")
+    stagnation_patience: Any = _setting(200, _int(0),
+                                        "GA: generations in which neither the best nor the median of the "
+                                        "breeding members improves by stagnation_tol before a restart; "
+                                        "0: never restart")
+    stagnation_tol: Any = _setting(1e-4, _float(0.0, 1.0),
+                                   "GA: relative improvement (of the best or the median) that counts as progress")
+    restart_elite: Any = _setting(1, _int(1),
+                                  "GA: best members kept on a restart (they stay out of breeding)")
+    restart_growth: Any = _setting(2.0, _float(1.0, 1e3),
+                                   "GA: population factor per restart (IPOP-like; 1: same size)")
+    restart_margin: Any = _setting(1e-3, _float(0.0, 1.0),
+                                   "GA: after a restart, members from elsewhere breed only when better "
+                                   "than the best at the restart by this relative margin")
     bounds: Any = _setting("clip", _choice(BOUND_MODES), "box handling: clip, reflect or resample")
     de_population: Any = _setting(32, _int(4), "differential evolution population")
     de_tau_f: Any = _setting(0.1, _float(0.0, 1.0), "jDE: probability of renewing F")

@@ -87,7 +87,9 @@ class Island:
             n_islands = self.index + 1
         self.config = config.resolve(self.index, n_islands)
         self.archive = Archive(self.config.capacity, self.problem.dim, self.config.dtype,
-                               unique=self.config.unique)
+                               unique=self.config.unique, island=self.index,
+                               limit=min(self.config.population or self.config.capacity,
+                                         self.config.capacity))
         self.algorithm = make_algorithm(self.config.algorithm if algorithm is None else algorithm,
                                         self.config)
         self.generation = -1          # last completed generation; -1 before initialize()
@@ -122,7 +124,8 @@ class Island:
         self.algorithm.init(self.problem, self.archive, stream(self.seed, self.index, 0, "algorithm"))
 
     def initialize(self) -> None:
-        """Generation 0: fill the archive with uniform random genomes (evaluated).
+        """Generation 0: fill the archive (up to its limit, ``population``) with uniform
+        random genomes (evaluated).
 
         Raises:
             RuntimeError: already initialised (or restored).
@@ -131,7 +134,7 @@ class Island:
             raise RuntimeError(f"island {self.index} is already initialised (generation {self.generation})")
         rng = stream(self.seed, self.index, 0, "init")
         lower, upper = box_arrays(self.problem.lower, self.problem.upper, self.archive.dtype)
-        genomes = rng.uniform(self.problem.lower, self.problem.upper, (self.archive.capacity, self.problem.dim))
+        genomes = rng.uniform(self.problem.lower, self.problem.upper, (self.archive.limit, self.problem.dim))
         genomes = np.clip(genomes.astype(self.archive.dtype), lower, upper)
         fitness = self._evaluate(genomes)
         self.archive.insert(genomes, fitness, self._new_ids(len(genomes)), self.index, 0)
@@ -293,7 +296,7 @@ class Island:
             keep = keep[~self.archive.duplicate_mask(genomes)]
         # Free slots first (in order, so no gap), then the worst members, worst first.
         worst = self.archive.ranking()[::-1]
-        slots = np.concatenate([np.arange(self.archive.size, self.archive.capacity), worst])[:len(keep)]
+        slots = np.concatenate([np.arange(self.archive.size, self.archive.limit), worst])[:len(keep)]
         keep = keep[:len(slots)]
         pick = lambda col: col[keep] if np.ndim(col) else col  # noqa: E731
         self.archive.replace(slots, genomes[keep], fitness[keep], pick(ids), pick(origins), pick(births))

@@ -1,0 +1,311 @@
+"""GA restarts on stagnation: the monitor, the archive limit, the fresh pool,
+checkpoint round trips across restarts, determinism, and the merge kernel."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mpievo.evo import Archive, EngineConfig, Island, Problem, StagnationMonitor, make_problem, stream
+from mpievo.evo.operators import box_arrays
+from mpievo.kernels import operators as kernels
+
+
+def flat_island(**settings) -> Island:
+    """An island on a constant fitness: it never progresses, so it restarts on schedule."""
+    problem = Problem(lambda X: np.ones(len(X)), 4, -1.0, 1.0, name="flat")
+    config = dict(capacity=32, population=8, batch_size=8, stagnation_patience=5)
+    config.update(settings)
+    return Island(0, problem, EngineConfig(**config), seed=7)
+
+
+def restarting_island(index=0, seed=3) -> Island:
+    """Rastrigin with a harsh monitor: several restarts within a hundred generations."""
+    config = EngineConfig(capacity=64, population=8, batch_size=8, stagnation_patience=5,
+                          stagnation_tol=0.2, mutation_sigma=0.3, unique=True)
+    return Island(index, make_problem("rastrigin", dim=6, shift=True), config, seed=seed, n_islands=2)
+
+
+def archives_equal(a: Island, b: Island) -> bool:
+    return a.archive.limit == b.archive.limit and all(
+        np.array_equal(getattr(a.archive, k), getattr(b.archive, k))
+        for k in ("genomes", "fitness", "ids", "births", "origins"))
+
+
+def state_equal(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+
+
+# --- the monitor ---------------------------------------------------------------------
+
+def test_monitor_counts_generations_without_progress():
+    monitor = StagnationMonitor(patience=3, tol=0.1)
+    assert monitor.update(10.0, 20.0) and monitor.stalled == 0
+    for expected in (1, 2):
+        assert not monitor.update(9.5, 20.0)  # 5%: below the tolerance
+        assert monitor.stalled == expected and not monitor.stagnated
+    assert not monitor.update(9.2, 20.0)
+    assert monitor.stagnated
+    assert monitor.update(8.9, 20.0)  # 11% below the reference 10: small steps add up
+    assert (monitor.best, monitor.stalled) == (8.9, 0)
+
+
+def test_monitor_progress_of_the_median_alone_counts():
+    monitor = StagnationMonitor(patience=2, tol=1e-3)
+    monitor.update(1.0, 50.0)
+    assert monitor.update(1.0, 40.0) and monitor.update(1.0, 30.0)
+    assert not monitor.update(1.0, 30.0) and not monitor.update(1.0, 30.0)
+    assert monitor.stagnated
+
+
+def test_monitor_off_state_and_validation():
+    off = StagnationMonitor(patience=0, tol=0.0)
+    for _ in range(10):
+        off.update(1.0, 1.0)
+    assert off.stalled == 9 and not off.stagnated
+    monitor = StagnationMonitor(4, 0.5)
+    monitor.update(-3.0, 2.0)
+    monitor.update(-3.0, 2.0)
+    other = StagnationMonitor(4, 0.5)
+    other.load_state_dict(monitor.state_dict())
+    assert other.state_dict() == {"best": -3.0, "median": 2.0, "stalled": 1}
+    assert other.update(-5.0, 2.0)  # a negative reference improves by 2/3 > 0.5
+    with pytest.raises(ValueError, match="expected patience to be an int >= 0, got -1"):
+        StagnationMonitor(-1, 0.1)
+    with pytest.raises(ValueError, match="expected tol >= 0, got -0.1"):
+        StagnationMonitor(1, -0.1)
+
+
+# --- the archive limit -----------------------------------------------------------------
+
+def test_archive_limit_truncate_and_retain():
+    archive = Archive(8, 2, "float64", unique=True, limit=4)
+    genomes = np.arange(12.0).reshape(6, 2)
+    archive.insert(genomes, [5.0, 1.0, 4.0, 2.0, 3.0, 0.5], np.arange(6), 0, 0)
+    assert list(archive.fitness) == [1.0, 2.0, 3.0, 0.5]  # the limit, not the capacity
+    archive.truncate(2)
+    assert list(archive.fitness) == [0.5, 1.0] and list(archive.ids) == [5, 1]
+    assert archive.duplicate_mask(genomes[[5, 2]]).tolist() == [True, False]  # hashes moved along
+    archive.set_limit(8)
+    archive.insert(genomes[[2, 0]], [4.0, 5.0], [2, 0], 0, 1)
+    assert archive.size == 4 and list(archive.ids) == [5, 1, 2, 0]  # free slots take anything
+    archive.retain(np.array([3, 0]))
+    assert list(archive.ids) == [0, 5] and archive.size == 2
+    archive.set_limit(1)
+    assert list(archive.ids) == [5]
+    with pytest.raises(ValueError, match=r"expected an archive limit in \[1, 8\], got 9"):
+        archive.set_limit(9)
+    with pytest.raises(ValueError, match="expected distinct member slots"):
+        archive.retain([0, 0])
+
+
+def test_archive_state_keeps_the_limit_and_old_states_load():
+    archive = Archive(8, 2, "float32", limit=3)
+    archive.insert(np.ones((2, 2)), [1.0, 2.0], [0, 1], 0, 0)
+    state = archive.state_dict()
+    restored = Archive(8, 2, "float32")
+    restored.load_state_dict(state)
+    assert restored.limit == 3 and np.array_equal(restored.fitness, archive.fitness)
+    legacy = {k: v for k, v in state.items() if k != "limit"}
+    restored.load_state_dict(legacy)
+    assert restored.limit == 8
+
+
+def test_population_sets_the_initial_archive_size():
+    isl = Island(0, make_problem("sphere", dim=3), EngineConfig(capacity=32, population=8), seed=0)
+    isl.initialize()
+    assert (isl.archive.size, isl.archive.limit, isl.archive.capacity, isl.evaluations) == (8, 8, 32, 8)
+    capped = Island(0, make_problem("sphere", dim=3), EngineConfig(capacity=8, population=256), seed=0)
+    assert capped.archive.limit == 8  # a smaller capacity caps a job's population
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_survivors_kernel_matches_a_stable_sort(seed):
+    rng = np.random.default_rng(seed)
+    for _ in range(500):
+        size, n = rng.integers(0, 12, 2)
+        limit = int(rng.integers(max(1, size), 16))
+        values = rng.integers(0, 4, size + n).astype(float)  # many ties
+        values[rng.random(size + n) < 0.2] = np.inf
+        entered, slots = kernels.survivors(values[:size], values[size:], limit)
+        order = np.argsort(values, kind="stable")[:limit]
+        keep = np.zeros(size + n, bool)
+        keep[order] = True
+        assert entered.tolist() == (np.flatnonzero(keep[size:])).tolist()
+        free = list(range(size, limit)) + np.flatnonzero(~keep[:size]).tolist()
+        assert slots.tolist() == free[:len(entered)]
+
+
+# --- the GA's response -----------------------------------------------------------------
+
+def test_stagnation_triggers_a_restart_with_a_larger_population():
+    isl = flat_island(restart_elite=2, mutation_sigma=0.2)
+    isl.run(6)
+    ga = isl.algorithm
+    assert ga.restarts == 0 and ga.monitor.stalled == 5
+    ga.sigma = 1e-9  # as after a long collapse
+    elite_ids = isl.archive.ids[isl.archive.ranking()[:2]].copy()
+    batch = isl.ask(7)
+    assert ga.restarts == 1 and ga.refilling and ga.sigma == 0.2
+    assert isl.archive.limit == 16 and isl.archive.size == 2
+    assert np.array_equal(isl.archive.ids, elite_ids)
+    lower, upper = box_arrays(isl.problem.lower, isl.problem.upper, np.float32)
+    uniform = stream(7, 0, 7, "breed").uniform(lower, upper, (8, 4)).astype(np.float32)
+    assert np.array_equal(batch, uniform)  # the refill: documented draws, nothing bred
+    isl.tell(isl.problem.evaluate(batch))
+    isl.step(8)
+    assert isl.archive.size == 16 and ga.refilling and ga.monitor.stalled == 0
+    isl.step(9)
+    assert not ga.refilling and ga.restarts == 1
+    isl.run(60)
+    assert ga.restarts > 2 and isl.archive.limit == 32  # grown to the capacity, no further
+
+
+def test_restarts_off_and_equal_size_restarts():
+    off = flat_island(stagnation_patience=0)
+    off.run(40)
+    assert off.algorithm.restarts == 0 and off.archive.limit == 8
+    same = flat_island(restart_growth=1.0)
+    same.run(40)
+    assert same.algorithm.restarts > 1 and same.archive.limit == 8
+
+
+def test_long_refills_are_not_judged():
+    # restart at 5 to a population of 512: refilling it takes 64 generations > patience
+    isl = flat_island(capacity=512, population=256, stagnation_patience=3)
+    isl.run(5)
+    assert isl.algorithm.restarts == 1 and isl.archive.limit == 512
+    isl.run(60)
+    assert isl.algorithm.restarts == 1 and isl.algorithm.refilling
+    isl.run(5)
+    assert isl.algorithm.restarts == 1 and not isl.algorithm.refilling and isl.archive.size == 512
+
+
+def test_restarts_keep_the_best_and_grow_the_population():
+    isl = restarting_island()
+    isl.initialize()
+    best = [isl.best()[1]]
+    limits = [isl.archive.limit]
+    for g in range(1, 121):
+        isl.step(g)
+        best.append(isl.best()[1])
+        limits.append(isl.archive.limit)
+    assert isl.algorithm.restarts >= 5
+    assert all(b <= a for a, b in zip(best, best[1:]))
+    assert limits[-1] == 64 and all(b >= a for a, b in zip(limits, limits[1:]))
+
+
+@pytest.mark.parametrize("seed", [0, 2, 3])
+def test_restarts_find_better_minima_than_a_stuck_population(seed):
+    problem = make_problem("rastrigin", dim=6, shift=True)
+    settings = dict(batch_size=8, mutation_sigma=0.3)
+    restarting = Island(0, problem, EngineConfig(capacity=64, population=8, stagnation_patience=20,
+                                                 **settings), seed=seed).run(600)
+    stuck = Island(0, problem, EngineConfig(capacity=8, stagnation_patience=0, **settings),
+                   seed=seed).run(600)
+    assert restarting.algorithm.restarts >= 2
+    assert restarting.best()[1] < stuck.best()[1] - 0.5  # at least one rastrigin minimum lower
+
+
+def _restarted_flat_island(**settings) -> Island:
+    isl = flat_island(capacity=16, **settings)
+    isl.run(12)  # restarted at 7, refilled and breeding again
+    assert isl.algorithm.restarts == 1 and not isl.algorithm.refilling
+    return isl
+
+
+def test_stale_members_stay_out_of_breeding_and_new_minima_join():
+    isl = _restarted_flat_island()
+    ga = isl.algorithm
+    assert ga.restart_best == 1.0
+    elite = isl.archive.ids[~np.isin(np.arange(isl.archive.size), ga.breeding_pool())]
+    assert len(elite) == 1  # the kept elite is the one member outside the pool
+    g = isl.archive.genomes
+    # better than the best at the restart, but within the margin: the old minimum
+    stale = isl.immigrate(g[:1] * 0.5, [1.0 - 1e-4], [10**6], [1], [3])
+    new = isl.immigrate(g[:1] * 0.25, [0.5], [10**6 + 1], [1], [3])
+    assert stale == new == 1
+    pool_ids = isl.archive.ids[ga.breeding_pool()]
+    assert 10**6 + 1 in pool_ids and 10**6 not in pool_ids
+    isl.step(13)
+    # outside the pool only the best restart_elite remain: the stale immigrant beat the old elite
+    outside = isl.archive.ids[~np.isin(np.arange(isl.archive.size), ga.breeding_pool())]
+    assert outside.tolist() == [10**6] and elite[0] not in isl.archive.ids
+
+
+# --- checkpoints and determinism --------------------------------------------------------
+
+def migrate(islands, generation):
+    """Exchange each island's best two members along a ring of two (as the parallel layer does)."""
+    outgoing = [isl.emigrants(2, "best", stream(isl.seed, isl.index, generation, "emigrate")) for isl in islands]
+    for isl, migrants in zip(islands, reversed(outgoing)):
+        isl.immigrate(*migrants)
+
+
+def run_pair(islands, start, stop):
+    for g in range(start, stop):
+        for isl in islands:
+            isl.step(g)
+        if g % 4 == 0:
+            migrate(islands, g)
+
+
+def new_pair(seed=3):
+    pair = [restarting_island(i, seed=seed) for i in range(2)]
+    for isl in pair:
+        isl.initialize()
+    return pair
+
+
+def first_generation_in_phase(refilling: bool, after: int = 20) -> int:
+    pair = new_pair()
+    for g in range(1, 121):
+        run_pair(pair, g, g + 1)
+        ga = pair[0].algorithm
+        if g > after and ga.restarts and ga.refilling == refilling:
+            return g
+    raise AssertionError(f"island 0 never refilling={refilling} after a restart")
+
+
+@pytest.mark.parametrize("refilling", [True, False], ids=["refilling", "fresh-pool"])
+def test_state_round_trip_across_restarts_continues_exactly(refilling):
+    cut = first_generation_in_phase(refilling)
+    a = new_pair()
+    run_pair(a, 1, cut + 1)
+    states = [isl.state_dict() for isl in a]
+    assert states[0]["algorithm/state/refilling"] == refilling
+    for key, value in states[0].items():
+        assert isinstance(value, (np.ndarray, int, float, str, bool)), (key, type(value))
+    b = [restarting_island(i) for i in range(2)]
+    for isl, state in zip(b, states):
+        isl.load_state_dict({k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in state.items()})
+        assert state_equal(isl.state_dict(), state)
+    run_pair(a, cut + 1, 121)
+    run_pair(b, cut + 1, 121)
+    assert a[0].algorithm.restarts > states[0]["algorithm/state/restarts"]  # restarted after the cut
+    assert all(archives_equal(x, y) for x, y in zip(a, b))
+    assert all(state_equal(x.state_dict(), y.state_dict()) for x, y in zip(a, b))
+
+
+def test_restarting_runs_are_deterministic_and_seeded():
+    runs = []
+    for seed in (3, 3, 4):
+        pair = new_pair(seed)
+        run_pair(pair, 1, 101)
+        runs.append(pair)
+    assert all(archives_equal(x, y) for x, y in zip(runs[0], runs[1]))
+    assert not np.array_equal(runs[0][0].archive.genomes, runs[2][0].archive.genomes)
+
+
+@pytest.mark.parametrize("key, value, exc, text", [
+    ("population", 1, ValueError, "expected 'population' >= 2, got 1"),
+    ("stagnation_patience", -1, ValueError, "expected 'stagnation_patience' >= 0, got -1"),
+    ("stagnation_tol", -0.1, ValueError, r"expected 'stagnation_tol' in \[0.0, 1.0\], got -0.1"),
+    ("restart_elite", 0, ValueError, "expected 'restart_elite' >= 1, got 0"),
+    ("restart_growth", 0.5, ValueError, r"expected 'restart_growth' in \[1.0, 1000.0\], got 0.5"),
+    ("restart_margin", "big", TypeError, "expected a number for 'restart_margin', got str"),
+])
+def test_restart_settings_are_validated_and_documented(key, value, exc, text):
+    with pytest.raises(exc, match=text):
+        EngineConfig.from_dict({key: value})
+    assert EngineConfig.describe()[key]  # listed by `mpievo run --help-config`
