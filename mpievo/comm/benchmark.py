@@ -1,8 +1,8 @@
 """OSU-style benchmarks of mpievo's collectives against the MPI library's own.
 
 For each collective and size: warm-up, then iterations each started after a
-barrier; an iteration's time is the maximum over ranks, and the reported time is
-the median over iterations. Bandwidths follow nccl-tests: algbw = bytes / time,
+barrier, alternating mpievo's call and the native one; an iteration's time is the
+maximum over ranks, and the reported time is the median over iterations. Bandwidths follow nccl-tests: algbw = bytes / time,
 busbw = algbw x factor (all-reduce 2(P-1)/P; reduce-scatter and all-gather
 (P-1)/P with bytes = the full array; broadcast 1).
 
@@ -95,22 +95,40 @@ class _Case:
 def time_call(comm: MPI.Intracomm, fn, *, min_iters: int = 5, max_iters: int = 1000,
               target_s: float = 0.3, warmup: int = 3) -> float:
     """Median over iterations of the per-iteration maximum time over ranks (seconds)."""
+    return time_pair(comm, fn, None, min_iters=min_iters, max_iters=max_iters,
+                     target_s=target_s, warmup=warmup)[0]
+
+
+def time_pair(comm: MPI.Intracomm, fn_a, fn_b, *, min_iters: int = 5, max_iters: int = 1000,
+              target_s: float = 0.3, warmup: int = 3) -> tuple[float, float | None]:
+    """Time ``fn_a`` and ``fn_b`` in alternating iterations (so that drift in machine load
+    affects both alike); each: median over iterations of the maximum over ranks.
+
+    Returns:
+        (time of fn_a, time of fn_b or None) in seconds.
+    """
+    fns = [fn_a] if fn_b is None else [fn_a, fn_b]
     one = float("inf")
     for _ in range(max(1, warmup)):
-        comm.Barrier()
-        t0 = time.perf_counter()
-        fn()
-        one = min(one, time.perf_counter() - t0)  # min: a descheduled warm-up must not shrink the sample
+        for fn in fns:
+            comm.Barrier()
+            t0 = time.perf_counter()
+            fn()
+            one = min(one, time.perf_counter() - t0)  # min: a descheduled warm-up must not shrink the sample
     one = comm.allreduce(one, op=MPI.MAX)
     iters = int(min(max_iters, max(min_iters, target_s / max(one, 1e-7))))
-    times = np.empty(iters)
+    times = np.empty((iters, len(fns)))
     for i in range(iters):
-        comm.Barrier()
-        t0 = time.perf_counter()
-        fn()
-        times[i] = time.perf_counter() - t0
+        order = range(len(fns)) if i % 2 == 0 else reversed(range(len(fns)))  # no position bias
+        for j in order:
+            fn = fns[j]
+            comm.Barrier()
+            t0 = time.perf_counter()
+            fn()
+            times[i, j] = time.perf_counter() - t0
     comm.Allreduce(MPI.IN_PLACE, times, MPI.MAX)
-    return float(np.median(times))
+    medians = np.median(times, axis=0)
+    return float(medians[0]), (None if fn_b is None else float(medians[1]))
 
 
 def run_collectives(sizes=None, collectives=COLLECTIVES, malloc_modes=("default", "tuned"),
@@ -161,8 +179,7 @@ def _measure(comm, native, collective, nbytes, algorithm, target_s) -> dict:
         algorithm = None  # a forced name this collective does not have (e.g. ring for broadcast)
     case = _Case(comm, native, collective, nbytes, algorithm)
     chosen = algorithm or comm._forced.get(collective) or select.choose(collective, case.nbytes, comm.size)
-    t_ours = time_call(native, case.ours, target_s=target_s)
-    t_native = time_call(native, case.native, target_s=target_s)
+    t_ours, t_native = time_pair(native, case.ours, case.native, target_s=target_s)
     factor = busbw_factor(collective, comm.size)
     return {"collective": collective, "algorithm": chosen, "nranks": comm.size, "bytes": case.nbytes,
             "time_s": t_ours, "busbw": case.nbytes / t_ours * factor,

@@ -17,6 +17,8 @@ import pickle
 import numpy as np
 from mpi4py import MPI
 
+from mpievo.kernels import host
+
 from . import select
 from .buffers import (check_counts, check_dtype, check_root, check_same, flat_host,
                       is_device_array)
@@ -100,7 +102,10 @@ class Communicator:
         self._forced = {name: select.forced_algorithm(name) for name in select.ALGORITHMS}
         self._segment_bytes = _segment_option("segment_bytes", segment_bytes, "reduce")
         self._copy_segment_bytes = _segment_option("copy_segment_bytes", copy_segment_bytes, "copy")
-        self._fast_native_max = self._native_fast_limit()  # -1 also when the communicator breaks
+        # direct native calls for small messages; all -1 once the communicator breaks
+        self._fast_native_max = self._native_fast_limit("allreduce")
+        self._fast_allgather_max = self._native_fast_limit("allgather")
+        self._fast_broadcast_max = self._native_fast_limit("broadcast")
         self._ring_factor = 2 * (self.size - 1)  # bytes sent per byte reduced, times size
 
     # ------------------------------------------------------------------ basics
@@ -144,7 +149,7 @@ class Communicator:
     def _on_error(self, err: BaseException) -> None:
         if isinstance(err, CollectiveTimeoutError):
             self._broken = str(err)
-            self._fast_native_max = -1
+            self._fast_native_max = self._fast_allgather_max = self._fast_broadcast_max = -1
 
     def _execute(self, name: str, steps, timeout, blocking: bool, result):
         """Drive ``steps``: blocking returns ``result``; otherwise a request whose
@@ -159,20 +164,20 @@ class Communicator:
             raise
         return result
 
-    def _native_fast_limit(self) -> int:
-        """Largest all-reduce (bytes) that takes the direct native call, or -1.
+    def _native_fast_limit(self, collective: str) -> int:
+        """Largest message (bytes) of ``collective`` that takes the direct native call, or -1.
 
-        Tiny all-reduces cost about 2 us in the MPI library; the general path's Python
-        bookkeeping would triple that, so calls the table sends to ``native`` (and that
-        need neither timeout nor validation) go straight to MPI.
+        Small calls cost a few microseconds in the MPI library; the general path's
+        Python bookkeeping would double or triple that, so calls the table sends to
+        ``native`` (and that need neither timeout nor validation) go straight to MPI.
         """
         if self.size == 1 or self.validate or self.timeout is not None:
             return -1
-        forced = self._forced["allreduce"]
+        forced = self._forced[collective]
         if forced not in (None, "native"):
             return -1
         limit = -1
-        for max_bytes, algorithm in select._rules(select.load_table(), "allreduce", self.size):
+        for max_bytes, algorithm in select._rules(select.load_table(), collective, self.size):
             if algorithm != "native" and forced is None:
                 break
             limit = (1 << 62) if max_bytes is None else max_bytes
@@ -405,6 +410,18 @@ class Communicator:
         Returns:
             The gathered 1-D array.
         """
+        if (algorithm is None and timeout is None and counts is not None and type(sendbuf) is np.ndarray
+                and type(recvbuf) is np.ndarray and recvbuf.nbytes <= self._fast_allgather_max
+                and recvbuf.dtype is sendbuf.dtype and len(counts) == self.size
+                and counts.count(sendbuf.size) == self.size and recvbuf.size == sendbuf.size * self.size):
+            try:
+                self._comm.Allgather([sendbuf, MPI.BYTE], [recvbuf, MPI.BYTE])
+            except (BufferError, ValueError):
+                pass  # the general path below explains what is wrong with the buffers
+            else:
+                self._seq += 1
+                self._count(sendbuf.nbytes * (self.size - 1))
+                return recvbuf
         return self._allgather(sendbuf, recvbuf, counts, algorithm, timeout, True)
 
     def iallgather(self, sendbuf, recvbuf=None, *, counts=None, algorithm: str | None = None,
@@ -470,6 +487,18 @@ class Communicator:
         Returns:
             ``buf``.
         """
+        if (algorithm is None and timeout is None and type(buf) is np.ndarray
+                and buf.nbytes <= self._fast_broadcast_max and type(root) is int and 0 <= root < self.size
+                and buf.dtype in _BROADCAST_DTYPES):
+            try:
+                self._comm.Bcast([buf, MPI.BYTE], root)
+            except (BufferError, ValueError):
+                pass  # the general path below explains what is wrong with the buffer
+            else:
+                self._seq += 1
+                if self.rank == root:
+                    self._count(buf.nbytes * (self.size - 1))
+                return buf
         return self._broadcast(buf, root, algorithm, timeout, True)
 
     def ibroadcast(self, buf, root: int = 0, *, algorithm: str | None = None,
@@ -643,6 +672,10 @@ _FAST_PLANS = {(dtype, op): (mpitype, NATIVE_OPS[op])
                for dtype, mpitype in NATIVE_TYPES.items()
                for op in ("sum", "prod", "max", "min")
                if (dtype.kind in "iu" or op in ("sum", "prod")) and native_supports(dtype, op)}
+
+
+#: dtypes broadcast as raw bytes on the fast path (the general path checks the rest)
+_BROADCAST_DTYPES = frozenset(host.SUPPORTED_DTYPES)
 
 
 def _group_by_dtype(flats) -> dict:

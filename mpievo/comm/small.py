@@ -136,16 +136,19 @@ def _native_nan_guarded(comm, src, dst, op, mpitype, mpiop, blocking):
 
 
 def native_allgatherv_steps(comm, src, dst, counts, displs, *, blocking: bool):
-    """All-gather with MPI_Allgatherv (bytes), any dtype."""
-    itemsize = dst.dtype.itemsize
-    bcounts = [c * itemsize for c in counts]
-    bdispls = [d * itemsize for d in displs]
+    """All-gather with MPI_Allgather (equal counts) or MPI_Allgatherv (bytes), any dtype."""
     send = MPI.IN_PLACE if src is None else [src, MPI.BYTE]
-    recv = [dst, (bcounts, bdispls), MPI.BYTE]
-    if blocking:
-        comm.Allgatherv(send, recv)
+    if min(counts) == max(counts):  # equal blocks: MPI_Allgather's algorithms beat Allgatherv's
+        recv = [dst, MPI.BYTE]
+        call, icall = comm.Allgather, comm.Iallgather
     else:
-        req = comm.Iallgatherv(send, recv)
+        itemsize = dst.dtype.itemsize
+        recv = [dst, ([c * itemsize for c in counts], [d * itemsize for d in displs]), MPI.BYTE]
+        call, icall = comm.Allgatherv, comm.Iallgatherv
+    if blocking:
+        call(send, recv)
+    else:
+        req = icall(send, recv)
         yield [Pending(req, -1, "from")]
     return dst
 

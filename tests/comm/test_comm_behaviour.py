@@ -172,3 +172,20 @@ def test_compression_option_compresses_float32_only(comm, world, compression):
     all_ranks_agree(world, ok)
     with pytest.raises(ValueError, match=r"expected compression among .* got 'zip'"):
         comm.allreduce(x, compression="zip")
+
+
+@pytest.mark.mpi(min_size=1)
+def test_direct_native_paths_give_the_same_results_and_errors(comm, world):
+    # equal counts and a given recvbuf take the direct MPI call when the table picks native
+    n = 64
+    mine = np.arange(n, dtype=np.int16) + 100 * comm.rank
+    out = np.empty(n * P, np.int16)
+    got = comm.allgather(mine, out, counts=[n] * P)
+    ok = got is out and np.array_equal(out, np.concatenate([np.arange(n) + 100 * r for r in range(P)]))
+    buf = np.arange(10.0) if comm.rank == P - 1 else np.zeros(10)
+    ok &= np.array_equal(comm.broadcast(buf, P - 1), np.arange(10.0))
+    all_ranks_agree(world, ok)
+    with pytest.raises(TypeError, match="expected recvbuf to be C-contiguous"):
+        comm.allgather(mine, np.empty((n * P, 2), np.int16)[:, 0], counts=[n] * P)
+    with pytest.raises(ValueError, match=r"expected recvbuf with .* elements of int16, got .* of int32"):
+        comm.allgather(mine, np.empty(n * P, np.int32), counts=[n] * P)
