@@ -3,7 +3,7 @@
 A job config has four tables (every key optional; defaults in :data:`SCHEMA`)::
 
     [run]        seed, generations, islands (0: one per rank), log_every,
-                 checkpoint_every (0: only at the end), checkpoint_keep, blas_threads
+                 checkpoint_every (0: only at the end), checkpoint_seconds, checkpoint_keep, blas_threads
     [problem]    name (built-in or "module:function"), dim, shift, rotate, seed,
                  lower, upper, maximize, batched, time_limit, time_limit_method
     [engine]     the island engine's settings (mpievo.evo.config.EngineConfig)
@@ -42,7 +42,8 @@ MAX_ROTATED_DIM = 10_000
 SELECTION_POLICIES = ("best", "random")
 REPLACEMENT_POLICIES = ("worst", "better", "fair")
 #: keys that may change when a run is resumed (everything else must match the checkpoint)
-RESUMABLE_KEYS = ("run.generations", "run.log_every", "run.checkpoint_every", "run.checkpoint_keep",
+RESUMABLE_KEYS = ("run.generations", "run.log_every", "run.checkpoint_every", "run.checkpoint_seconds",
+                  "run.checkpoint_keep",
                   "run.blas_threads")
 
 
@@ -150,6 +151,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "islands": Key(0, _int(0), "number of islands; 0: one per rank"),
         "log_every": Key(10, _int(1), "generations between global-best gathers and log lines"),
         "checkpoint_every": Key(0, _int(0), "generations between checkpoints; 0: only at the end"),
+        "checkpoint_seconds": Key(0.0, _float(0.0, 1e9), "wall-clock seconds between checkpoints "
+                                  "(rank 0's clock; lands one generation later); 0: off"),
         "checkpoint_keep": Key(3, _int(1), "checkpoints kept on disk"),
         "blas_threads": Key(1, _int(0), "BLAS/OpenMP threads per rank; 0: the libraries' default"),
     },

@@ -36,7 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for flag, key, meta in (("--islands", "run.islands", "N"), ("--generations", "run.generations", "N"),
                             ("--seed", "run.seed", "S"), ("--problem", "problem.name", "NAME"),
                             ("--dim", "problem.dim", "D"), ("--log-every", "run.log_every", "N"),
-                            ("--checkpoint-every", "run.checkpoint_every", "N")):
+                            ("--checkpoint-every", "run.checkpoint_every", "N"),
+                            ("--checkpoint-seconds", "run.checkpoint_seconds", "T")):
         overrides.add_argument(flag, dest=key, metavar=meta, help=f"sets {key}")
     overrides.add_argument("--set", dest="assignments", action="append", default=[],
                            metavar="TABLE.KEY=VALUE", help="set any config key (TOML value), repeatable")
@@ -79,7 +80,7 @@ def _overrides(args) -> dict:
 
     values = {}
     for key in ("run.islands", "run.generations", "run.seed", "problem.name", "problem.dim",
-                "run.log_every", "run.checkpoint_every"):
+                "run.log_every", "run.checkpoint_every", "run.checkpoint_seconds"):
         raw = getattr(args, key, None)
         if raw is not None:
             values[key] = parse_assignment(f"{key}={raw}")[1]

@@ -114,7 +114,8 @@ def run_job(job, comm, *, reporters: Sequence[Reporter] = (), checkpointer: Any 
             scheme.restore(restored.islands, restored.run_state)
             extra["wall_s_before"] = float(np.asarray(restored.run_state.get("wall_s_before", 0.0)))
         settings = RunSettings(job.run["generations"] if generations is None else generations,
-                               job.run["log_every"], job.run["checkpoint_every"])
+                               job.run["log_every"], job.run["checkpoint_every"],
+                               float(job.run["checkpoint_seconds"]))
         loop = RunLoop(comm, scheme, settings, reporters=reporters, checkpointer=checkpointer,
                        config=job.config, stop=stop, extra_run_state=extra)
         return loop.run()

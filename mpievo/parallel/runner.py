@@ -33,17 +33,24 @@ class RunSettings:
         generations: the last generation to run (a resumed run continues up to it).
         log_every: generations between record gathers (>= 1).
         checkpoint_every: generations between checkpoints (0: only at the end and on stop).
+        checkpoint_seconds: wall-clock seconds between checkpoints, measured on rank 0
+            (0: off); decided together with the stop vote, so it lands one generation
+            after the time is up, at the same generation on every rank.
     """
 
     generations: int
     log_every: int = 10
     checkpoint_every: int = 0
+    checkpoint_seconds: float = 0.0
 
     def __post_init__(self):
         for name, minimum in (("generations", 0), ("log_every", 1), ("checkpoint_every", 0)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
                 raise ValueError(f"expected {name} to be an int >= {minimum}, got {value!r}")
+        seconds = self.checkpoint_seconds
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds >= 0:
+            raise ValueError(f"expected checkpoint_seconds to be a number >= 0, got {seconds!r}")
 
 
 @dataclass
@@ -126,7 +133,7 @@ class RunLoop:
     # ------------------------------------------------------------------ loop
     def run(self) -> RunResult:
         """Run up to ``settings.generations`` (collective). Returns the result on every rank."""
-        start = self._start = time.perf_counter()
+        start = self._start = self._last_save_time = time.perf_counter()
         self._evaluations_before = self._total_evaluations()
         if self.scheme.generation < 0:
             self.scheme.initialize()
@@ -142,8 +149,9 @@ class RunLoop:
             if generation % self.settings.log_every == 0 or generation == self.settings.generations:
                 self._log(generation)
             # a stop decided at the last generation changes nothing: the run is complete
-            stopped = self._stop_everywhere() and generation < self.settings.generations
-            if (stopped and self.checkpointer is not None) or self._checkpoint_due(generation):
+            stop_vote, time_due = self._votes()
+            stopped = stop_vote and generation < self.settings.generations
+            if self.checkpointer is not None and (stopped or time_due or self._checkpoint_due(generation)):
                 self._save(generation)
             if stopped:
                 break
@@ -155,20 +163,35 @@ class RunLoop:
         every = self.settings.checkpoint_every
         return self.checkpointer is not None and every > 0 and generation % every == 0
 
-    def _stop_everywhere(self) -> bool:
-        """Whether any rank had its flag set one generation ago (the same on every rank)."""
-        if self.stop is None:
+    def _time_due(self) -> bool:
+        """Rank 0's clock says a time-based checkpoint is due (False elsewhere)."""
+        seconds = self.settings.checkpoint_seconds
+        if not seconds or self.checkpointer is None or self.comm.rank != 0:
             return False
+        return time.perf_counter() - self._last_save_time >= seconds
+
+    def _votes(self) -> tuple[bool, bool]:
+        """(stop anywhere, time checkpoint due), decided one generation ago, alike on every rank.
+
+        One non-blocking 16-byte max-all-reduce per generation carries both, so ranks
+        never wait for each other just to learn that nothing happened.
+        """
+        voting = self.stop is not None or (self.settings.checkpoint_seconds and self.checkpointer is not None)
+        if not voting:
+            return False, False
         if self.comm.size == 1:
-            return bool(self.stop.requested)
-        decided = False
+            return bool(self.stop is not None and self.stop.requested), self._time_due()
+        decided = (False, False)
         if self._stop_vote is not None:
             request, vote = self._stop_vote
             request.wait()
-            decided = bool(vote[0])
+            decided = (bool(vote[0]), bool(vote[1]))
             self._stop_vote = None
-        if not decided and self.scheme.generation < self.settings.generations:
-            vote = np.array([1 if self.stop.requested else 0], np.int64)
+        if decided[1]:  # the save follows at once: restart the clock before the next vote
+            self._last_save_time = time.perf_counter()
+        if not decided[0] and self.scheme.generation < self.settings.generations:
+            flag = self.stop is not None and self.stop.requested
+            vote = np.array([1 if flag else 0, 1 if self._time_due() else 0], np.int64)
             with self.comm.purpose("control"):
                 self._stop_vote = (self.comm.iallreduce(vote, vote, op="max"), vote)
         return decided
@@ -182,6 +205,7 @@ class RunLoop:
                                           config=self.config, run_state=run_state)
         self._checkpoints.append(getattr(info, "name", str(info)))
         self._last_saved = generation
+        self._last_save_time = time.perf_counter()
 
     # --------------------------------------------------------------- logging
     def _total_evaluations(self) -> int:

@@ -99,3 +99,36 @@ def test_stop_without_checkpointer_just_stops():
     scheme = build_scheme(comm, job)
     result = RunLoop(comm, scheme, RunSettings(20, 5), stop=_StopAt(scheme, 4, 0)).run()
     assert result.stopped and result.generations == 4 and result.checkpoints == []
+
+
+class _RecordingCheckpointer:
+    """Stands in for mpievo.io.Checkpointer: records the generations saved."""
+
+    def __init__(self):
+        self.generations = []
+
+    def save(self, generation, islands, *, config=None, run_state=None):
+        self.generations.append(generation)
+        return f"ckpt-{generation}"
+
+
+@pytest.mark.mpi(min_size=1)
+def test_time_based_checkpoints_land_at_the_same_generation_everywhere(world):
+    comm = Communicator()
+    job = small_job(comm.size)
+    recorder = _RecordingCheckpointer()
+    # a period far below one generation: due at every vote, one generation after it is cast
+    settings = RunSettings(12, 4, checkpoint_every=0, checkpoint_seconds=1e-9)
+    result = RunLoop(comm, build_scheme(comm, job), settings, checkpointer=recorder,
+                     config=job.config).run()
+    plain = RunLoop(comm, build_scheme(comm, job), RunSettings(12, 4)).run()
+    everyone = comm.allgather_object(recorder.generations)
+    ok = (len(recorder.generations) >= 3 and all(g == everyone[0] for g in everyone)
+          and recorder.generations[-1] == 12 and len(set(recorder.generations)) == len(recorder.generations)
+          and best_genome_bytes(result) == best_genome_bytes(plain))
+    all_ranks_agree(world, ok, f"saved at {recorder.generations}")
+
+
+def test_checkpoint_seconds_must_be_non_negative():
+    with pytest.raises(ValueError, match=r"expected checkpoint_seconds to be a number >= 0, got -1"):
+        RunSettings(10, checkpoint_seconds=-1)
