@@ -320,7 +320,8 @@ class Communicator:
         yield from self._signature_steps("allreduce", src.size, src.dtype, op, 0, None)
         mean = op == "mean"
         if self.size == 1:
-            wire.store(dst, src) if dst is not src else None
+            if dst is not src:
+                wire.store(dst, src)
             return dst
         ctx = self._context(wire.wire_dtype.itemsize)
         if algorithm == "native":
@@ -328,13 +329,41 @@ class Communicator:
             yield from native_allreduce_steps(self._comm, src, dst, op, mean=mean, blocking=blocking)
         elif algorithm == "recursive_doubling":
             scratch = self._pool.get(src.dtype, src.size, 2)
-            ctx = ctx._replace(on_send=self._count)
             self._count(src.nbytes * max(1, (self.size - 1).bit_length()))
             yield from recursive_doubling_steps(ctx, src, dst, op, scratch, mean=mean)
         else:
             counts = even_counts(src.size, self.size)
             yield from allreduce_steps(ctx, src, dst, counts, displacements(counts), op, wire, mean=mean)
         return dst
+
+    # ------------------------------------------------------ count checking
+    def _scatter_counts(self, total: int, counts) -> list[int]:
+        """Per-rank block sizes of a reduce-scatter of ``total`` elements (host or device).
+
+        Raises:
+            ValueError: not one non-negative count per rank, or not summing to ``total``.
+        """
+        counts = even_counts(total, self.size) if counts is None else check_counts(counts, self.size)
+        if sum(counts) != total:
+            raise ValueError(f"expected counts summing to sendbuf's {total} elements, "
+                             f"got {counts} (sum {sum(counts)})")
+        return counts
+
+    def _gather_counts(self, own: int, counts) -> list[int]:
+        """Per-rank block sizes of an all-gather where this rank sends ``own`` elements.
+
+        With ``counts`` None they are learned from every rank (one small exchange).
+
+        Raises:
+            ValueError: not one non-negative count per rank, or ``counts[rank] != own``.
+        """
+        if counts is None:
+            counts = self.allgather_object(own) if self.size > 1 else [own]
+        counts = check_counts(counts, self.size)
+        if counts[self.rank] != own:
+            raise ValueError(f"expected sendbuf with counts[{self.rank}] = {counts[self.rank]} "
+                             f"elements, got {own}")
+        return counts
 
     # -------------------------------------------------------- reduce_scatter
     def reduce_scatter(self, sendbuf, recvbuf=None, op: str = "sum", *, counts=None,
@@ -363,10 +392,7 @@ class Communicator:
                                                  timeout, blocking)
         src = flat_host(sendbuf, "sendbuf")
         check_dtype(src.dtype, op)
-        counts = even_counts(src.size, self.size) if counts is None else check_counts(counts, self.size)
-        if sum(counts) != src.size:
-            raise ValueError(f"expected counts summing to sendbuf's {src.size} elements, "
-                             f"got {counts} (sum {sum(counts)})")
+        counts = self._scatter_counts(src.size, counts)
         mine = counts[self.rank]
         if recvbuf is None:
             recvbuf = np.empty(mine, dtype=src.dtype)
@@ -437,12 +463,7 @@ class Communicator:
             return self._device().allgather(self, sendbuf, recvbuf, counts, algorithm, timeout, blocking)
         src = flat_host(sendbuf, "sendbuf")
         check_dtype(src.dtype, None)
-        if counts is None:
-            counts = self.allgather_object(src.size) if self.size > 1 else [src.size]
-        counts = check_counts(counts, self.size)
-        if counts[self.rank] != src.size:
-            raise ValueError(f"expected sendbuf with counts[{self.rank}] = {counts[self.rank]} "
-                             f"elements, got {src.size}")
+        counts = self._gather_counts(src.size, counts)
         if recvbuf is None:
             recvbuf = np.empty(sum(counts), dtype=src.dtype)
         dst = flat_host(recvbuf, "recvbuf", writable=True)

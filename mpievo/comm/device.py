@@ -772,16 +772,12 @@ def allreduce(comm, sendbuf, recvbuf, op, algorithm, timeout, blocking, *, aware
 
 def reduce_scatter(comm, sendbuf, recvbuf, op, counts, algorithm, timeout, blocking, *, aware=None):
     """Reduce-scatter of device buffers with the ring (see Communicator.reduce_scatter)."""
-    from .buffers import check_counts
-    from .ring import displacements, even_counts, reduce_scatter_steps
+    from .ring import displacements, reduce_scatter_steps
 
     src = adapt(sendbuf, "sendbuf")
     host.check_reducible(src.dtype, op)
     _check_algorithm("reduce_scatter", algorithm, ("ring",))
-    counts = even_counts(src.size, comm.size) if counts is None else check_counts(counts, comm.size)
-    if sum(counts) != src.size:
-        raise ValueError(f"expected counts summing to sendbuf's {src.size} elements, "
-                         f"got {counts} (sum {sum(counts)})")
+    counts = comm._scatter_counts(src.size, counts)
     mine = counts[comm.rank]
     result, dst = _output(recvbuf, None, src, mine, (mine,))
     resources = resources_for(comm)
@@ -812,17 +808,11 @@ def reduce_scatter(comm, sendbuf, recvbuf, op, counts, algorithm, timeout, block
 
 def allgather(comm, sendbuf, recvbuf, counts, algorithm, timeout, blocking, *, aware=None):
     """All-gather of device buffers with the ring (see Communicator.allgather)."""
-    from .buffers import check_counts
     from .ring import allgather_steps, displacements
 
     src = adapt(sendbuf, "sendbuf")
     _check_algorithm("allgather", algorithm, ("ring",))
-    if counts is None:
-        counts = comm.allgather_object(src.size) if comm.size > 1 else [src.size]
-    counts = check_counts(counts, comm.size)
-    if counts[comm.rank] != src.size:
-        raise ValueError(f"expected sendbuf with counts[{comm.rank}] = {counts[comm.rank]} "
-                         f"elements, got {src.size}")
+    counts = comm._gather_counts(src.size, counts)
     total = sum(counts)
     result, dst = _output(recvbuf, None, src, total, (total,))
     resources = resources_for(comm)
