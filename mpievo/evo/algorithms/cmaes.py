@@ -1,132 +1,187 @@
-"""CMA-ES on an island, through the ``cma`` package (ask/tell).
+"""CMA-ES on an island: an own numpy CMA-ES with IPOP/BIPOP restarts.
 
-``cma.CMAEvolutionStrategy`` draws its normals through its ``randn`` option; we pass
-:class:`KeyedNormal`, which draws from the generation's keyed stream, so the run is
-deterministic and never touches numpy's global random state. The box goes to cma's
-``bounds`` option (its boundary transformation keeps solutions inside).
+The strategy (:mod:`.cmaes_core`) is Hansen's (mu/mu_w, lambda)-CMA-ES with active
+covariance update; the restart policies are in :mod:`.cmaes_restarts`. The first run
+starts at the archive's best member with step ``sigma0`` (relative to the box width
+per gene) and ``popsize`` samples (default ``4 + floor(3 ln dim)``). When a
+termination criterion holds (tolfun, tolfunhist, tolx, conditioncov, noeffectcoord,
+noeffectaxis, stagnation) the next ``ask`` restarts from a uniformly random point of
+the box under the restart policy (``ipop`` by default), counted in ``restarts``.
 
-Start: the best archive member, step ``sigma0 * mean box width`` with per-gene
-scaling by the box widths. When cma's termination criteria fire the strategy
-restarts from the archive's best member with the initial step (deterministic,
-counted in ``restarts``). Accepted immigrants are injected (``es.inject``), so they
-join the next generation.
+Told points are the scored points: ``ask`` clips the samples into the box rounded
+inwards to the archive's dtype and returns them in that dtype; ``tell`` updates with
+exactly these genomes (cast back to float64), so a float32 island never tells the
+strategy points it did not evaluate.
 
-The checkpoint holds the pickled ``CMAEvolutionStrategy`` as a uint8 array (exact,
-but tied to the cma version that wrote it).
+Box handling: clipping, and the clipped points are what the strategy learns from
+(Lamarckian repair), told as injected solutions (their Mahalanobis step shortened,
+see :mod:`.cmaes_core`). Chosen over pycma's boundary transformation or penalty
+because the archive then holds exactly the scored points, the mean (a convex
+combination of in-box points) never leaves the box, no penalty weight needs
+adapting, and a repaired point cannot inflate sigma or C.
+
+Immigrants (:meth:`CMAES.migrate_in`): those better than anything the current run
+has told are kept, the best ``max(1, mu // 2)``, and join the next ``tell`` as
+injected solutions in place of the worst samples (no re-evaluation). They pull the
+mean by at most one typical step, so a good immigrant steers the run without
+collapsing its distribution. A restart drops immigrants still pending.
+
+Randomness: only from the ``rng`` given to ``ask`` (the generation's keyed stream):
+the restart policy's draws, the new start point (``dim`` uniforms), then the
+samples. ``state_dict`` is plain arrays and scalars (nothing pickled): the run
+(mean, sigma, C, its eigensystem, the paths, fitness history), the restart counters
+and the pending immigrants.
 """
 
 from __future__ import annotations
 
-import math
-import pickle
-
 import numpy as np
 
+from .. import operators as ops
+from .cmaes_core import Strategy, default_popsize
+from .cmaes_restarts import POLICIES, Schedule, restart
 
-class KeyedNormal:
-    """``randn(*shape)`` drawing from whatever generator ``rng`` is set to."""
-
-    def __init__(self):
-        self.rng = None
-
-    def __call__(self, *shape):
-        if self.rng is None:
-            raise RuntimeError("expected KeyedNormal.rng to be set before cma draws, got None")
-        return self.rng.standard_normal(shape)
-
-    def __getstate__(self):
-        return {}  # the generator is per generation: never part of a checkpoint
-
-    def __setstate__(self, state):
-        self.rng = None
+#: the largest population a restart may reach when ``max_popsize`` is None, as a
+#: multiple of the first (nine doublings, the IPOP limit of Hansen 2009)
+DEFAULT_MAX_GROWTH = 2 ** 9
+_RUN_KEYS = ("popsize", "mean", "sigma", "sigma0", "cov", "basis", "axes", "path_c", "path_sigma",
+             "generation", "eigen_generation", "best_history", "median_history", "last_range",
+             "best_fitness")
 
 
 class CMAES:
     """CMA-ES island algorithm (see the module docstring).
 
     Args:
-        popsize: solutions per generation; None for cma's default 4 + 3 ln(dim).
-        sigma0: initial step relative to the mean box width.
+        popsize: samples of the first run; None for ``4 + floor(3 ln dim)``.
+        sigma0: initial step relative to the box width, in (0, 1].
+        restarts: restart policy, ``ipop``, ``bipop`` or ``none`` (same population).
+        popsize_growth: population factor per large-regime restart (>= 1).
+        max_popsize: the largest population restarts may reach; None for
+            ``DEFAULT_MAX_GROWTH`` times the first.
     """
 
     name = "cmaes"
 
-    def __init__(self, *, popsize: int | None = None, sigma0: float = 0.3):
-        self.popsize = popsize
+    def __init__(self, *, popsize: int | None = None, sigma0: float = 0.3, restarts: str = "ipop",
+                 popsize_growth: float = 2.0, max_popsize: int | None = None):
+        if popsize is not None and (isinstance(popsize, bool) or not isinstance(popsize, (int, np.integer))
+                                    or popsize < 2):
+            raise ValueError(f"expected popsize to be None or an int >= 2, got {popsize!r}")
+        if not 0.0 < float(sigma0) <= 1.0:
+            raise ValueError(f"expected sigma0 in (0, 1], got {sigma0!r}")
+        if restarts not in POLICIES:
+            raise ValueError(f"expected restarts among {sorted(POLICIES)}, got {restarts!r}")
+        if not float(popsize_growth) >= 1.0:
+            raise ValueError(f"expected popsize_growth >= 1, got {popsize_growth!r}")
+        if max_popsize is not None and (isinstance(max_popsize, bool)
+                                        or not isinstance(max_popsize, (int, np.integer)) or max_popsize < 2):
+            raise ValueError(f"expected max_popsize to be None or an int >= 2, got {max_popsize!r}")
+        self.popsize = None if popsize is None else int(popsize)
         self.sigma0 = float(sigma0)
-        self.restarts = 0
+        self.restart_policy = restarts
+        self.popsize_growth = float(popsize_growth)
+        self.max_popsize = None if max_popsize is None else int(max_popsize)
 
     @classmethod
     def from_config(cls, config) -> "CMAES":
-        return cls(popsize=config.cma_popsize, sigma0=config.cma_sigma0)
+        return cls(popsize=config.cma_popsize, sigma0=config.cma_sigma0, restarts=config.cma_restarts,
+                   popsize_growth=config.cma_popsize_growth, max_popsize=config.cma_max_popsize)
+
+    @property
+    def restarts(self) -> int:
+        """Restarts since ``init``."""
+        return self.schedule.restarts
 
     def init(self, problem, archive, rng) -> None:
         self.archive = archive
         self.dtype = archive.dtype
-        self.lower = problem.lower
-        self.upper = problem.upper
-        self.restarts = 0
-        self.es = self._new_strategy(rng)
-        self._asked = None
+        self.lower, self.upper = problem.lower, problem.upper
+        self.scale = problem.upper - problem.lower
+        low, high = ops.box_arrays(problem.lower, problem.upper, archive.dtype)
+        self._low, self._high = low.astype(np.float64), high.astype(np.float64)
+        base = self.popsize or default_popsize(archive.dim)
+        cap = self.max_popsize or base * DEFAULT_MAX_GROWTH
+        self.schedule = Schedule(base, self.popsize_growth, max(cap, base))
+        start = archive.genomes[archive.best_index()].astype(np.float64)
+        self.strategy = Strategy(start, self.sigma0, base, self.scale)
+        self._clear_immigrants()
+        self._repaired = None
 
-    def _new_strategy(self, rng):
-        import cma
+    def _clear_immigrants(self) -> None:
+        self._immigrants = np.empty((0, len(self.scale)))
+        self._immigrant_fitness = np.empty(0)
 
-        width = self.upper - self.lower
-        mean_width = float(np.mean(width))
-        x0 = self.archive.genomes[self.archive.best_index()].astype(np.float64)
-        randn = KeyedNormal()
-        randn.rng = rng
-        opts = {
-            "bounds": [self.lower.tolist(), self.upper.tolist()],
-            "CMA_stds": (width / mean_width).tolist(),
-            "randn": randn,
-            "seed": math.nan,
-            "verbose": -9,
-            "verb_log": 0,
-            "verb_disp": 0,
-            "tolflatfitness": 10**9,  # a flat plateau is no reason to stop: we restart instead
-        }
-        if self.popsize is not None:
-            opts["popsize"] = int(self.popsize)
-        return cma.CMAEvolutionStrategy(x0, self.sigma0 * mean_width, opts)
+    def _restart(self, rng: np.random.Generator) -> None:
+        run = restart(self.schedule, self.restart_policy, rng)
+        start = rng.uniform(self.lower, self.upper)
+        self.strategy = Strategy(start, self.sigma0 * run.sigma_factor, run.popsize, self.scale)
+        self._clear_immigrants()
 
     def ask(self, rng: np.random.Generator) -> np.ndarray:
-        if self.es.stop():
-            self.restarts += 1
-            self.es = self._new_strategy(rng)
-        # The generation's stream stays set until tell(), which may draw too.
-        self.es.opts["randn"].rng = rng
-        self._asked = self.es.ask()
-        return np.asarray(self._asked, dtype=self.dtype)
+        if self.strategy.stop_reason(self.dtype):
+            self._restart(rng)
+        x = self.strategy.ask(rng)
+        self._repaired = np.any((x < self._low) | (x > self._high), axis=1)
+        np.clip(x, self._low, self._high, out=x)
+        return x.astype(self.dtype)
 
     def tell(self, genomes: np.ndarray, fitness: np.ndarray) -> None:
-        finite = np.isfinite(fitness)
-        if not finite.all():
-            # cma needs finite values: rank invalid solutions just behind the worst valid one.
-            worst = float(np.max(fitness[finite])) if finite.any() else 0.0
-            fitness = np.where(finite, fitness, worst + 1.0 + abs(worst))
-        try:
-            self.es.tell(self._asked, fitness.tolist())
-        finally:
-            self.es.opts["randn"].rng = None
-            self._asked = None
+        if self._repaired is None:
+            raise RuntimeError("expected ask() before tell(), got no pending batch")
+        if len(genomes) != len(self._repaired):
+            raise ValueError(f"expected the {len(self._repaired)} genomes of the last ask, got {len(genomes)}")
+        x = np.asarray(genomes, np.float64)          # exactly the scored (rounded) points
+        fitness = np.asarray(fitness, np.float64)
+        injected = self._repaired
+        if len(self._immigrant_fitness):
+            x = np.concatenate([x, self._immigrants])
+            fitness = np.concatenate([fitness, self._immigrant_fitness])
+            injected = np.concatenate([injected, np.ones(len(self._immigrant_fitness), bool)])
+            keep = np.argsort(fitness, kind="stable")[:len(genomes)]   # the worst samples make room
+            x, fitness, injected = x[keep], fitness[keep], injected[keep]
+        self.strategy.tell(x, fitness, injected)
+        self.schedule.count(len(genomes))
+        self._clear_immigrants()
+        self._repaired = None
 
     def migrate_in(self, genomes: np.ndarray, fitness: np.ndarray) -> None:
-        """Inject the immigrants better than the strategy's best into its next generation."""
-        best = self.es.best.f if self.es.best.f is not None else np.inf
-        better = np.flatnonzero(fitness < best)[: self.es.popsize - 1]
-        if len(better):
-            self.es.inject([g.astype(np.float64) for g in genomes[better]], force=True)
+        """Keep the immigrants better than the run's best for the next ``tell``."""
+        better = np.asarray(fitness) < self.strategy.best_fitness
+        pool = np.concatenate([self._immigrants, np.asarray(genomes, np.float64)[better]])
+        pool_fitness = np.concatenate([self._immigrant_fitness, np.asarray(fitness, np.float64)[better]])
+        chosen = np.argsort(pool_fitness, kind="stable")[:max(1, self.strategy.p.mu // 2)]
+        self._immigrants = np.clip(pool[chosen], self._low, self._high)
+        self._immigrant_fitness = pool_fitness[chosen]
 
     def best(self) -> tuple[np.ndarray, float]:
         i = self.archive.best_index()
         return self.archive.genomes[i].copy(), float(self.archive.fitness[i])
 
     def state_dict(self) -> dict:
-        blob = pickle.dumps(self.es, protocol=pickle.HIGHEST_PROTOCOL)
-        return {"strategy": np.frombuffer(blob, dtype=np.uint8).copy(), "restarts": int(self.restarts)}
+        state = self.strategy.state_dict()
+        state.update(self.schedule.state_dict())
+        state["immigrants"] = self._immigrants.copy()
+        state["immigrant_fitness"] = self._immigrant_fitness.copy()
+        return state
 
     def load_state_dict(self, state: dict) -> None:
-        self.es = pickle.loads(np.asarray(state["strategy"], dtype=np.uint8).tobytes())
-        self.restarts = int(state["restarts"])
+        """Restore :meth:`state_dict` exactly.
+
+        Raises:
+            ValueError: keys missing (e.g. a checkpoint of the former pickled cma
+                strategy, which is never unpickled) or arrays of the wrong shape.
+        """
+        required = _RUN_KEYS + tuple(self.schedule.state_dict()) + ("immigrants", "immigrant_fitness")
+        missing = [key for key in required if key not in state]
+        if missing:
+            raise ValueError(f"expected CMA-ES state keys {missing}, got a state with keys {sorted(state)}")
+        self.strategy = Strategy.from_state(state, self.scale)
+        self.schedule.load_state_dict(state)
+        immigrants = np.array(state["immigrants"], np.float64)
+        fitness = np.array(state["immigrant_fitness"], np.float64)
+        if immigrants.shape != (len(fitness), len(self.scale)):
+            raise ValueError(f"expected CMA-ES immigrants of shape ({len(fitness)}, {len(self.scale)}), "
+                             f"got {immigrants.shape}")
+        self._immigrants, self._immigrant_fitness = immigrants, fitness
+        self._repaired = None
