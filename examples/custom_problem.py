@@ -95,9 +95,9 @@ class ParticleSwarm:
 def main(generations: int = 300, seed: int = 1, verbose: bool = True) -> dict:
     """Run the two islands with ring migration; returns the start and final errors."""
     problem = make_sine_problem()
-    config = EngineConfig(capacity=32, omega=[0.5, None])  # the GA's weight; unused by the swarm
-    islands = [Island(0, problem, config, seed=seed, n_islands=2),
-               Island(1, problem, config, seed=seed, n_islands=2, algorithm=ParticleSwarm())]
+    # per-island settings, resolved once: the GA's weight (unused by the swarm)
+    ga, swarm = EngineConfig(capacity=32, omega=[0.5, None]).resolve_all(2)
+    islands = [Island(0, problem, ga, seed=seed), Island(1, problem, swarm, seed=seed, algorithm=ParticleSwarm())]
     for island in islands:
         island.initialize()
     start = min(island.best()[1] for island in islands)
@@ -107,7 +107,7 @@ def main(generations: int = 300, seed: int = 1, verbose: bool = True) -> dict:
         if g % 10 == 0:  # ring migration, both directions decided before either receives
             outgoing = [isl.emigrants(2, "best", stream(seed, isl.index, g, "emigrate")) for isl in islands]
             for i, island in enumerate(islands):
-                island.immigrate(*outgoing[i - 1], policy="elite_unique")
+                island.immigrate(*outgoing[i - 1], policy="better", unique=True)
     final = [island.best()[1] for island in islands]
     if verbose:
         for island, value in zip(islands, final):

@@ -4,8 +4,11 @@ Building blocks:
 
 * :class:`Island` (:mod:`.island`) -- archive + algorithm + problem; the object the
   parallel layer drives: ``initialize()``, ``step(g)`` (or ``ask(g)``/``tell(f)`` to
-  evaluate elsewhere), ``emigrants(k, policy, rng)``, ``immigrate(...)``,
+  evaluate elsewhere), ``emigrants(k, policy, rng, exclude)``, ``immigrate(...)``,
   ``diversity()``, ``counters()``, ``best()``, ``state_dict()``/``load_state_dict()``.
+* Migration policies (:mod:`.migration`) -- selection (``best``, ``random``) and
+  replacement (``worst``, ``better``, ``fair``) as plain callables, elite-unique
+  filtering, :class:`MigrationPolicy`; the parallel layer only transports migrants.
 * :class:`Archive` (:mod:`.archive`) -- fixed-capacity elite set: genomes, fitness,
   ids (``island * 2**40 + counter``), births, origins; keep-the-best merge up to a
   limit (the population in use, which GA restarts grow).
@@ -37,7 +40,8 @@ Example::
 from .archive import ID_STRIDE, Archive, Insertion, make_ids, sanitize_fitness
 from .algorithms import CMAES, JDE, GeneticAlgorithm, IslandAlgorithm, make_algorithm
 from .config import EngineConfig
-from .island import EMIGRATION_POLICIES, IMMIGRATION_POLICIES, Island, Migrants
+from .island import Island
+from .migration import REPLACEMENT_POLICIES, SELECTION_POLICIES, MigrationPolicy, Migrants
 from .params import resolve_param
 from .problems import BUILTIN_PROBLEMS, Problem, builtin_problem, check_fitness, make_problem
 from .stagnation import StagnationMonitor
@@ -47,7 +51,7 @@ __all__ = [
     "Archive", "Insertion", "ID_STRIDE", "make_ids", "sanitize_fitness",
     "IslandAlgorithm", "GeneticAlgorithm", "JDE", "CMAES", "make_algorithm",
     "EngineConfig", "resolve_param",
-    "Island", "Migrants", "EMIGRATION_POLICIES", "IMMIGRATION_POLICIES",
+    "Island", "Migrants", "MigrationPolicy", "SELECTION_POLICIES", "REPLACEMENT_POLICIES",
     "Problem", "BUILTIN_PROBLEMS", "builtin_problem", "make_problem", "check_fitness",
     "StagnationMonitor",
     "PURPOSES", "stream",

@@ -147,7 +147,9 @@ class Archive:
         return int(np.argmin(self.fitness))
 
     # --- duplicates --------------------------------------------------------------
-    def _member_hashes(self) -> np.ndarray:
+    def hashes(self) -> np.ndarray:
+        """The :func:`row_hashes` of the members' genomes (with ``unique``, a read-only
+        view of the hashes kept up to date; do not modify)."""
         return self._hashes[:self.size] if self.unique else row_hashes(self.genomes)
 
     def duplicate_mask(self, genomes: np.ndarray, hashes: np.ndarray | None = None) -> np.ndarray:
@@ -156,7 +158,7 @@ class Archive:
         hashes = row_hashes(genomes) if hashes is None else hashes
         dup = np.zeros(len(genomes), bool)
         if self.size:
-            member_hashes = self._member_hashes()
+            member_hashes = self.hashes()
             order = np.argsort(member_hashes, kind="stable")
             sorted_hashes = member_hashes[order]
             pos = np.minimum(np.searchsorted(sorted_hashes, hashes), self.size - 1)
@@ -210,7 +212,7 @@ class Archive:
             genomes: (n, dim) candidates.
             fitness: (n,) minimised fitness (non-finite ranks worst).
             ids, origins, births: (n,) int64 or scalars (same order as
-                :class:`~mpievo.evo.island.Migrants`).
+                :class:`~mpievo.evo.migration.Migrants`).
 
         Returns:
             :class:`Insertion` (which candidates entered, where, duplicates dropped).

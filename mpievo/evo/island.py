@@ -9,7 +9,7 @@ The parallel layer drives islands through this API only::
         if g % interval == 0:
             out = island.emigrants(k, "best", stream(seed, index, g, "emigrate"))
             ... send out.genomes/fitness/ids/origins/births, receive theirs ...
-            island.immigrate(*received, policy="replace_if_better")
+            island.immigrate(*received, policy="better")
     state = island.state_dict()               # numpy arrays and plain scalars only
 
 Determinism: generation ``g`` of island ``i`` draws only from
@@ -17,43 +17,25 @@ Determinism: generation ``g`` of island ``i`` draws only from
 settings and the order of calls on each island, never on ranks or timing; after
 ``load_state_dict`` an island continues exactly as it would have.
 
-Migration: :meth:`Island.emigrants` picks members (``best`` or ``random``);
-:meth:`Island.immigrate` takes foreign genomes in under a policy (see
-:data:`IMMIGRATION_POLICIES`). Migrants keep their ids, births and origin island.
+Migration: :meth:`Island.emigrants` picks members and :meth:`Island.immigrate`
+takes foreign genomes in, both under the policies of :mod:`.migration`
+(selection ``best``/``random``, replacement ``worst``/``better``/``fair``, optionally
+elite-unique). Migrants keep their ids, births and origin island.
 """
 
 from __future__ import annotations
-
-from typing import NamedTuple
 
 import numpy as np
 
 from .algorithms.base import make_algorithm
 from .archive import Archive, make_ids, sanitize_fitness
 from .config import EngineConfig
+from .migration import Migrants, admit, choose_emigrants
 from .operators import box_arrays
 from .problems import Problem, check_fitness, make_problem
 from .streams import stream
 
-EMIGRATION_POLICIES = ("best", "random")
-#: replace_worst: immigrants evict the worst members unconditionally;
-#: replace_if_better: merged like children (enter only when better than the worst);
-#: fair: like replace_if_better but at most ``max_replace`` (default 1) immigrants,
-#:       the best ones, may enter (pagmo's fair_replace);
-#: elite_unique: replace_if_better, skipping genomes the island already holds.
-IMMIGRATION_POLICIES = ("replace_worst", "replace_if_better", "fair", "elite_unique")
 STATE_FORMAT = 1
-
-
-class Migrants(NamedTuple):
-    """Genomes leaving or entering an island, with their records (field order matches
-    :meth:`Island.immigrate`, so ``island.immigrate(*migrants)`` works)."""
-
-    genomes: np.ndarray   # (k, dim)
-    fitness: np.ndarray   # (k,) float64, minimised
-    ids: np.ndarray       # (k,) int64
-    origins: np.ndarray   # (k,) int64, island each genome was born on
-    births: np.ndarray    # (k,) int64, generation each genome was born in
 
 
 class Island:
@@ -81,11 +63,14 @@ class Island:
         self.seed = int(seed)
         stream(self.seed, self.index, 0)  # validates seed and index early
         self.problem = problem if isinstance(problem, Problem) else make_problem(problem)
-        if n_islands is None:
-            if any(isinstance(v, list) for v in config.to_dict().values()):
-                raise ValueError("expected n_islands with per-island list settings, got None")
-            n_islands = self.index + 1
-        self.config = config.resolve(self.index, n_islands)
+        if not config.is_heterogeneous():
+            self.config = config  # plain already (IslandScheme passes resolve_all's configs)
+        else:
+            if n_islands is None:
+                if any(isinstance(v, list) for v in config.to_dict().values()):
+                    raise ValueError("expected n_islands with per-island list settings, got None")
+                n_islands = self.index + 1
+            self.config = config.resolve(self.index, n_islands)
         self.archive = Archive(self.config.capacity, self.problem.dim, self.config.dtype,
                                unique=self.config.unique, island=self.index,
                                limit=min(self.config.population or self.config.capacity,
@@ -219,88 +204,77 @@ class Island:
                 "immigrants_accepted": self.immigrants_accepted}
 
     # --- migration ---------------------------------------------------------------
-    def emigrants(self, k: int, policy: str = "best", rng: np.random.Generator | None = None) -> Migrants:
-        """Copies of ``k`` members (fewer when the archive holds fewer).
+    def member_hashes(self) -> np.ndarray:
+        """uint64 hash of each member's genome: what a sender to this island excludes
+        for elite-unique migration (``emigrants(..., exclude=)``)."""
+        return self.archive.hashes()
+
+    def emigrants(self, k: int, policy: str = "best", rng: np.random.Generator | None = None,
+                  exclude: np.ndarray | None = None) -> Migrants:
+        """Copies of ``k`` members (fewer when fewer are eligible).
 
         Args:
             k: number of emigrants.
-            policy: ``best`` (the k best, best first) or ``random`` (k distinct members).
+            policy: selection policy (:data:`~.migration.SELECTION_POLICIES`): ``best``
+                (the k best, best first) or ``random`` (k distinct members).
             rng: required by ``random`` (e.g. ``stream(seed, index, g, "emigrate")``).
+            exclude: the receiver's :meth:`member_hashes`; members with one of these
+                hashes stay (elite-unique). None: every member may leave.
         """
-        if policy not in EMIGRATION_POLICIES:
-            raise ValueError(f"expected emigration policy among {EMIGRATION_POLICIES}, got {policy!r}")
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
             raise ValueError(f"expected k to be an int >= 0, got {k!r}")
-        k = min(int(k), self.archive.size)
-        if policy == "best":
-            chosen = self.archive.ranking()[:k]
-        else:
-            if rng is None:
-                raise ValueError("expected a Generator for emigration policy 'random', got None")
-            chosen = rng.choice(self.archive.size, size=k, replace=False)
-        a = self.archive
-        return Migrants(a.genomes[chosen].copy(), a.fitness[chosen].copy(), a.ids[chosen].copy(),
-                        a.origins[chosen].copy(), a.births[chosen].copy())
+        return choose_emigrants(self.archive, int(k), policy, rng, exclude)
 
-    def immigrate(self, genomes, fitness, ids, origins, births=None, *,
-                  policy: str = "replace_if_better", max_replace: int | None = None) -> int:
-        """Take migrants into the archive under ``policy`` (see :data:`IMMIGRATION_POLICIES`).
+    def immigrate(self, genomes, fitness, ids, origins, births=None, *, policy: str = "better",
+                  max_replace: int | None = None, unique: bool = False) -> int:
+        """Take migrants into the archive under ``policy``.
 
         Args:
             genomes: (k, dim) genomes (cast to this island's dtype).
             fitness: (k,) minimised fitness as computed on their origin island.
             ids, origins: (k,) int64 (origins may be one int for all).
             births: (k,) generations of birth; default: this island's generation.
-            policy: immigration policy.
+            policy: replacement policy (:data:`~.migration.REPLACEMENT_POLICIES`):
+                ``worst`` (evict the worst members unconditionally), ``better`` (enter
+                only when better than the worst member) or ``fair`` (like ``better``,
+                for at most ``max_replace`` immigrants, the best).
             max_replace: ``fair`` only: most immigrants that may enter (default 1).
+            unique: elite-unique: drop genomes the island holds and repeats first.
 
         Returns:
             Number of immigrants that entered the archive.
         """
-        if policy not in IMMIGRATION_POLICIES:
-            raise ValueError(f"expected immigration policy among {IMMIGRATION_POLICIES}, got {policy!r}")
         if not self.initialized:
             raise RuntimeError(f"island {self.index}: call initialize() or load_state_dict() first")
+        limit = 1 if max_replace is None else max_replace
+        if isinstance(limit, bool) or not isinstance(limit, (int, np.integer)) or limit < 0:
+            raise ValueError(f"expected max_replace to be an int >= 0, got {max_replace!r}")
+        migrants = self._check_migrants(genomes, fitness, ids, origins,
+                                        self.generation if births is None else births)
+        entered = admit(self.archive, migrants, policy, int(limit), unique)
+        self.immigrants_accepted += len(entered.fitness)
+        if len(entered.fitness) and callable(getattr(self.algorithm, "migrate_in", None)):
+            self.algorithm.migrate_in(entered.genomes, entered.fitness)
+        return len(entered.fitness)
+
+    def _check_migrants(self, genomes, fitness, ids, origins, births) -> Migrants:
+        """Immigrant columns validated, cast to this island's dtype, scalars broadcast."""
         genomes = np.asarray(genomes)
         if genomes.ndim != 2 or genomes.shape[1] != self.problem.dim:
             raise ValueError(f"expected immigrant genomes of shape (k, {self.problem.dim}), got {genomes.shape}")
-        genomes = genomes.astype(self.archive.dtype, copy=False)
+        n = len(genomes)
         fitness, _ = sanitize_fitness(fitness)
-        if fitness.shape != (len(genomes),):
-            raise ValueError(f"expected immigrant fitness of shape ({len(genomes)},), got {fitness.shape}")
-        births = self.generation if births is None else births
-        candidates = np.arange(len(genomes))
-        if policy == "elite_unique" and len(genomes):
-            candidates = candidates[~self.archive.duplicate_mask(genomes)]
-        if policy == "fair":
-            limit = 1 if max_replace is None else int(max_replace)
-            if limit < 0:
-                raise ValueError(f"expected max_replace >= 0, got {limit}")
-            candidates = np.sort(np.lexsort((candidates, fitness))[:limit])
-        sub = lambda col: col[candidates] if np.ndim(col) else col  # noqa: E731
-        args = (genomes[candidates], fitness[candidates], sub(np.asarray(ids)), sub(np.asarray(origins)),
-                sub(np.asarray(births)))
-        if policy == "replace_worst":
-            entered = self._replace_worst(*args)
-        else:
-            entered = self.archive.insert(*args).entered
-        accepted = args[0][entered], args[1][entered]
-        self.immigrants_accepted += len(entered)
-        if len(entered) and callable(getattr(self.algorithm, "migrate_in", None)):
-            self.algorithm.migrate_in(*accepted)
-        return len(entered)
-
-    def _replace_worst(self, genomes, fitness, ids, origins, births) -> np.ndarray:
-        keep = np.arange(len(genomes))
-        if self.archive.unique and len(genomes):
-            keep = keep[~self.archive.duplicate_mask(genomes)]
-        # Free slots first (in order, so no gap), then the worst members, worst first.
-        worst = self.archive.ranking()[::-1]
-        slots = np.concatenate([np.arange(self.archive.size, self.archive.limit), worst])[:len(keep)]
-        keep = keep[:len(slots)]
-        pick = lambda col: col[keep] if np.ndim(col) else col  # noqa: E731
-        self.archive.replace(slots, genomes[keep], fitness[keep], pick(ids), pick(origins), pick(births))
-        return keep
+        if fitness.shape != (n,):
+            raise ValueError(f"expected immigrant fitness of shape ({n},), got {fitness.shape}")
+        columns = []
+        for name, column in (("ids", ids), ("origins", origins), ("births", births)):
+            column = np.asarray(column, dtype=np.int64)
+            if column.ndim == 0:
+                column = np.full(n, column)
+            elif column.shape != (n,):
+                raise ValueError(f"expected immigrant {name} of shape ({n},), got {column.shape}")
+            columns.append(column)
+        return Migrants(genomes.astype(self.archive.dtype, copy=False), fitness, *columns)
 
     # --- checkpoint --------------------------------------------------------------
     def state_dict(self) -> dict:

@@ -3,8 +3,8 @@
 * :mod:`.mapping` -- block placement of N logical islands on P ranks.
 * :mod:`.topology` -- ring, bidirectional ring, torus, fully connected, seeded random
   per epoch, user graph, unconnected: ``neighbours(n_islands, ...) -> list[list[int]]``.
-* :mod:`.migration` -- synchronous buffer migration (best/random emigrants; replace
-  worst / if better / fair; elite-unique), one message per rank pair.
+* :mod:`.migration` -- synchronous buffer migration: edges, packing, hash exchange, one
+  message per rank pair (the policies live in :mod:`mpievo.evo.migration`).
 * :mod:`.adaptive` -- migration interval from measured diversity (a pure rule).
 * :mod:`.scheme` -- the :class:`Scheme` protocol and the :class:`IslandScheme`.
 * :mod:`.runner` -- the run loop (logging, checkpoints, stop requests).
@@ -18,7 +18,8 @@ from .adaptive import AdaptiveInterval, next_interval
 from .gpu import DeviceBinding, bind_device, choose_device, local_rank
 from .job import best_genome_bytes, build_problem, build_scheme, run_job
 from .mapping import islands_of_rank, rank_of_island
-from .migration import IslandShape, MigrationPolicy, MigrationReport, Migrator
+from ..evo.migration import MigrationPolicy
+from .migration import IslandShape, MigrationReport, Migrator
 from .runner import LogPoint, RunLoop, RunResult, RunSettings
 from .scheme import BestMember, IslandRecord, IslandScheme, MigrationSchedule, Scheme, StepResult
 from .topology import (TOPOLOGIES, bidirectional_ring, build_topology, fully_connected, graph,

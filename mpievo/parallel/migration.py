@@ -13,15 +13,19 @@ Transfers: all migrants between one pair of ranks travel in one buffer message
 ranks that all send large messages at once cannot deadlock; islands on the same
 rank hand their migrants over in memory.
 
+Which members leave and how arrivals enter is the engine's business
+(:mod:`mpievo.evo.migration`, through ``Island.emigrants`` / ``Island.immigrate``);
+this module only decides who talks to whom and moves the bytes.
+
 Elite-unique migration (``unique=True``) never sends a genome the receiver already
-holds: first every receiver sends the 64-bit hashes of its members' genomes to its
-senders (8 bytes per member, one small message per rank pair), and a sender then
-picks its best (or random) members among those whose hash the receiver does not
-hold. Equal genomes have equal hashes, so no held genome is sent; a hash collision
-can only hold back a genome that was not held, which is harmless. Two senders may
-still send the receiver the same genome in one round (e.g. a migrant both received
-earlier): the receiver drops such duplicates, and members it already holds, before
-its replacement policy runs.
+holds: first every receiver sends the 64-bit hashes of its members' genomes
+(``Island.member_hashes``) to its senders (8 bytes per member, one small message
+per rank pair), and a sender then picks its emigrants among the members whose hash
+the receiver does not hold. Equal genomes have equal hashes, so no held genome is
+sent; a hash collision can only hold back a genome that was not held, which is
+harmless. Two senders may still send the receiver the same genome in one round
+(e.g. a migrant both received earlier): the receiver's immigration drops such
+duplicates, and members it already holds, before its replacement policy runs.
 """
 
 from __future__ import annotations
@@ -32,43 +36,11 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from ..evo.archive import row_hashes
-from ..evo.island import Island, Migrants
+from ..evo.island import Island
+from ..evo.migration import MigrationPolicy, Migrants
 from ..evo.streams import stream
 from .mapping import rank_of_island
 from .packing import EdgeLayout, HashLayout, concat_migrants, migrant_count
-
-#: config name -> Island.immigrate policy
-REPLACEMENT_POLICIES = {"worst": "replace_worst", "better": "replace_if_better", "fair": "fair"}
-SELECTION_POLICIES = ("best", "random")
-
-
-@dataclass(frozen=True)
-class MigrationPolicy:
-    """How islands exchange members.
-
-    Attributes:
-        emigrants: migrants per edge (k).
-        selection: ``best`` (the k best) or ``random`` (k distinct members).
-        replacement: ``worst`` (evict the worst members unconditionally), ``better``
-            (enter only when better than the worst member), ``fair`` (at most k of
-            the incoming migrants, the best, may enter and only when better).
-        unique: elite-unique (see the module docstring).
-    """
-
-    emigrants: int = 2
-    selection: str = "best"
-    replacement: str = "better"
-    unique: bool = True
-
-    def __post_init__(self):
-        if isinstance(self.emigrants, bool) or not isinstance(self.emigrants, int) or self.emigrants < 0:
-            raise ValueError(f"expected emigrants to be an int >= 0, got {self.emigrants!r}")
-        if self.selection not in SELECTION_POLICIES:
-            raise ValueError(f"expected selection among {SELECTION_POLICIES}, got {self.selection!r}")
-        if self.replacement not in REPLACEMENT_POLICIES:
-            raise ValueError(f"expected replacement among {tuple(REPLACEMENT_POLICIES)}, "
-                             f"got {self.replacement!r}")
 
 
 @dataclass(frozen=True)
@@ -95,43 +67,6 @@ class MigrationReport:
 def topology_edges(destinations: Sequence[Sequence[int]]) -> list[tuple[int, int]]:
     """All (source, destination) edges, ascending."""
     return sorted((s, d) for s, row in enumerate(destinations) for d in row)
-
-
-def select_emigrants(island: Island, k: int, policy: str, rng: np.random.Generator,
-                     exclude: np.ndarray | None = None) -> Migrants:
-    """Up to ``k`` members of ``island`` whose genome hash is not in ``exclude``.
-
-    Args:
-        island: the sending island.
-        k: number wanted.
-        policy: ``best`` (best first) or ``random`` (drawn from ``rng``).
-        rng: the generator of this migration.
-        exclude: uint64 genome hashes the receiver holds (None: exclude nothing).
-
-    Returns:
-        Copies of the chosen members (fewer than ``k`` when too few are eligible).
-    """
-    if exclude is None:
-        return island.emigrants(k, policy, rng)
-    archive = island.archive
-    eligible = ~np.isin(row_hashes(archive.genomes), exclude)
-    if policy == "best":
-        ranking = archive.ranking()
-        chosen = ranking[eligible[ranking]][:k]
-    else:
-        pool = np.flatnonzero(eligible)
-        chosen = rng.choice(pool, size=min(k, len(pool)), replace=False) if len(pool) else pool
-    return Migrants(archive.genomes[chosen].copy(), archive.fitness[chosen].copy(),
-                    archive.ids[chosen].copy(), archive.origins[chosen].copy(),
-                    archive.births[chosen].copy())
-
-
-def drop_held_duplicates(island: Island, migrants: Migrants) -> Migrants:
-    """Migrants whose genome the island does not hold and that no earlier migrant repeats."""
-    if migrant_count(migrants) == 0:
-        return migrants
-    keep = ~island.archive.duplicate_mask(migrants.genomes.astype(island.archive.dtype, copy=False))
-    return Migrants(*(column[keep] for column in migrants))
 
 
 class Migrator:
@@ -185,8 +120,7 @@ class Migrator:
 
     def _exchange_hashes(self, edges) -> dict[tuple[int, int], np.ndarray]:
         """Every sender learns the genome hashes its receivers hold."""
-        held = {d: row_hashes(self.islands[d].archive.genomes)
-                for d in {d for _, d in edges if self._local(d)}}
+        held = {d: self.islands[d].member_hashes() for d in {d for _, d in edges if self._local(d)}}
         exclude = {(s, d): held[d] for s, d in edges if self._local(s) and self._local(d)}
         # messages: receiver d -> sender s, i.e. "reversed" edges
         sends = self._pack_per_peer([(d, s) for s, d in edges if self._local(d) and not self._local(s)],
@@ -205,8 +139,8 @@ class Migrator:
         for s in sorted(self.islands):
             rng = stream(self.seed, s, generation, "emigrate")
             for d in sorted(destinations[s]):
-                outgoing[(s, d)] = select_emigrants(self.islands[s], self.policy.emigrants,
-                                                    self.policy.selection, rng, exclude.get((s, d)))
+                outgoing[(s, d)] = self.islands[s].emigrants(self.policy.emigrants, self.policy.selection,
+                                                             rng, exclude=exclude.get((s, d)))
         return outgoing
 
     def _exchange_migrants(self, edges, outgoing) -> dict[tuple[int, int], Migrants]:
@@ -222,17 +156,13 @@ class Migrator:
         return arrived
 
     def _take_in(self, edges, arrived, report: MigrationReport) -> None:
-        immigration = REPLACEMENT_POLICIES[self.policy.replacement]
+        policy = self.policy
         for d in sorted(self.islands):
-            island = self.islands[d]
             shape = self.shapes[d]
             batch = concat_migrants([arrived[(s, d)] for s, dd in edges if dd == d], shape.dim, shape.dtype)
             report.received[d] = migrant_count(batch)
-            if self.policy.unique:
-                batch = drop_held_duplicates(island, batch)
-            extra = {"max_replace": self.policy.emigrants} if immigration == "fair" else {}
-            accepted = island.immigrate(*batch, policy=immigration, **extra) if migrant_count(batch) else 0
-            report.accepted[d] = accepted
+            report.accepted[d] = self.islands[d].immigrate(
+                *batch, policy=policy.replacement, max_replace=policy.emigrants, unique=policy.unique)
 
     # ---------------------------------------------------------- message plumbing
     # Pairs are (sending island, receiving island) of one message block: (source,

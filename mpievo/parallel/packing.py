@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..evo.island import Migrants
+from ..evo.migration import Migrants
 
 _ALIGN = 8
 

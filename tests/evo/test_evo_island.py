@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mpievo.evo import EngineConfig, Island, Problem, make_problem, stream
+from mpievo.evo import EngineConfig, Island, Migrants, Problem, make_problem, stream
 from mpievo.evo.archive import ID_STRIDE
 
 
@@ -87,56 +87,80 @@ def test_emigrants_best_and_random():
     r2 = isl.emigrants(4, "random", stream(3, 0, 3, "emigrate"))
     assert np.array_equal(r1.ids, r2.ids) and len(set(r1.ids.tolist())) == 4
     assert len(isl.emigrants(100, "best").ids) == 8
-    with pytest.raises(ValueError, match="expected a Generator for emigration policy 'random'"):
+    with pytest.raises(ValueError, match="expected a Generator for selection policy 'random'"):
         isl.emigrants(2, "random")
-    with pytest.raises(ValueError, match="expected emigration policy among"):
+    with pytest.raises(ValueError, match="expected selection policy among"):
         isl.emigrants(2, "worst")
+    with pytest.raises(ValueError, match="expected k to be an int >= 0, got -1"):
+        isl.emigrants(-1)
 
 
-def test_immigrate_replace_worst_is_unconditional():
+def test_emigrants_exclude_the_receivers_genomes():
+    sender, receiver = island(capacity=8).run(2), island(index=1, capacity=8).run(2)
+    receiver.immigrate(*sender.emigrants(2, "best"), policy="worst")
+    chosen = sender.emigrants(2, "best", exclude=receiver.member_hashes())
+    assert np.array_equal(chosen.ids, sender.archive.ids[sender.archive.ranking()[2:4]])
+    randomly = sender.emigrants(8, "random", stream(3, 0, 2, "emigrate"), exclude=receiver.member_hashes())
+    assert sorted(randomly.ids.tolist()) == sorted(sender.archive.ids[sender.archive.ranking()[2:]].tolist())
+
+
+def test_immigrate_worst_is_unconditional():
     isl = island(capacity=8).run(2)
     worst_two = set(isl.archive.ids[np.argsort(isl.archive.fitness)[-2:]].tolist())
     bad = np.full((2, 6), 1.0, np.float32)
-    n = isl.immigrate(bad, [1e9, 1e9], [7, 8], 1, policy="replace_worst")
+    n = isl.immigrate(bad, [1e9, 1e9], [7, 8], 1, policy="worst")
     assert n == 2 and {7, 8} <= set(isl.archive.ids.tolist()) and not worst_two & set(isl.archive.ids.tolist())
     assert np.all(isl.archive.origins[np.isin(isl.archive.ids, [7, 8])] == 1)
+    assert isl.immigrants_accepted == 2
 
 
-def test_immigrate_replace_if_better_and_fair():
+def test_immigrate_better_merges_migrants_like_children():
+    good = migrants_from(seed=11, k=4)
+    isl = island(capacity=8).run(1)
+    before = isl.archive.fitness.copy()
+    worse = np.full((1, 6), 0.5, np.float32), [before.max() + 1.0], [77], [2], [1]   # worse than every member
+    m = Migrants(*(np.concatenate([a, np.asarray(b, dtype=a.dtype)]) for a, b in zip(good, worse)))
+    n = isl.immigrate(*m, policy="better")
+    entered = np.isin(m.ids, isl.archive.ids)
+    assert 0 < n == entered.sum() < 5 and not entered[-1] and np.all(m.fitness[entered] < before.max())
+    assert np.array_equal(np.sort(isl.archive.fitness), np.sort(np.concatenate([before, m.fitness]))[:8])
+    kept = np.isin(isl.archive.ids, m.ids)
+    assert np.array_equal(isl.archive.births[kept], m.births[np.isin(m.ids, isl.archive.ids[kept])])
+
+
+@pytest.mark.parametrize("max_replace, expected", [(None, 1), (2, 2)])
+def test_immigrate_fair_lets_in_the_best_max_replace(max_replace, expected):
     m = migrants_from(seed=11, k=4)
-    for policy, max_replace, expected in (("replace_if_better", None, None), ("fair", None, 1), ("fair", 2, 2)):
-        isl = island(capacity=8).run(1)
-        worst = np.sort(isl.archive.fitness)[-1]
-        n = isl.immigrate(*m, policy=policy, max_replace=max_replace)
-        better = int(np.sum(m.fitness < worst))
-        assert n == (min(better, expected) if expected is not None else n)
-        entered = np.isin(m.ids, isl.archive.ids)
-        assert entered.sum() == n and np.all(m.fitness[entered] < worst)
-        if policy == "fair":  # the best immigrants are the ones let in
-            assert np.array_equal(np.flatnonzero(entered), np.arange(n))
-        kept = np.isin(isl.archive.ids, m.ids)
-        assert np.array_equal(isl.archive.births[kept], m.births[np.isin(m.ids, isl.archive.ids[kept])])
+    isl = island(capacity=8).run(1)
+    assert np.sum(m.fitness < isl.archive.fitness.max()) > expected   # more would enter under better
+    n = isl.immigrate(*m, policy="fair", max_replace=max_replace)
+    entered = np.isin(m.ids, isl.archive.ids)
+    assert n == expected and np.array_equal(np.flatnonzero(entered), np.arange(n))  # m is best first
+    with pytest.raises(ValueError, match="expected max_replace to be an int >= 0, got -1"):
+        isl.immigrate(*m, policy="fair", max_replace=-1)
+    with pytest.raises(ValueError, match=r"expected replacement policy among \('worst', 'better', 'fair'\)"):
+        isl.immigrate(*m, policy="replace_if_better")
 
 
-def test_immigrate_elite_unique_skips_held_genomes():
+def test_immigrate_unique_skips_held_genomes():
     isl = island(capacity=8).run(2)
     own = isl.emigrants(2, "best")
-    assert isl.immigrate(*own, policy="elite_unique") == 0
+    assert isl.immigrate(*own, policy="better", unique=True) == 0
     twin = island(capacity=8).run(2)
-    assert twin.immigrate(*own, policy="replace_if_better") == 2  # copies of its best: they enter
+    assert twin.immigrate(*own, policy="better") == 2  # copies of its best: they enter
     better = own.genomes.copy()
     better[:, 0] += 1e-3
     fitness = own.fitness - 1.0  # pretend much better
     n = isl.immigrate(np.vstack([own.genomes, better, better]), np.concatenate([fitness, fitness, fitness]),
-                      np.arange(6) + 100, 2, policy="elite_unique")
+                      np.arange(6) + 100, 2, policy="better", unique=True)
     assert n == 2 and set(np.arange(102, 104)) <= set(isl.archive.ids.tolist())
 
 
 def test_unique_archive_refuses_duplicate_immigrants():
     isl = island(capacity=8, unique=True).run(2)
     own = isl.emigrants(2, "best")
-    assert isl.immigrate(own.genomes, own.fitness - 1.0, own.ids + 50, 0, policy="replace_worst") == 0
-    assert isl.immigrate(own.genomes, own.fitness - 1.0, own.ids + 50, 0, policy="replace_if_better") == 0
+    assert isl.immigrate(own.genomes, own.fitness - 1.0, own.ids + 50, 0, policy="worst") == 0
+    assert isl.immigrate(own.genomes, own.fitness - 1.0, own.ids + 50, 0, policy="better") == 0
 
 
 @pytest.mark.parametrize("algorithm", ["de", "cmaes"])

@@ -5,11 +5,9 @@ import pytest
 from mpi4py import MPI
 
 from mpievo.comm import Communicator
-from mpievo.evo import EngineConfig, Island, make_problem
-from mpievo.evo.archive import row_hashes
+from mpievo.evo import EngineConfig, Island, MigrationPolicy, make_problem
 from mpievo.parallel.mapping import islands_of_rank
-from mpievo.parallel.migration import (IslandShape, MigrationPolicy, Migrator, select_emigrants,
-                                       topology_edges)
+from mpievo.parallel.migration import IslandShape, Migrator, topology_edges
 from mpievo.parallel.topology import bidirectional_ring, fully_connected, ring
 
 from mpi_support import all_ranks_agree
@@ -57,47 +55,50 @@ def test_no_edges_or_no_emigrants_is_a_no_op():
     assert report.edges == 0
 
 
-def test_elite_unique_never_sends_a_held_genome():
+def holds(island, genome) -> bool:
+    return any(np.array_equal(g, genome) for g in island.archive.genomes)
+
+
+@pytest.mark.parametrize("unique", [True, False])
+def test_elite_unique_migration_never_sends_a_held_genome(unique):
     islands = make_islands(range(2), 2)
     sender, receiver = islands[0], islands[1]
-    best = sender.emigrants(2, "best")
-    receiver.immigrate(*best, policy="replace_worst")   # the receiver now holds the sender's two best
-    held = row_hashes(receiver.archive.genomes)
-    chosen = select_emigrants(sender, 2, "best", np.random.default_rng(0), exclude=held)
-    assert not np.isin(row_hashes(chosen.genomes), held).any()
-    ranking = sender.archive.ranking()
-    assert np.array_equal(chosen.ids, sender.archive.ids[ranking[2:4]])   # the next best two
-    randomly = select_emigrants(sender, 3, "random", np.random.default_rng(0), exclude=held)
-    assert len(randomly.ids) == 3 and not np.isin(row_hashes(randomly.genomes), held).any()
+    receiver.immigrate(*sender.emigrants(2, "best"), policy="worst")   # it holds the sender's two best
+    next_best = sender.archive.genomes[sender.archive.ranking()[2:4]].copy()
+    migrator = Migrator(self_comm(), islands, shapes(2), MigrationPolicy(2, "best", "worst", unique), seed=1)
+    report = migrator.migrate(1, [[1], []])
+    assert report.sent == 2 and report.accepted[1] == 2
+    # elite-unique sends the next best two; without it the two held ones arrive again
+    assert all(holds(receiver, g) for g in next_best) == unique
 
 
 def test_elite_unique_migration_drops_duplicates_from_two_senders():
     # islands 0 and 1 both hold genome X (0's best) and both send it to island 2
     islands = make_islands(range(3), 3)
     x = islands[0].emigrants(1, "best")
-    islands[1].immigrate(*x, policy="replace_worst")
+    islands[1].immigrate(*x, policy="worst")
     islands[1].archive._fitness[:islands[1].archive.size] += 1e9  # X is 1's best by far
     islands[1].archive._fitness[np.flatnonzero(islands[1].archive.ids == x.ids[0])] = x.fitness[0]
     graph = [[2], [2], []]
     migrator = Migrator(self_comm(), islands, shapes(3), MigrationPolicy(1, "best", "worst", True), seed=1)
     report = migrator.migrate(1, graph)
     assert report.received[2] == 2 and report.accepted[2] == 1
-    hashes = row_hashes(islands[2].archive.genomes)
-    assert len(hashes) == len(np.unique(hashes))
+    assert len(np.unique(islands[2].archive.genomes, axis=0)) == islands[2].archive.size
 
 
-@pytest.mark.parametrize("replacement, policy", [("worst", "replace_worst"), ("better", "replace_if_better"),
-                                                 ("fair", "fair")])
-def test_replacement_policies_match_island_immigrate(replacement, policy):
+@pytest.mark.parametrize("replacement", ["worst", "better", "fair"])
+@pytest.mark.parametrize("unique", [True, False])
+def test_migrator_takes_in_through_island_immigrate(replacement, unique):
     got = make_islands(range(2), 2)
     want = make_islands(range(2), 2)
-    Migrator(self_comm(), got, shapes(2), MigrationPolicy(3, "best", replacement, False), seed=1) \
+    Migrator(self_comm(), got, shapes(2), MigrationPolicy(3, "best", replacement, unique), seed=1) \
         .migrate(4, ring(2))
-    out = {i: want[i].emigrants(3, "best") for i in range(2)}
+    out = {i: want[i].emigrants(3, "best", exclude=want[1 - i].member_hashes() if unique else None)
+           for i in range(2)}
     for i in range(2):
-        extra = {"max_replace": 3} if policy == "fair" else {}
-        want[i].immigrate(*out[1 - i], policy=policy, **extra)
+        want[i].immigrate(*out[1 - i], policy=replacement, max_replace=3, unique=unique)
         assert np.array_equal(got[i].archive.genomes, want[i].archive.genomes)
+        assert got[i].immigrants_accepted == want[i].immigrants_accepted
 
 
 def _migrate_everywhere(world, n_islands, destinations, policy, generations=2, **kw):

@@ -1,0 +1,174 @@
+"""Migration policies: which members leave an island and how arrivals enter.
+
+The one home of migration on the engine side (as pagmo's s_policy / r_policy and
+DEAP's migRing): the parallel layer only transports what these choose, and
+:meth:`Island.emigrants` / :meth:`Island.immigrate` delegate here.
+
+Selection policies (:data:`SELECTION_POLICIES`) are plain callables
+``select(archive, k, rng, eligible) -> slots``: up to ``k`` distinct member slots
+among the ``eligible`` ones (a bool mask over the members; None: all).
+
+Replacement policies (:data:`REPLACEMENT_POLICIES`) are plain callables
+``replace(archive, migrants, k) -> entered``: they write migrants into the archive
+and return the indices (ascending, into ``migrants``) of those that entered; ``k``
+is the policy's rate (``fair`` lets at most ``k`` in; the others ignore it).
+
+Uniqueness (elite-unique migration) uses the archive's genome hashes and duplicate
+test only (:meth:`Archive.hashes`, :meth:`Archive.duplicate_mask`): a sender
+excludes members whose hash the receiver holds (:func:`choose_emigrants`), and a
+receiver drops migrants it holds or that an earlier migrant repeats
+(:func:`unheld`), before its replacement policy runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+from .archive import Archive
+
+
+class Migrants(NamedTuple):
+    """Genomes leaving or entering an island, with their records (field order matches
+    :meth:`Island.immigrate`, so ``island.immigrate(*migrants)`` works)."""
+
+    genomes: np.ndarray   # (k, dim)
+    fitness: np.ndarray   # (k,) float64, minimised
+    ids: np.ndarray       # (k,) int64
+    origins: np.ndarray   # (k,) int64, island each genome was born on
+    births: np.ndarray    # (k,) int64, generation each genome was born in
+
+    @classmethod
+    def of_members(cls, archive: Archive, slots) -> "Migrants":
+        """Copies of the archive members in ``slots`` (in that order)."""
+        return cls(archive.genomes[slots].copy(), archive.fitness[slots].copy(), archive.ids[slots].copy(),
+                   archive.origins[slots].copy(), archive.births[slots].copy())
+
+    def take(self, indices) -> "Migrants":
+        """The migrants at ``indices`` (in that order)."""
+        return Migrants(*(column[indices] for column in self))
+
+
+def policy_of(policies: dict, name, what: str):
+    """The callable named ``name`` in ``policies`` (ValueError naming ``what`` otherwise)."""
+    if not isinstance(name, str) or name not in policies:
+        raise ValueError(f"expected {what} among {tuple(policies)}, got {name!r}")
+    return policies[name]
+
+
+# --- selection ---------------------------------------------------------------------
+
+def select_best(archive: Archive, k: int, rng, eligible: np.ndarray | None) -> np.ndarray:
+    """The ``k`` best eligible members, best first (ties: lower slot first)."""
+    ranking = archive.ranking()
+    if eligible is not None:
+        ranking = ranking[eligible[ranking]]
+    return ranking[:k]
+
+
+def select_random(archive: Archive, k: int, rng: np.random.Generator | None,
+                  eligible: np.ndarray | None) -> np.ndarray:
+    """``k`` distinct eligible members drawn from ``rng`` (all of them when fewer)."""
+    if rng is None:
+        raise ValueError("expected a Generator for selection policy 'random', got None")
+    pool = np.arange(archive.size) if eligible is None else np.flatnonzero(eligible)
+    if len(pool) == 0:
+        return pool
+    return rng.choice(pool, size=min(k, len(pool)), replace=False)
+
+
+#: MigrationPolicy.selection name -> select(archive, k, rng, eligible) -> slots
+SELECTION_POLICIES = {"best": select_best, "random": select_random}
+
+
+def choose_emigrants(archive: Archive, k: int, policy: str, rng=None, exclude=None) -> Migrants:
+    """Copies of up to ``k`` members chosen by selection policy ``policy``.
+
+    Args:
+        exclude: uint64 genome hashes the receiver holds (from its
+            :meth:`Archive.hashes`); members with such a hash are not eligible.
+            None: every member is.
+    """
+    select = policy_of(SELECTION_POLICIES, policy, "selection policy")
+    eligible = None if exclude is None else ~np.isin(archive.hashes(), exclude)
+    return Migrants.of_members(archive, select(archive, k, rng, eligible))
+
+
+# --- replacement -------------------------------------------------------------------
+
+def unheld(archive: Archive, migrants: Migrants) -> np.ndarray:
+    """Indices of the migrants whose genome the archive does not hold and that no
+    earlier migrant repeats."""
+    return np.flatnonzero(~archive.duplicate_mask(migrants.genomes))
+
+
+def replace_worst(archive: Archive, migrants: Migrants, k: int) -> np.ndarray:
+    """Migrants fill free slots, then evict the worst members, unconditionally."""
+    keep = unheld(archive, migrants) if archive.unique else np.arange(len(migrants.fitness))
+    # Free slots first (in order, so no gap), then the worst members, worst first.
+    slots = np.concatenate([np.arange(archive.size, archive.limit), archive.ranking()[::-1]])[:len(keep)]
+    keep = keep[:len(slots)]
+    archive.replace(slots, *migrants.take(keep))
+    return keep
+
+
+def replace_if_better(archive: Archive, migrants: Migrants, k: int) -> np.ndarray:
+    """Migrants merge like children: each enters only when better than the worst member."""
+    return archive.insert(*migrants).entered
+
+
+def replace_fair(archive: Archive, migrants: Migrants, k: int) -> np.ndarray:
+    """Like :func:`replace_if_better`, but only the ``k`` best migrants may enter
+    (pagmo's fair_replace; ties: the earlier migrant)."""
+    best = np.sort(np.lexsort((np.arange(len(migrants.fitness)), migrants.fitness))[:k])
+    return best[archive.insert(*migrants.take(best)).entered]
+
+
+#: MigrationPolicy.replacement name -> replace(archive, migrants, k) -> entered
+REPLACEMENT_POLICIES = {"worst": replace_worst, "better": replace_if_better, "fair": replace_fair}
+
+
+def admit(archive: Archive, migrants: Migrants, policy: str, k: int, unique: bool = False) -> Migrants:
+    """Take ``migrants`` into the archive under replacement policy ``policy``.
+
+    Args:
+        k: the policy's rate (``fair``: most migrants that may enter).
+        unique: first drop migrants the archive holds or an earlier migrant repeats.
+
+    Returns:
+        The migrants that entered.
+    """
+    replace = policy_of(REPLACEMENT_POLICIES, policy, "replacement policy")
+    if unique:
+        migrants = migrants.take(unheld(archive, migrants))
+    if len(migrants.fitness) == 0:
+        return migrants
+    return migrants.take(replace(archive, migrants, k))
+
+
+@dataclass(frozen=True)
+class MigrationPolicy:
+    """How islands exchange members.
+
+    Attributes:
+        emigrants: migrants per edge (k).
+        selection: ``best`` (the k best) or ``random`` (k distinct members).
+        replacement: ``worst`` (evict the worst members unconditionally), ``better``
+            (enter only when better than the worst member), ``fair`` (at most k of
+            the incoming migrants, the best, may enter and only when better).
+        unique: elite-unique (never send a genome the receiver holds; a receiver
+            drops arrivals it holds or that repeat an earlier one).
+    """
+
+    emigrants: int = 2
+    selection: str = "best"
+    replacement: str = "better"
+    unique: bool = True
+
+    def __post_init__(self):
+        if isinstance(self.emigrants, bool) or not isinstance(self.emigrants, int) or self.emigrants < 0:
+            raise ValueError(f"expected emigrants to be an int >= 0, got {self.emigrants!r}")
+        policy_of(SELECTION_POLICIES, self.selection, "selection")
+        policy_of(REPLACEMENT_POLICIES, self.replacement, "replacement")
