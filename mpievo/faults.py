@@ -3,16 +3,17 @@
 Stop requests
 -------------
 ``install_stop_handlers()`` makes SIGTERM and SIGUSR1 set a flag (nothing else happens in
-the handler). The run loop polls it at generation boundaries with
-``stop_requested_anywhere(comm, stop)`` (or ``CheckpointPolicy.agree``), which ORs the
-flag over all ranks: a signal may reach only some ranks, yet every rank must stop after
-the same generation. The loop then writes a checkpoint and exits with
-``EXIT_CHECKPOINTED_REQUEUE`` (85), which the Slurm requeue template turns into a
-requeue. Which signal reaches the ranks depends on the launcher (measured with Open MPI
-5.0.11's ``mpiexec``): SIGUSR1 sent to ``mpiexec`` is forwarded to every rank, the ranks
-checkpoint and ``mpiexec`` exits with 85; SIGTERM sent to ``mpiexec`` ends it at once
-(exit 143, no checkpoint) and kills the ranks (in one trial it left them running,
-orphaned). So signal ``mpiexec`` with SIGUSR1 (under Slurm:
+the handler). The run loop (``mpievo.parallel.runner.RunLoop``) reads the flag after
+every generation and ORs it over all ranks with a non-blocking all-reduce that it
+completes after the next generation: a signal may reach only some ranks, yet every rank
+stops after the same generation, the one after the flag was read (a one-rank run stops
+after the generation that read it). The ranks then write a checkpoint and ``mpievo run``
+exits with ``EXIT_CHECKPOINTED_REQUEUE`` (85), which the Slurm requeue template turns
+into a requeue. Which signal reaches the ranks depends on the launcher (measured with
+Open MPI 5.0.11's ``mpiexec``): SIGUSR1 sent to ``mpiexec`` is forwarded to every rank,
+the ranks checkpoint and ``mpiexec`` exits with 85; SIGTERM sent to ``mpiexec`` ends it
+at once (exit 143, no checkpoint) and kills the ranks (in one trial it left them
+running, orphaned). So signal ``mpiexec`` with SIGUSR1 (under Slurm:
 ``#SBATCH --signal=B:USR1@<seconds>`` and forward it from the batch script); SIGTERM
 is for launchers that deliver it to the ranks themselves (``srun``, Slurm's own
 end-of-time-limit SIGTERM to the tasks).
@@ -63,12 +64,14 @@ import numpy as np
 EXIT_CHECKPOINTED_REQUEUE = 85
 #: signals that request a checkpoint-and-stop by default
 DEFAULT_STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+#: how TimeLimitedFitness enforces its limit (see the module docstring)
+TIME_LIMIT_METHODS = ("process", "signal")
 
 LOGGER = logging.getLogger("mpievo.faults")
 
 
 class StopRequest:
-    """A flag set by a signal handler (or by ``request``) and polled by the run loop."""
+    """A flag set by a signal handler (or by ``request``), read by the run loop after every generation."""
 
     def __init__(self) -> None:
         self._signal: int | None = None
@@ -138,18 +141,6 @@ def install_stop_handlers(signals: Iterable[int] = DEFAULT_STOP_SIGNALS,
     return stop
 
 
-def stop_requested_anywhere(comm: Any, stop: StopRequest) -> bool:
-    """True on every rank when any rank's flag is set. Collective: all ranks call it.
-
-    Args:
-        comm: an mpievo.comm.Communicator (uses ``allgather_object``), or None for one rank.
-        stop: this rank's StopRequest.
-    """
-    if comm is None:
-        return stop.requested
-    return any(comm.allgather_object(stop.requested))
-
-
 # ---------------------------------------------------------------- evaluation time limits
 
 
@@ -181,8 +172,8 @@ class TimeLimitedFitness:
                  worst: Any = math.inf, startup_timeout: float = 120.0):
         if not (isinstance(seconds, (int, float)) and seconds > 0 and math.isfinite(seconds)):
             raise ValueError(f"expected a finite time limit > 0 seconds, got {seconds!r}")
-        if method not in ("process", "signal"):
-            raise ValueError(f"expected method 'process' or 'signal', got {method!r}")
+        if method not in TIME_LIMIT_METHODS:
+            raise ValueError(f"expected method among {TIME_LIMIT_METHODS}, got {method!r}")
         self.fitness = fitness
         self.seconds = float(seconds)
         self.method = method

@@ -25,18 +25,16 @@ from .files import (FORMAT_NAME, FORMAT_VERSION, FileContents, FileHeader, Writt
 from .loader import (Checkpoint, existing_entries, load_latest, scan_entries, verify_checkpoint,
                      verify_checkpoint_files)
 from .manifest import MANIFEST_NAME, CheckpointEntry, FileEntry, read_manifest
-from .policy import CheckpointPolicy, Decision
 from .serial import SerialComm
 from .tree import TreeError, read_tree, write_tree
 
 __all__ = [
-    "Checkpoint", "CheckpointEntry", "CheckpointError", "CheckpointInfo", "CheckpointPolicy",
-    "CheckpointWarning", "CheckpointWriteError", "Checkpointer", "ConfigMismatchError",
-    "CorruptCheckpointError", "Decision", "FORMAT_NAME", "FORMAT_VERSION", "FileContents", "FileEntry",
-    "FileHeader", "ForeignFileError", "MANIFEST_NAME", "NewerFormatError", "NoCheckpointError",
-    "SerialComm", "TreeError", "WrittenFile", "check_config_compatible", "check_file_bytes", "file_sha256", "config_differences", "config_hash",
-    "config_text_and_format", "existing_entries", "load_latest", "parse_config", "read_checkpoint_file",
-    "read_header", "read_manifest", "read_tree", "scan_entries", "verify_checkpoint",
-    "verify_checkpoint_files", "verify_file",
-    "write_checkpoint_file", "write_tree",
+    "Checkpoint", "CheckpointEntry", "CheckpointError", "CheckpointInfo", "CheckpointWarning",
+    "CheckpointWriteError", "Checkpointer", "ConfigMismatchError", "CorruptCheckpointError",
+    "FORMAT_NAME", "FORMAT_VERSION", "FileContents", "FileEntry", "FileHeader", "ForeignFileError",
+    "MANIFEST_NAME", "NewerFormatError", "NoCheckpointError", "SerialComm", "TreeError", "WrittenFile",
+    "check_config_compatible", "check_file_bytes", "config_differences", "config_hash",
+    "config_text_and_format", "existing_entries", "file_sha256", "load_latest", "parse_config",
+    "read_checkpoint_file", "read_header", "read_manifest", "read_tree", "scan_entries",
+    "verify_checkpoint", "verify_checkpoint_files", "verify_file", "write_checkpoint_file", "write_tree",
 ]

@@ -42,9 +42,8 @@ HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 SCHEMA_SUMMARY = (
     "mpievo checkpoint, one file per writing rank. /config: run config text (attrs "
     "config_format, config_sha256). /run: run-level state (rank 0's file). "
-    "/islands/<index>: one logical island's state (genomes, fitness, ids, birth "
-    "generations, origins, rng and algorithm state, counters, hyper-parameters, "
-    "migration log, adaptive interval state). Every node has mpievo_kind (dict, list, "
+    "/islands/<index>: one logical island's state (island counters; archive genomes, "
+    "fitness, ids, births, origins; algorithm state). Every node has mpievo_kind (dict, list, "
     "tuple, array, numpy_scalar, int, bigint, float, bool, complex, str, bytes, none); "
     "mpievo_storage/mpievo_dtype mark non-native encodings. Sections and the root carry "
     "checksum_sha256; full description in mpievo/io/FORMAT.md."
@@ -235,18 +234,27 @@ def read_sidecar(path: str | Path) -> str:
     return words[0]
 
 
+#: where an island's summary values live in its state tree: at the top level of a plain
+#: tree, or where mpievo's engine keeps them (``island/...`` counters, ``archive/fitness``)
+SUMMARY_SOURCES = {
+    "generation": (("generation",), ("island", "generation")),
+    "evaluations": (("evaluations",), ("island", "evaluations")),
+    "fitness": (("fitness",), ("archive", "fitness")),
+}
+
+
 def island_summary(state: Mapping[str, Any]) -> dict:
     """Summary attributes for an island: generation, evaluations, population size, best fitness.
 
-    Taken from the conventional keys ``generation``, ``evaluations`` and ``fitness``
-    (minimisation; a 2-D fitness gives the per-objective best) when present.
+    Taken from the first of ``SUMMARY_SOURCES`` present in ``state`` (fitness:
+    minimisation, one row per member; a 2-D fitness gives the per-objective best).
     """
     summary: dict[str, Any] = {}
     for key in ("generation", "evaluations"):
-        value = state.get(key)
+        value = _first_present(state, SUMMARY_SOURCES[key])
         if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
             summary[key] = int(value)
-    fitness = state.get("fitness")
+    fitness = _first_present(state, SUMMARY_SOURCES["fitness"])
     if isinstance(fitness, np.ndarray) and fitness.ndim in (1, 2) and fitness.dtype.kind in "iuf":
         summary["population_size"] = int(fitness.shape[0])
         if fitness.shape[0] > 0:
@@ -254,6 +262,17 @@ def island_summary(state: Mapping[str, Any]) -> dict:
             best = np.fmin.reduce(fitness.astype(np.float64), axis=0)
             summary["best_fitness"] = best
     return summary
+
+
+def _first_present(state: Mapping[str, Any], paths: tuple[tuple[str, ...], ...]) -> Any:
+    """The value at the first of ``paths`` (key sequences) found in ``state``, or None."""
+    for path in paths:
+        node: Any = state
+        for key in path:
+            node = node.get(key) if isinstance(node, Mapping) else None
+        if node is not None:
+            return node
+    return None
 
 
 def read_header(path: str | Path) -> FileHeader:

@@ -1,46 +1,27 @@
-"""A one-rank stand-in for mpievo.comm.Communicator's control-plane methods.
+"""The communicator checkpoint writing and loading run with.
 
 Checkpoint writing and loading are collective; passing ``comm=None`` runs them with
-this object, so serial runs, tools and tests use the same code path as MPI runs.
+:class:`mpievo.comm.protocol.SelfComm` (one rank, no MPI), so serial runs, tools and
+tests use the same code path as MPI runs.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from mpievo.comm.protocol import EngineComm, SelfComm, missing_members
+
+#: the former name of SelfComm, still exported by mpievo.io
+SerialComm = SelfComm
 
 
-class SerialComm:
-    """Rank 0 of 1: every collective returns what a single rank would get."""
-
-    rank = 0
-    size = 1
-
-    def barrier(self, timeout: float | None = None) -> None:
-        """Nothing to wait for."""
-
-    def bcast_object(self, obj: Any, root: int = 0) -> Any:
-        """Return ``obj``."""
-        return obj
-
-    def gather_object(self, obj: Any, root: int = 0) -> list[Any]:
-        """Return ``[obj]``."""
-        return [obj]
-
-    def allgather_object(self, obj: Any) -> list[Any]:
-        """Return ``[obj]``."""
-        return [obj]
-
-
-def resolve_comm(comm: Any | None) -> Any:
-    """``comm`` itself, or a SerialComm when None.
+def resolve_comm(comm: EngineComm | None) -> EngineComm:
+    """``comm`` itself, or a SelfComm when None.
 
     Raises:
-        TypeError: ``comm`` lacks the control-plane methods used here.
+        TypeError: ``comm`` lacks members of :class:`mpievo.comm.protocol.EngineComm`.
     """
     if comm is None:
-        return SerialComm()
-    needed = ("rank", "size", "bcast_object", "gather_object", "allgather_object")
-    missing = [name for name in needed if not hasattr(comm, name)]
+        return SelfComm()
+    missing = missing_members(comm)
     if missing:
         raise TypeError(f"expected an mpievo.comm.Communicator (or None), got {type(comm).__name__} "
                         f"lacking {missing}")

@@ -1,27 +1,79 @@
-"""Every example job config validates (and is small enough to run in a test)."""
+"""Every example runs briefly and shows the feature it demonstrates.
 
+``custom_problem.py`` is run by tests/evo/test_evo_example_and_bench.py and
+``bench_gpu.py`` by tests/gpu/test_bench_and_imports.py.
+"""
+
+import subprocess
+import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from mpievo.config import apply_overrides, load_config, validate
 from mpievo.parallel import run_job
 
-EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.toml"))
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+MPIEVO = str(Path(sys.executable).parent / "mpievo")
 
 
-@pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
-def test_example_validates_and_runs_a_few_generations(path, monkeypatch):
+def run_example(name: str, generations: int, monkeypatch):
+    """Run examples/``name`` on one rank for ``generations``; (job, result)."""
     from mpi4py import MPI
 
     from mpievo.comm import Communicator
 
-    monkeypatch.syspath_prepend(str(path.parent))      # user problems live beside the configs
-    config, _ = load_config(path)
-    job = validate(apply_overrides(config, {"run.generations": 3}), 1, str(path))
+    monkeypatch.syspath_prepend(str(EXAMPLES))      # user problems live beside the configs
+    config, _ = load_config(EXAMPLES / name)
+    job = validate(apply_overrides(config, {"run.generations": generations}), 1, name)
     result = run_job(job, Communicator(MPI.COMM_SELF))
-    assert result.generations == 3 and result.evaluations > 0
+    assert result.generations == generations
+    return job, result
 
 
-def test_there_are_examples():
-    assert len(EXAMPLES) >= 3
+def check_graph_topology(monkeypatch):
+    # edges 0->3, 1->3, 2->3, 3->0: islands 1 and 2 have no incoming edge
+    _, result = run_example("graph_topology.toml", 10, monkeypatch)
+    immigrants = {i["island"]: i["immigrants"] for i in result.islands}
+    assert immigrants[1] == immigrants[2] == 0 and immigrants[0] > 0 and immigrants[3] > 0, immigrants
+
+
+def check_heterogeneous(monkeypatch):
+    # batch_size = "max(64, 256 - 32*i)": each GA island evaluates 32 fewer children per
+    # generation than the one before it
+    _, result = run_example("heterogeneous.toml", 3, monkeypatch)
+    evaluations = [i["evaluations"] for i in result.islands]
+    assert len(evaluations) == 8
+    assert [a - b for a, b in zip(evaluations[:6], evaluations[1:6])] == [3 * 32] * 5, evaluations
+
+
+def check_user_problem(monkeypatch):
+    # the "module:function" problem is the one evaluated: its value at the best genome is the best
+    _, result = run_example("user_problem.toml", 3, monkeypatch)
+    from custom_problem import sine_fit_error
+
+    value = sine_fit_error(result.best_genome[np.newaxis, :])[0]
+    assert value == pytest.approx(result.best_fitness, rel=1e-6, abs=1e-9)
+
+
+CHECKS = {"graph_topology.toml": check_graph_topology, "heterogeneous.toml": check_heterogeneous,
+          "user_problem.toml": check_user_problem}
+
+
+def test_every_example_config_has_a_check():
+    assert sorted(p.name for p in EXAMPLES.glob("*.toml")) == sorted(CHECKS)
+
+
+@pytest.mark.parametrize("name", sorted(CHECKS))
+def test_example_config_runs_and_shows_its_feature(name, monkeypatch):
+    CHECKS[name](monkeypatch)
+
+
+def test_collectives_demo_averages_across_two_ranks():
+    done = subprocess.run([MPIEVO, "launch", "-n", "2", "--", "python", str(EXAMPLES / "collectives_demo.py")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    line = next(line for line in done.stdout.splitlines() if line.startswith("2 ranks: max |mean - reference| = "))
+    error = float(line.split("= ")[1].split(",")[0])
+    assert error < 1e-6 and "'gradients'" in line, line

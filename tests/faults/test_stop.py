@@ -1,18 +1,25 @@
-"""Stop requests: signal handlers that only set a flag, ORed over ranks at generation boundaries."""
+"""Stop requests: signal handlers that only set a flag, and the run loop acting on it (one rank)."""
 
 from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
-import textwrap
 import threading
 
 import pytest
+from fault_jobs import FakeClock, RecordingCheckpointer, StopAfter, run_loop
 
-from mpievo.faults import (DEFAULT_STOP_SIGNALS, EXIT_CHECKPOINTED_REQUEUE, StopRequest, install_stop_handlers,
-                           stop_requested_anywhere)
+from mpievo.faults import DEFAULT_STOP_SIGNALS, EXIT_CHECKPOINTED_REQUEUE, StopRequest, install_stop_handlers
+from mpievo.parallel import RunSettings
+
+
+@pytest.fixture
+def comm():
+    from mpi4py import MPI
+
+    from mpievo.comm import Communicator
+
+    return Communicator(MPI.COMM_SELF)
 
 
 def test_requeue_exit_code_is_85():
@@ -27,8 +34,6 @@ def test_signal_sets_the_flag_and_the_process_carries_on(signum):
         assert not stop.requested
         os.kill(os.getpid(), signum)
         assert stop.requested and stop.signal_name == signal.Signals(signum).name
-        assert not stop_requested_anywhere(None, StopRequest())
-        assert stop_requested_anywhere(None, stop)
     assert signal.getsignal(signum) is before
 
 
@@ -63,37 +68,44 @@ def test_installing_outside_the_main_thread_is_refused():
     assert errors and "main thread" in errors[0]
 
 
-RUN_LOOP = textwrap.dedent("""
-    import sys, time
-    from mpievo.faults import EXIT_CHECKPOINTED_REQUEUE, install_stop_handlers
-    from mpievo.io import CheckpointPolicy, Checkpointer
-    stop = install_stop_handlers()
-    policy = CheckpointPolicy(every_generations=100000)
-    checkpointer = Checkpointer(sys.argv[1])
-    x = 0
-    print("ready", flush=True)
-    for generation in range(1, 10**6):
-        x += 1
-        time.sleep(0.002)
-        decision = policy.agree(None, generation, stop.requested)
-        if decision.checkpoint:
-            checkpointer.save(generation, {0: {"generation": generation, "x": x}}, config="a = 1\\n")
-            policy.mark_written(generation)
-        if decision.stop:
-            print("stopped", generation, stop.signal_name, flush=True)
-            sys.exit(EXIT_CHECKPOINTED_REQUEUE)
-""")
+class _SignalAt:
+    """A reporter that sends ``signum`` to this process when generation ``generation`` is logged."""
+
+    def __init__(self, generation: int, signum: int):
+        self.generation, self.signum = generation, signum
+
+    def on_log(self, point) -> None:
+        if point.generation == self.generation:
+            os.kill(os.getpid(), self.signum)
+
+    def on_finish(self, result) -> None:
+        pass
 
 
-def test_sigterm_makes_a_run_loop_checkpoint_and_exit_85(tmp_path):
-    from mpievo.io import load_latest
+def test_a_signal_stops_the_run_loop_after_the_current_generation_with_a_checkpoint(comm):
+    recorder = RecordingCheckpointer()
+    with install_stop_handlers([signal.SIGUSR1]) as stop:
+        loop, scheme = run_loop(comm, RunSettings(12, log_every=1), stop=stop, checkpointer=recorder,
+                                reporters=[_SignalAt(5, signal.SIGUSR1)])
+        result = loop.run()
+    assert stop.signal_name == "SIGUSR1"
+    assert result.stopped and result.generations == scheme.generation == 5
+    assert recorder.generations == [5] and result.checkpoints == ["ckpt-5"]
 
-    child = subprocess.Popen([sys.executable, "-c", RUN_LOOP, str(tmp_path)], stdout=subprocess.PIPE, text=True)
-    assert child.stdout.readline().strip() == "ready"
-    child.send_signal(signal.SIGTERM)
-    out, _ = child.communicate(timeout=60)
-    assert child.returncode == EXIT_CHECKPOINTED_REQUEUE
-    word, generation, name = out.split()
-    assert word == "stopped" and name == "SIGTERM"
-    loaded = load_latest(tmp_path)
-    assert loaded.generation == int(generation) and loaded.islands[0]["x"] == int(generation)
+
+def test_a_stop_at_the_last_generation_completes_the_run(comm):
+    recorder = RecordingCheckpointer()
+    loop, scheme = run_loop(comm, RunSettings(12, log_every=4), checkpointer=recorder)
+    loop.stop = StopAfter(scheme, 12)
+    result = loop.run()
+    assert not result.stopped and result.generations == 12 and recorder.generations == [12]
+
+
+def test_a_time_based_checkpoint_is_taken_after_the_generation_that_found_it_due(comm, monkeypatch):
+    recorder = RecordingCheckpointer()
+    loop, scheme = run_loop(comm, RunSettings(12, log_every=4, checkpoint_seconds=100), checkpointer=recorder)
+    # the clock jumps past the period during generation 5, and stands still after that
+    monkeypatch.setattr("mpievo.parallel.runner.time", FakeClock(lambda: 1000.0 if scheme.generation >= 5 else 0.0))
+    result = loop.run()
+    assert not result.stopped and recorder.generations == [5, 12]
+

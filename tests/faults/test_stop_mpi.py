@@ -1,14 +1,16 @@
-"""Stop flags agree over ranks (run under `mpievo launch -n P -- python -m pytest --with-mpi`)."""
+"""The run loop's vote over ranks: a stop flag or rank 0's checkpoint clock on one rank acts
+on every rank at the same generation (run under `mpievo launch -n P -- python -m pytest --only-mpi`)."""
 
 from __future__ import annotations
 
-import os
-import signal
-
 import pytest
+from fault_jobs import FakeClock, RecordingCheckpointer, StopAfter, run_loop
 
-from mpievo.faults import StopRequest, install_stop_handlers, stop_requested_anywhere
-from mpievo.io import CheckpointPolicy
+from mpi_support import all_ranks_agree
+from mpievo.parallel import RunSettings
+
+# a broken vote leaves the ranks in different collectives: fail in bounded time, not hang
+pytestmark = pytest.mark.timeout(60)
 
 
 @pytest.fixture
@@ -19,37 +21,32 @@ def comm():
 
 
 @pytest.mark.mpi(min_size=2)
-def test_a_signal_on_one_rank_stops_every_rank(comm):
-    with install_stop_handlers() as stop:
-        assert not stop_requested_anywhere(comm, stop)
-        if comm.rank == comm.size - 1:
-            os.kill(os.getpid(), signal.SIGUSR1)
-        assert stop.requested == (comm.rank == comm.size - 1)
-        assert stop_requested_anywhere(comm, stop)
+def test_a_stop_on_the_last_rank_stops_every_rank_after_the_same_generation(world, comm, tmp_path_factory):
+    from mpievo.io import Checkpointer, load_latest
+
+    directory = comm.bcast_object(str(tmp_path_factory.mktemp("stop")) if comm.rank == 0 else None)
+    loop, scheme = run_loop(comm, RunSettings(12, log_every=1), checkpointer=Checkpointer(directory, comm=comm))
+    loop.stop = StopAfter(scheme, 7, here=comm.rank == comm.size - 1)
+    result = loop.run()
+    # cast after generation 7, the vote is read after generation 8 on every rank
+    ok = result.stopped and result.generations == scheme.generation == 8 and len(result.checkpoints) == 1
+    all_ranks_agree(world, ok, f"stopped={result.stopped} at {result.generations}, saved {result.checkpoints}")
+    comm.barrier()
+    saved = load_latest(directory)
+    all_ranks_agree(world, saved.generation == 8 and saved.written_by_ranks == comm.size,
+                    f"latest checkpoint at {saved.generation} by {saved.written_by_ranks} ranks")
 
 
 @pytest.mark.mpi(min_size=2)
-def test_every_rank_stops_after_the_same_generation(comm):
-    policy = CheckpointPolicy(every_generations=1000)
-    stop = StopRequest()
-    stopped_at = None
-    for generation in range(1, 20):
-        if comm.rank == 1 and generation == 7:
-            stop.request(signal.SIGTERM)
-        decision = policy.agree(comm, generation, stop.requested)
-        if decision.stop:
-            assert decision.checkpoint
-            stopped_at = generation
-            break
-    assert comm.allgather_object(stopped_at) == [7] * comm.size
+def test_rank_zeros_checkpoint_clock_makes_every_rank_save_at_the_same_generation(world, comm, monkeypatch):
+    recorder = RecordingCheckpointer()
+    loop, scheme = run_loop(comm, RunSettings(12, log_every=4, checkpoint_seconds=100), checkpointer=recorder)
+    if comm.rank == 0:   # the period is up during generation 5, then the clock stands still
+        now = lambda: 1000.0 if scheme.generation >= 5 else 0.0  # noqa: E731
+    else:                # other ranks' clocks do not count: this one would be due every time
+        now = lambda: 1000.0 * scheme.generation  # noqa: E731
+    monkeypatch.setattr("mpievo.parallel.runner.time", FakeClock(now))
+    result = loop.run()
+    ok = not result.stopped and recorder.generations == [6, 12]
+    all_ranks_agree(world, ok, f"saved at {recorder.generations}")
 
-
-@pytest.mark.mpi(min_size=2)
-def test_time_rule_is_decided_by_rank_zero(comm):
-    policy = CheckpointPolicy(every_seconds=10)
-    # rank 0 sees 11 s passed, the others 1 s: rank 0's answer wins everywhere
-    now = policy.last_time + (11 if comm.rank == 0 else 1)
-    assert policy.due_everywhere(comm, 1, now=now) is True
-    assert policy.agree(comm, 1, now=now).checkpoint is True
-    later = policy.last_time + (1 if comm.rank == 0 else 11)
-    assert policy.due_everywhere(comm, 1, now=later) is False

@@ -104,7 +104,7 @@ def test_process_method_needs_a_picklable_fitness():
 
 @pytest.mark.parametrize("kwargs, words", [
     ({"seconds": 0}, "time limit > 0"), ({"seconds": math.inf}, "finite time limit"),
-    ({"seconds": 1, "method": "thread"}, "method 'process' or 'signal'"),
+    ({"seconds": 1, "method": "thread"}, "expected method among \\('process', 'signal'\\), got 'thread'"),
 ])
 def test_invalid_settings_are_refused(kwargs, words):
     with pytest.raises(ValueError, match=words):
