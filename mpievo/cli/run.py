@@ -21,6 +21,12 @@ from pathlib import Path
 HELP = "run an island-model optimisation (a TOML job config, or the built-in default job)"
 EXIT_CONFIG_ERROR = 2
 CHECKPOINT_SUBDIR = "checkpoints"
+#: (flag, config key, metavar) of the value overrides besides --problem
+_FLAGS = (("--islands", "run.islands", "N"), ("--generations", "run.generations", "N"),
+          ("--seed", "run.seed", "S"), ("--dim", "problem.dim", "D"),
+          ("--lower", "problem.lower", "X"), ("--upper", "problem.upper", "X"),
+          ("--log-every", "run.log_every", "N"), ("--checkpoint-every", "run.checkpoint_every", "N"),
+          ("--checkpoint-seconds", "run.checkpoint_seconds", "T"))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,11 +39,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resume", type=Path, metavar="DIR",
                         help="continue the run in DIR from its latest checkpoint")
     overrides = parser.add_argument_group("overrides (take precedence over the config)")
-    for flag, key, meta in (("--islands", "run.islands", "N"), ("--generations", "run.generations", "N"),
-                            ("--seed", "run.seed", "S"), ("--problem", "problem.name", "NAME"),
-                            ("--dim", "problem.dim", "D"), ("--log-every", "run.log_every", "N"),
-                            ("--checkpoint-every", "run.checkpoint_every", "N"),
-                            ("--checkpoint-seconds", "run.checkpoint_seconds", "T")):
+    overrides.add_argument("--problem", dest="problem.name", metavar="NAME",
+                           help="sets problem.name (built-in or module:function) in a fresh [problem] "
+                                "table: the config's other problem keys (shift, rotate, bounds, ...) "
+                                "are dropped; give them with --dim, --lower, --upper or --set")
+    for flag, key, meta in _FLAGS:
         overrides.add_argument(flag, dest=key, metavar=meta, help=f"sets {key}")
     overrides.add_argument("--set", dest="assignments", action="append", default=[],
                            metavar="TABLE.KEY=VALUE", help="set any config key (TOML value), repeatable")
@@ -75,19 +81,23 @@ class _Prepared:
         self.job, self.source, self.restored = job, source, restored
 
 
-def _overrides(args) -> dict:
-    from ..config import parse_assignment
+def _command_line(raw: dict, args) -> dict:
+    """The config with the command line's overrides applied; ``--problem`` starts a fresh
+    ``[problem]`` table (a built-in's shift, rotation or bounds mean nothing for another
+    problem)."""
+    from ..config import apply_overrides, parse_assignment
 
     values = {}
-    for key in ("run.islands", "run.generations", "run.seed", "problem.name", "problem.dim",
-                "run.log_every", "run.checkpoint_every", "run.checkpoint_seconds"):
-        raw = getattr(args, key, None)
-        if raw is not None:
-            values[key] = parse_assignment(f"{key}={raw}")[1]
+    for key in ["problem.name", *(key for _, key, _ in _FLAGS)]:
+        given = getattr(args, key, None)
+        if given is not None:
+            values[key] = parse_assignment(f"{key}={given}")[1]
+    if "problem.name" in values:
+        raw = {**raw, "problem": {}}
     for text in args.assignments:
         key, value = parse_assignment(text)
         values[key] = value
-    return values
+    return apply_overrides(raw, values)
 
 
 def _config_path(args):
@@ -122,13 +132,12 @@ class _Failure(Exception):
 
 
 def _prepare(comm, args) -> _Prepared:
-    from ..config import ConfigError, RESUMABLE_KEYS, apply_overrides, validate
+    from ..config import ConfigError, RESUMABLE_KEYS, validate
     from ..io import CheckpointError, check_config_compatible
     from ..io.errors import ConfigMismatchError
 
     try:
         path = _config_path(args)
-        overrides = _overrides(args)
         restored = None
         if args.resume is not None:
             restored = _load_checkpoint(comm, args.resume)
@@ -139,12 +148,12 @@ def _prepare(comm, args) -> _Prepared:
                 raw, source = _read_on_root(comm, path)
         else:
             raw, source = _read_on_root(comm, path)
-        job = validate(apply_overrides(raw, overrides), comm.size, source)
+        job = validate(_command_line(raw, args), comm.size, source)
         if restored is not None:
             check_config_compatible(saved, job.config, allow=RESUMABLE_KEYS)
-            if restored.generation > job.run["generations"]:
+            if restored.generation > job.run.generations:
                 raise ConfigError([f"run.generations: expected at least the checkpoint's generation "
-                                   f"{restored.generation}, got {job.run['generations']}"], source)
+                                   f"{restored.generation}, got {job.run.generations}"], source)
         return _Prepared(job, source, restored)
     except (ConfigError, ConfigMismatchError, CheckpointError) as err:
         raise _Failure(str(err)) from None
@@ -212,19 +221,20 @@ def _execute(comm, args, prepared, out: Path, stack: contextlib.ExitStack, stop)
     from ..io import Checkpointer
     from ..parallel.gpu import bind_device
     from ..parallel.job import run_job
-    from ..parallel.output import OutputWriter, ProgressReporter
+    from ..parallel.output import NonfiniteWarner, OutputWriter, ProgressReporter
     from ..parallel.threads import limit_blas_threads
 
     job, restored = prepared.job, prepared.restored
-    threads = limit_blas_threads(job.run["blas_threads"], stack)
+    threads = limit_blas_threads(job.run.blas_threads, stack)
     binding = bind_device(comm.mpi_comm)
     with comm.purpose("control"):
         devices = comm.allgather_object(binding.label)
     reporters = []
     if comm.rank == 0:
+        reporters.append(NonfiniteWarner())
         if args.progress != "none":
             live = {"auto": None, "live": True, "lines": False}[args.progress]
-            reporters.append(ProgressReporter(job.run["generations"], live=live))
+            reporters.append(ProgressReporter(job.run.generations, live=live))
         extra = {"ranks": comm.size, "devices": devices, "blas_threads": threads,
                  "resumed_from": None if restored is None else restored.name,
                  "wall_s_total": None}
@@ -233,9 +243,9 @@ def _execute(comm, args, prepared, out: Path, stack: contextlib.ExitStack, stop)
             extra=extra), restored))
         start = "resuming " + restored.name if restored is not None else "starting"
         print(f"mpievo run: {start}: {prepared.source}, {job.n_islands} islands on {comm.size} ranks "
-              f"({', '.join(sorted(set(devices)))}), {job.run['generations']} generations, out {out}",
+              f"({', '.join(sorted(set(devices)))}), {job.run.generations} generations, out {out}",
               flush=True)
-    checkpointer = Checkpointer(out / CHECKPOINT_SUBDIR, keep=job.run["checkpoint_keep"], comm=comm)
+    checkpointer = Checkpointer(out / CHECKPOINT_SUBDIR, keep=job.run.checkpoint_keep, comm=comm)
     result = run_job(job, comm, reporters=reporters, checkpointer=checkpointer, stop=stop,
                      restored=restored)
     if result.stopped:

@@ -1,198 +1,157 @@
 """Engine settings: :class:`EngineConfig`, validated, with per-island values.
 
-Every setting may be a plain value, a list with one value per island, or (from
-Python only) a callable of the island index; :meth:`EngineConfig.resolve` gives the
-plain settings of one island. ``from_dict``/``to_dict`` map the settings to and from
-a plain dict (e.g. the ``[engine]`` table of a TOML file); unknown keys are refused,
-naming them.
+Every setting may be a plain value, a list with one value per island, a callable of
+the island index, or an expression string of ``i`` (``"0.3 + 0.1*i"``, see
+:mod:`.expressions`); :meth:`EngineConfig.resolve_all` gives every island's plain
+settings. It is a table of :mod:`mpievo.schema`: constructing it, from Python or with
+``from_dict`` (e.g. the ``[engine]`` table of a TOML file), reports every problem at
+once as a :class:`~mpievo.schema.ConfigError` ("engine.capacity: expected an int >= 2,
+got 1"), unknown keys included.
 
 Example::
 
     cfg = EngineConfig.from_dict({"capacity": 32, "omega": [0.2, 0.5, 0.8]})
-    island_cfg = cfg.resolve(island_index=1, n_islands=3)   # omega == 0.5
+    islands = cfg.resolve_all(3)          # islands[1].omega == 0.5
 """
 
 from __future__ import annotations
 
-import dataclasses
-import numbers
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any
 
-from .operators import BOUND_MODES, CROSSOVERS, SELECTIONS
+from ..schema import ConfigError, Settings, boolean, choice, integer, number, optional, setting
+from .algorithms.base import algorithm_classes
 from .algorithms.ga import STEP_ADAPTATIONS
-from .params import is_per_island, resolve_param
+from .expressions import IslandExpression
+from .operators import BOUND_MODES, CROSSOVERS, SELECTIONS
+from .params import PerIsland, check_island_index, is_per_island, resolve_param
 
-#: built-in algorithm names (anything else must be "module:Class")
-ALGORITHM_NAMES = ("ga", "de", "jde", "cmaes")
-
-
-def _describe(value) -> str:
-    return f"{type(value).__name__} {value!r}"
+_SOURCE = "[engine] settings"
 
 
-def _int(minimum: int) -> Callable:
-    def check(value, name):
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-            raise TypeError(f"expected an int for {name!r}, got {_describe(value)}")
-        if value < minimum:
-            raise ValueError(f"expected {name!r} >= {minimum}, got {value}")
-        return int(value)
-    return check
+def _setting(default, check, doc: str):
+    return setting(default, PerIsland(check), doc)
 
 
-def _float(low: float, high: float, *, optional: bool = False, open_low: bool = False) -> Callable:
-    def check(value, name):
-        if value is None and optional:
-            return None
-        if isinstance(value, bool) or not isinstance(value, numbers.Real):
-            none = " or None" if optional else ""
-            raise TypeError(f"expected a number{none} for {name!r}, got {_describe(value)}")
-        value = float(value)
-        too_low = value <= low if open_low else value < low
-        if too_low or value > high:
-            bracket = "(" if open_low else "["
-            raise ValueError(f"expected {name!r} in {bracket}{low}, {high}], got {value}")
-        return value
-    return check
-
-
-def _optional_int(minimum: int) -> Callable:
-    inner = _int(minimum)
-    return lambda value, name: None if value is None else inner(value, name)
-
-
-def _choice(options) -> Callable:
-    def check(value, name):
-        if not isinstance(value, str) or value not in options:
-            raise ValueError(f"expected {name!r} among {list(options)}, got {_describe(value)}")
-        return value
-    return check
-
-
-def _bool(value, name):
-    if not isinstance(value, bool):
-        raise TypeError(f"expected a bool for {name!r}, got {_describe(value)}")
-    return value
-
-
-def _algorithm(value, name):
-    if not isinstance(value, str) or not (value in ALGORITHM_NAMES or value.count(":") == 1):
-        raise ValueError(f"expected {name!r} among {list(ALGORITHM_NAMES)} or 'module:Class', "
-                         f"got {_describe(value)}")
-    return value
-
-
-def _setting(default, check: Callable, doc: str):
-    return field(default=default, metadata={"check": check, "doc": doc})
+def _user_class(name: str) -> bool:
+    return name.count(":") == 1
 
 
 @dataclass(frozen=True)
-class EngineConfig:
+class EngineConfig(Settings):
     """Settings of one island's engine (defaults tuned for cheap problems).
 
-    Each field may also be a list (one value per island) or a callable of the island
-    index; see :meth:`resolve`. Field documentation: :meth:`describe`.
+    Each field may also vary by island (a list, a callable or an expression of ``i``);
+    see :meth:`resolve_all`. Field documentation: :meth:`describe`.
     """
 
-    algorithm: Any = _setting("ga", _algorithm, "island algorithm: ga, de (jde), cmaes or 'module:Class'")
-    capacity: Any = _setting(64, _int(2), "archive capacity (members kept per island)")
-    batch_size: Any = _setting(128, _int(1), "GA children per generation")
-    dtype: Any = _setting("float32", _choice(("float32", "float64")), "genome dtype")
-    unique: Any = _setting(False, _bool, "refuse genomes the archive already holds")
-    selection: Any = _setting("tournament", _choice(SELECTIONS), "GA parent selection")
-    tournament_size: Any = _setting(2, _int(1), "members per tournament")
-    rank_pressure: Any = _setting(1.5, _float(1.0, 2.0), "linear ranking pressure in [1, 2]")
-    crossover: Any = _setting("interpolate", _choice(CROSSOVERS), "GA crossover")
-    omega: Any = _setting(None, _float(0.0, 1.0, optional=True),
+    TABLE = "engine"
+
+    algorithm: Any = _setting("ga", choice(algorithm_classes, extra=" or 'module:Class'",
+                                           also=_user_class),
+                              "island algorithm: ga, de (jde), cmaes or 'module:Class'")
+    capacity: Any = _setting(64, integer(2), "archive capacity (members kept per island)")
+    batch_size: Any = _setting(128, integer(1), "GA children per generation")
+    dtype: Any = _setting("float32", choice(("float32", "float64")), "genome dtype")
+    unique: Any = _setting(False, boolean, "refuse genomes the archive already holds")
+    selection: Any = _setting("tournament", choice(SELECTIONS), "GA parent selection")
+    tournament_size: Any = _setting(2, integer(1), "members per tournament")
+    rank_pressure: Any = _setting(1.5, number(1.0, 2.0), "linear ranking pressure in [1, 2]")
+    crossover: Any = _setting("interpolate", choice(CROSSOVERS), "GA crossover")
+    omega: Any = _setting(None, optional(number(0.0, 1.0)),
                           "interpolation weight omega*a + (1-omega)*b; None: U(0,1) per child")
-    swap_prob: Any = _setting(0.5, _float(0.0, 1.0), "uniform crossover: probability of a gene from b")
-    blend_alpha: Any = _setting(0.5, _float(0.0, 10.0), "BLX-alpha widening")
-    sbx_eta: Any = _setting(15.0, _float(0.0, 1e6), "SBX distribution index")
-    mutation_rate: Any = _setting(None, _float(0.0, 1.0, optional=True),
+    swap_prob: Any = _setting(0.5, number(0.0, 1.0), "uniform crossover: probability of a gene from b")
+    blend_alpha: Any = _setting(0.5, number(0.0, 10.0), "BLX-alpha widening")
+    sbx_eta: Any = _setting(15.0, number(0.0, 1e6), "SBX distribution index")
+    mutation_rate: Any = _setting(None, optional(number(0.0, 1.0)),
                                   "per-gene mutation probability; None: min(1, 10/dim)")
-    mutation_sigma: Any = _setting(0.1, _float(0.0, 1.0, open_low=True),
+    mutation_sigma: Any = _setting(0.1, number(0.0, 1.0, open_low=True),
                                    "initial mutation step, relative to the box width")
-    step_adaptation: Any = _setting("success", _choice(STEP_ADAPTATIONS),
+    step_adaptation: Any = _setting("success", choice(STEP_ADAPTATIONS),
                                     "GA step-size control: success rule or self-adaptation")
-    sigma_tau: Any = _setting(None, _float(0.0, 10.0, optional=True),
+    sigma_tau: Any = _setting(None, optional(number(0.0, 10.0)),
                               "self-adaptation learning rate; None: 1/sqrt(2 * mutated genes)")
-    population: Any = _setting(None, _optional_int(2),
+    population: Any = _setting(None, optional(integer(2)),
                                "members in use at the start (the archive's limit; capped at capacity); "
                                "None: capacity. GA restarts multiply it by restart_growth, up to capacity")
-    stagnation_patience: Any = _setting(200, _int(0),
+    stagnation_patience: Any = _setting(200, integer(0),
                                         "GA: generations in which neither the best nor the median of the "
                                         "breeding members improves by stagnation_tol before a restart; "
                                         "0: never restart")
-    stagnation_tol: Any = _setting(1e-4, _float(0.0, 1.0),
+    stagnation_tol: Any = _setting(1e-4, number(0.0, 1.0),
                                    "GA: relative improvement (of the best or the median) that counts as progress")
-    restart_elite: Any = _setting(1, _int(1),
+    restart_elite: Any = _setting(1, integer(1),
                                   "GA: best members kept on a restart (they stay out of breeding)")
-    restart_growth: Any = _setting(2.0, _float(1.0, 1e3),
+    restart_growth: Any = _setting(2.0, number(1.0, 1e3),
                                    "GA: population factor per restart (IPOP-like; 1: same size)")
-    restart_margin: Any = _setting(1e-3, _float(0.0, 1.0),
+    restart_margin: Any = _setting(1e-3, number(0.0, 1.0),
                                    "GA: after a restart, members from elsewhere breed only when better "
                                    "than the best at the restart by this relative margin")
-    bounds: Any = _setting("clip", _choice(BOUND_MODES), "box handling: clip, reflect or resample")
-    de_population: Any = _setting(32, _int(4), "differential evolution population")
-    de_tau_f: Any = _setting(0.1, _float(0.0, 1.0), "jDE: probability of renewing F")
-    de_tau_cr: Any = _setting(0.1, _float(0.0, 1.0), "jDE: probability of renewing CR")
-    cma_popsize: Any = _setting(None, _optional_int(2), "CMA-ES population; None: 4 + 3 ln(dim)")
-    cma_sigma0: Any = _setting(0.3, _float(0.0, 1.0, open_low=True),
+    bounds: Any = _setting("clip", choice(BOUND_MODES), "box handling: clip, reflect or resample")
+    de_population: Any = _setting(32, integer(4), "differential evolution population")
+    de_tau_f: Any = _setting(0.1, number(0.0, 1.0), "jDE: probability of renewing F")
+    de_tau_cr: Any = _setting(0.1, number(0.0, 1.0), "jDE: probability of renewing CR")
+    cma_popsize: Any = _setting(None, optional(integer(2)), "CMA-ES population; None: 4 + 3 ln(dim)")
+    cma_sigma0: Any = _setting(0.3, number(0.0, 1.0, open_low=True),
                                "CMA-ES initial step, relative to the box width")
-
-    def __post_init__(self):
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            check = f.metadata["check"]
-            if isinstance(value, (list, tuple)):
-                if not value:
-                    raise ValueError(f"expected a non-empty list for {f.name!r}, got []")
-                object.__setattr__(self, f.name, [check(v, f"{f.name}[{i}]") for i, v in enumerate(value)])
-            elif not callable(value):
-                object.__setattr__(self, f.name, check(value, f.name))
-
-    @classmethod
-    def describe(cls) -> dict[str, str]:
-        """Setting name -> one-line documentation."""
-        return {f.name: f.metadata["doc"] for f in dataclasses.fields(cls)}
-
-    @classmethod
-    def from_dict(cls, data: dict | None) -> "EngineConfig":
-        """Settings from a dict; missing keys take their defaults.
-
-        Raises:
-            ValueError: unknown keys (named), or a bad value.
-            TypeError: a value of the wrong type, or ``data`` not a dict.
-        """
-        if data is None:
-            return cls()
-        if not isinstance(data, dict):
-            raise TypeError(f"expected a dict of engine settings, got {_describe(data)}")
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown engine setting(s) {', '.join(map(repr, unknown))}; "
-                             f"expected some of: {', '.join(sorted(known))}")
-        return cls(**data)
+    cma_restarts: Any = _setting("ipop", choice(("ipop", "bipop", "none")),
+                                 "CMA-ES restarts: ipop (population grows each restart), bipop (alternates "
+                                 "large and small local runs by evaluations used), none (same population)")
+    cma_popsize_growth: Any = _setting(2.0, number(1.0, 1e3), "CMA-ES: population factor per ipop/bipop restart")
+    cma_max_popsize: Any = _setting(None, optional(integer(2)),
+                                    "CMA-ES: largest population restarts reach; None: 512 x the first")
 
     def to_dict(self) -> dict:
-        """All settings as a dict (lists copied; callables kept as they are)."""
-        return {f.name: (list(v) if isinstance(v, list) else v)
-                for f in dataclasses.fields(self) for v in [getattr(self, f.name)]}
+        """All settings as a dict (lists copied, expressions as their text, other
+        callables as they are): ``from_dict(to_dict())`` gives the same settings."""
+        return {name: value.text if isinstance(value, IslandExpression) else value
+                for name, value in super().to_dict().items()}
 
     def is_heterogeneous(self) -> bool:
         """True when some setting varies by island."""
-        return any(is_per_island(getattr(self, f.name)) for f in dataclasses.fields(self))
+        return any(is_per_island(getattr(self, name)) for name in self.keys())
 
     def resolve(self, island_index: int, n_islands: int) -> "EngineConfig":
         """The plain settings of island ``island_index`` out of ``n_islands``.
 
         Raises:
-            ValueError: a list of the wrong length, or a callable returning a bad value.
+            ConfigError: a list of the wrong length, or a callable giving a bad value.
         """
-        values = {}
-        for f in dataclasses.fields(self):
-            value = resolve_param(getattr(self, f.name), island_index, n_islands, f.name)
-            values[f.name] = f.metadata["check"](value, f.name)
+        check_island_index(island_index, n_islands)
+        values, problems = self._resolved(island_index, n_islands)
+        if problems:
+            raise ConfigError([message for _, message in problems], _SOURCE)
         return EngineConfig(**values)
+
+    def resolve_all(self, n_islands: int) -> tuple["EngineConfig", ...]:
+        """Every island's plain settings, resolved once for the whole run.
+
+        Raises:
+            ConfigError: every setting that fails (on the first island where it fails).
+        """
+        check_island_index(0, n_islands)      # n_islands: an int >= 1
+        islands, problems, failed = [], [], set()
+        for index in range(n_islands):
+            values, found = self._resolved(index, n_islands)
+            problems += [message for name, message in found if name not in failed]
+            failed.update(name for name, _ in found)
+            if not failed:
+                islands.append(EngineConfig(**values))
+        if problems:
+            raise ConfigError(problems, _SOURCE)
+        return tuple(islands)
+
+    def _resolved(self, index: int, n_islands: int) -> tuple[dict, list[tuple[str, str]]]:
+        """(plain values of island ``index``, [(setting, problem)])."""
+        values, problems = {}, []
+        for name, key in self.keys().items():
+            path, value = f"{self.TABLE}.{name}", getattr(self, name)
+            try:
+                if callable(value):
+                    values[name] = key.check.item(value(index))
+                else:   # plain values and list entries were checked when this config was made
+                    values[name] = resolve_param(value, index, n_islands, path)
+            except ValueError as err:
+                where = f"{path} on island {index}: " if callable(value) else ""
+                problems.append((name, f"{where}{err}"))
+        return values, problems

@@ -33,9 +33,9 @@ class AdaptiveInterval:
         for name in ("minimum", "maximum"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"expected adaptive {name} to be an int >= 1, got {value!r}")
+                raise ValueError(f"expected {name} to be an int >= 1, got {value!r}")
         if self.minimum > self.maximum:
-            raise ValueError(f"expected adaptive minimum <= maximum, got {self.minimum} > {self.maximum}")
+            raise ValueError(f"expected minimum <= maximum, got {self.minimum} > {self.maximum}")
         if not 0 <= self.collapse_below <= self.diverse_above:
             raise ValueError("expected 0 <= collapse_below <= diverse_above, got "
                              f"{self.collapse_below} and {self.diverse_above}")

@@ -16,17 +16,14 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
+from ..config import ProblemConfig
 from ..evo.problems import Problem, load_object, make_problem
-from .adaptive import AdaptiveInterval
-from .migration import MigrationPolicy
 from .runner import Reporter, RunLoop, RunResult, RunSettings
-from .scheme import IslandScheme, MigrationSchedule
-
-_TOPOLOGY_OPTIONS = ("degree", "rows", "adjacency", "edges")
+from .scheme import IslandScheme
 
 
 class RowFitness:
@@ -39,56 +36,42 @@ class RowFitness:
         return float(np.asarray(self.batch_function(np.asarray(genome)[None, :])).reshape(-1)[0])
 
 
-def build_problem(problem: Mapping[str, Any], stack: contextlib.ExitStack | None = None) -> Problem:
-    """The :class:`Problem` of a ``[problem]`` table (validated by mpievo.config).
+def build_problem(problem: ProblemConfig, stack: contextlib.ExitStack | None = None) -> Problem:
+    """The :class:`Problem` of a validated ``[problem]`` table.
 
     With ``time_limit > 0`` each genome is evaluated under
     :class:`mpievo.faults.TimeLimitedFitness` (a late evaluation counts as failed, +inf);
     its worker is closed when ``stack`` closes.
     """
-    name = problem["name"]
-    limit = float(problem.get("time_limit", 0.0))
-    common = dict(lower=problem.get("lower"), upper=problem.get("upper"),
-                  maximize=problem.get("maximize", False))
-    if ":" not in name:
-        built = make_problem(name, problem["dim"], shift=problem.get("shift", False),
-                             rotate=problem.get("rotate", False), seed=problem.get("seed", 0), **common)
+    limit = problem.time_limit
+    common = dict(lower=problem.lower, upper=problem.upper, maximize=problem.maximize)
+    if not problem.user_function:
+        built = make_problem(problem.name, problem.dim, shift=problem.shift, rotate=problem.rotate,
+                             seed=problem.seed, **common)
         if limit <= 0:
             return built
         func, batched = built.func, True
     else:
-        func, batched = load_object(name), problem.get("batched", True)
+        func, batched = load_object(problem.name), problem.batched
         if isinstance(func, Problem):
             return func
         if limit <= 0:
-            return make_problem(func, problem["dim"], batched=batched, **common)
+            return make_problem(func, problem.dim, batched=batched, **common)
     from ..faults import TimeLimitedFitness
 
-    limited = TimeLimitedFitness(RowFitness(func) if batched else func, limit,
-                                 method=problem.get("time_limit_method", "process"))
+    limited = TimeLimitedFitness(RowFitness(func) if batched else func, limit, method=problem.time_limit_method)
     if stack is not None:
         stack.callback(limited.close)
-    lower, upper = (common["lower"], common["upper"]) if ":" in name else (built.lower, built.upper)
-    return Problem(limited.evaluate_many, problem["dim"], lower, upper, maximize=common["maximize"],
-                   name=f"{name} (time limit {limit:g} s)", batched=True)
+    lower, upper = (common["lower"], common["upper"]) if problem.user_function else (built.lower, built.upper)
+    return Problem(limited.evaluate_many, problem.dim, lower, upper, maximize=problem.maximize,
+                   name=f"{problem.name} (time limit {limit:g} s)", batched=True)
 
 
 def build_scheme(comm, job, problem: Problem | None = None) -> IslandScheme:
-    """The :class:`IslandScheme` of a validated :class:`mpievo.config.JobConfig`."""
-    migration = job.migration
-    adaptive = migration.get("adaptive", {})
-    rule = None
-    if adaptive.get("enabled"):
-        rule = AdaptiveInterval(adaptive["minimum"], adaptive["maximum"], adaptive["collapse_below"],
-                                adaptive["diverse_above"])
-    options = {k: migration[k] for k in _TOPOLOGY_OPTIONS if k in migration}
-    if migration["topology"] != "random":
-        options.pop("degree", None)
-    schedule = MigrationSchedule(migration["topology"], migration["interval"], options, rule)
-    policy = MigrationPolicy(migration["emigrants"], migration["selection"], migration["replacement"],
-                             migration["unique"])
-    return IslandScheme(comm, build_problem(job.problem) if problem is None else problem, job.engine,
-                        n_islands=job.n_islands, seed=job.run["seed"], policy=policy, schedule=schedule)
+    """The :class:`IslandScheme` of a validated :class:`mpievo.config.JobConfig` (its
+    resolved engines, policy and schedule, as they are)."""
+    return IslandScheme(comm, build_problem(job.problem) if problem is None else problem, job.engines,
+                        seed=job.run.seed, policy=job.policy, schedule=job.schedule)
 
 
 def run_job(job, comm, *, reporters: Sequence[Reporter] = (), checkpointer: Any = None,
@@ -113,9 +96,9 @@ def run_job(job, comm, *, reporters: Sequence[Reporter] = (), checkpointer: Any 
         if restored is not None:
             scheme.restore(restored.islands, restored.run_state)
             extra["wall_s_before"] = float(np.asarray(restored.run_state.get("wall_s_before", 0.0)))
-        settings = RunSettings(job.run["generations"] if generations is None else generations,
-                               job.run["log_every"], job.run["checkpoint_every"],
-                               float(job.run["checkpoint_seconds"]))
+        run = job.run
+        settings = RunSettings(run.generations if generations is None else generations, run.log_every,
+                               run.checkpoint_every, run.checkpoint_seconds)
         loop = RunLoop(comm, scheme, settings, reporters=reporters, checkpointer=checkpointer,
                        config=job.config, stop=stop, extra_run_state=extra)
         return loop.run()

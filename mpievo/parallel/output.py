@@ -113,10 +113,42 @@ class ProgressReporter:
         if self.live:
             self.stream.write("\n")
         state = "stopped (checkpointed)" if result.stopped else "done"
+        nonfinite = nonfinite_total(result)
+        bad = f", {format_count(nonfinite)} non-finite" if nonfinite else ""
         self.stream.write(f"{state}: generation {result.generations}, best {result.best_fitness:.10g} "
                           f"(island {result.best_island}), {format_count(result.evaluations_this_run)} "
-                          f"evaluations in {result.wall_s:.1f} s ({format_count(result.evals_per_s)} evals/s)\n")
+                          f"evaluations{bad} in {result.wall_s:.1f} s "
+                          f"({format_count(result.evals_per_s)} evals/s)\n")
         self.stream.flush()
+
+
+class NonfiniteWarner:
+    """Warns (once per island) when an island has seen only NaN or +-inf fitness values.
+
+    Such a fitness would otherwise run to the end and report ``best inf`` without a
+    word. Attached by ``mpievo run`` whatever the progress display.
+    """
+
+    def __init__(self, stream: TextIO | None = None):
+        self.stream = sys.stderr if stream is None else stream
+        self.warned: set[int] = set()
+
+    def on_log(self, point: LogPoint) -> None:
+        for record in point.records:
+            if record.only_nonfinite and record.island not in self.warned:
+                self.warned.add(record.island)
+                self.stream.write(f"mpievo: warning: island {record.island} has seen only non-finite fitness "
+                                  f"values ({record.nonfinite} of {record.evaluations} evaluations were NaN "
+                                  f"or +-inf): check the fitness function\n")
+                self.stream.flush()
+
+    def on_finish(self, result: RunResult) -> None:
+        """Nothing more to say: the summary counts non-finite evaluations."""
+
+
+def nonfinite_total(result: RunResult) -> int:
+    """Evaluations that returned NaN or +-inf, over all islands (rank 0's result)."""
+    return sum(int(island.get("nonfinite", 0)) for island in result.islands)
 
 
 class OutputWriter:
@@ -173,6 +205,7 @@ class OutputWriter:
             "best_island": result.best_island,
             "best_genome": genome_field,
             "evaluations": result.evaluations,
+            "nonfinite_evaluations": nonfinite_total(result),
             "generations": result.generations,
             "wall_s": result.wall_s,
             "evals_per_s": json_number(result.evals_per_s),
@@ -247,8 +280,10 @@ def plot_convergence(out: str | Path, target: str | Path, notice=print) -> bool:
     ax.set_xlabel("evaluations (per island)")
     ax.set_ylabel("best fitness")
     ax.set_title("mpievo: convergence")
-    if 0 < len(logs) <= 8:
+    if values and len(logs) <= 8:   # no line (every best non-finite): no legend
         ax.legend(fontsize="small")
+    elif not values:
+        ax.text(0.5, 0.5, "no finite fitness value yet", ha="center", va="center", transform=ax.transAxes)
     ax.grid(True, alpha=0.3)
     fig.tight_layout()
     fig.savefig(target, dpi=100)

@@ -2,13 +2,16 @@
 
 Per generation every rank steps its islands (migrating when due). Every
 ``log_every`` generations the island records go to rank 0 (one gather: the global
-best, totals, per-island logs, progress). When a stop flag is given, the ranks OR it
-with a non-blocking 8-byte all-reduce posted after each generation and completed
-after the next one, so that a signal reaching any rank stops all of them after the
-same generation without making the ranks wait for each other every generation (the
-stop comes one generation after the signal); a checkpointer then saves the islands
-and the loop returns with ``stopped=True``. Checkpoints are also written every
-``checkpoint_every`` generations and at the end.
+best, totals, per-island logs, progress). When a stop flag is given or time-based
+checkpoints are on, the ranks vote with one non-blocking 16-byte max-all-reduce of
+two int64 flags (this rank's stop flag, rank 0's "checkpoint time is up"), posted
+after each generation and completed after the next one: a signal reaching any rank
+stops all of them after the same generation, and rank 0's clock makes all of them
+checkpoint at the same generation, without the ranks waiting for each other every
+generation (the vote takes effect one generation after it is cast; on one rank, at
+once). On a stop a checkpointer saves the islands and the loop returns with
+``stopped=True``. Checkpoints are also written every ``checkpoint_every``
+generations and at the end.
 
 Nothing the loop does changes the islands: logging, checkpointing and stopping never
 alter the result of a deterministic run.
@@ -128,7 +131,7 @@ class RunLoop:
         self._migrants_sent = 0
         self._checkpoints: list[str] = []
         self._last_saved = -1
-        self._stop_vote = None     # (request, buffer) of the all-reduce in flight
+        self._stop_vote = None     # (request, buffer) of the vote in flight
 
     # ------------------------------------------------------------------ loop
     def run(self) -> RunResult:
@@ -171,7 +174,8 @@ class RunLoop:
         return time.perf_counter() - self._last_save_time >= seconds
 
     def _votes(self) -> tuple[bool, bool]:
-        """(stop anywhere, time checkpoint due), decided one generation ago, alike on every rank.
+        """(stop anywhere, time checkpoint due), alike on every rank: cast one generation
+        ago (on one rank: now).
 
         One non-blocking 16-byte max-all-reduce per generation carries both, so ranks
         never wait for each other just to learn that nothing happened.
@@ -253,7 +257,8 @@ class RunLoop:
         if records is not None:
             flat = sorted((r for recs in records for r in recs), key=lambda r: r.island)
             result.islands = [{"island": r.island, "best_fitness": r.best, "evaluations": r.evaluations,
-                               "immigrants": r.immigrants, "diversity": r.diversity} for r in flat]
+                               "nonfinite": r.nonfinite, "immigrants": r.immigrants,
+                               "diversity": r.diversity} for r in flat]
         for reporter in self.reporters:
             reporter.on_finish(result)
         return result

@@ -14,16 +14,17 @@ any rank count that the island count allows) back exactly where it was.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Mapping, NamedTuple, Protocol, runtime_checkable
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, NamedTuple, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
 from ..evo.config import EngineConfig
 from ..evo.island import Island
+from ..evo.migration import MigrationPolicy
 from .adaptive import AdaptiveInterval
 from .mapping import islands_of_rank
-from .migration import IslandShape, MigrationPolicy, MigrationReport, Migrator
+from .migration import IslandShape, MigrationReport, Migrator
 from .topology import build_topology
 
 SCHEME_FORMAT = 1
@@ -42,11 +43,17 @@ class IslandRecord:
     migrations: int        # migrations this island took part in so far
     immigrants: int        # immigrants it accepted so far
     best_internal: float   # minimised value, for comparing islands
+    nonfinite: int = 0     # evaluations that returned NaN or +-inf so far
+
+    @property
+    def only_nonfinite(self) -> bool:
+        """True when every evaluation so far returned a non-finite value."""
+        return self.evaluations > 0 and self.nonfinite >= self.evaluations
 
     def to_json(self) -> dict:
         return {"generation": self.generation, "best": self.best, "mean": self.mean,
                 "diversity": self.diversity, "evaluations": self.evaluations,
-                "migrations": self.migrations, "immigrants": self.immigrants}
+                "nonfinite": self.nonfinite, "migrations": self.migrations, "immigrants": self.immigrants}
 
 
 class BestMember(NamedTuple):
@@ -107,15 +114,14 @@ class MigrationSchedule:
     """When and along which edges islands migrate.
 
     Attributes:
-        topology: a name of :data:`mpievo.parallel.topology.TOPOLOGIES`.
+        destinations: the topology, ``destinations(epoch) -> list[list[int]]`` (from
+            :func:`mpievo.parallel.topology.build_topology`, for the run's island count).
         interval: generations between migrations (the first one with ``adaptive``).
-        options: topology options (degree, rows, adjacency, edges).
         adaptive: rule for a diversity-driven interval, or None for a fixed one.
     """
 
-    topology: str = "ring"
+    destinations: Callable[[int], list[list[int]]]
     interval: int = 10
-    options: Mapping[str, Any] = field(default_factory=dict)
     adaptive: AdaptiveInterval | None = None
 
     def __post_init__(self):
@@ -129,11 +135,11 @@ class IslandScheme:
     Args:
         comm: an mpievo Communicator.
         problem: the :class:`~mpievo.evo.problems.Problem` (the same on every island).
-        engine: the :class:`~mpievo.evo.config.EngineConfig` (per-island values allowed).
-        n_islands: number of islands (>= comm.size).
+        engines: one resolved :class:`~mpievo.evo.config.EngineConfig` per island (at
+            least comm.size of them), e.g. ``EngineConfig(...).resolve_all(n_islands)``.
         seed: the run's seed.
-        policy: the :class:`MigrationPolicy`.
-        schedule: the :class:`MigrationSchedule`.
+        policy: the :class:`MigrationPolicy` (default: its defaults).
+        schedule: the :class:`MigrationSchedule` (default: a ring, every 10 generations).
 
     Every random draw is keyed by (seed, island, generation), migrations happen at
     generation boundaries in a fixed order, and each island evaluates its own batch
@@ -145,28 +151,30 @@ class IslandScheme:
 
     name = "islands"
 
-    def __init__(self, comm, problem, engine: EngineConfig, *, n_islands: int, seed: int = 0,
+    def __init__(self, comm, problem, engines: Sequence[EngineConfig], *, seed: int = 0,
                  policy: MigrationPolicy | None = None, schedule: MigrationSchedule | None = None):
         self.comm = comm
         self.problem = problem
-        self.n_islands = int(n_islands)
+        self.n_islands = len(engines)
+        mixed = [i for i, e in enumerate(engines) if not isinstance(e, EngineConfig) or e.is_heterogeneous()]
+        if mixed:
+            raise ValueError("expected one resolved EngineConfig per island (EngineConfig.resolve_all), "
+                             f"got per-island values or another type on islands {mixed}")
         self.seed = int(seed)
         self.policy = MigrationPolicy() if policy is None else policy
-        self.schedule = MigrationSchedule() if schedule is None else schedule
+        self.schedule = MigrationSchedule(build_topology("ring", self.n_islands)) if schedule is None else schedule
+        edges_from = len(self.schedule.destinations(0))
+        if edges_from != self.n_islands:
+            raise ValueError(f"expected a topology of {self.n_islands} islands, got one of {edges_from}")
         self.local_indices = islands_of_rank(comm.rank, self.n_islands, comm.size)
-        self.islands = {i: Island(i, problem, engine, seed=self.seed, n_islands=self.n_islands)
+        self.islands = {i: Island(i, problem, engines[i], seed=self.seed, n_islands=self.n_islands)
                         for i in self.local_indices}
-        shapes = [self._shape(engine.resolve(i, self.n_islands)) for i in range(self.n_islands)]
-        self.destinations = build_topology(self.schedule.topology, self.n_islands, seed=self.seed,
-                                           **dict(self.schedule.options))
+        shapes = [IslandShape(problem.dim, np.dtype(e.dtype), e.capacity) for e in engines]
         self.migrator = Migrator(comm, self.islands, shapes, self.policy, self.seed)
         self.generation = -1
         self.interval = self._clamp(self.schedule.interval)
         self.next_migration = self.interval
         self.migrations = 0
-
-    def _shape(self, resolved: EngineConfig) -> IslandShape:
-        return IslandShape(self.problem.dim, np.dtype(resolved.dtype), resolved.capacity)
 
     def _clamp(self, interval: int) -> int:
         rule = self.schedule.adaptive
@@ -191,7 +199,7 @@ class IslandScheme:
         return result
 
     def _migrate(self, generation: int) -> MigrationReport:
-        report = self.migrator.migrate(generation, self.destinations(generation))
+        report = self.migrator.migrate(generation, self.schedule.destinations(generation))
         self.migrations += 1
         rule = self.schedule.adaptive
         if rule is not None:
@@ -215,7 +223,7 @@ class IslandScheme:
         _, best = island.best()
         return IslandRecord(island.index, island.generation, best, mean, island.diversity(),
                             island.evaluations, self.migrations, island.immigrants_accepted,
-                            float(island.archive.fitness[island.archive.best_index()]))
+                            float(island.archive.fitness[island.archive.best_index()]), island.nonfinite)
 
     def evaluations(self) -> int:
         return sum(self.islands[i].evaluations for i in self.local_indices)

@@ -19,11 +19,6 @@ from ..evo.streams import stream
 
 Neighbours = list[list[int]]
 
-#: topology names accepted by :func:`build_topology`
-TOPOLOGIES = ("ring", "bidirectional_ring", "torus", "fully_connected", "random", "graph",
-              "unconnected")
-
-
 def _check_count(n_islands: int) -> int:
     if isinstance(n_islands, bool) or not isinstance(n_islands, int) or n_islands < 1:
         raise ValueError(f"expected n_islands to be an int >= 1, got {n_islands!r}")
@@ -150,6 +145,19 @@ def _as_list(value, name: str) -> list:
     return list(value)
 
 
+#: name -> (neighbour function, the options it takes): the one list of topologies
+#: (``random`` is redrawn per epoch from the run's seed)
+TOPOLOGIES: dict[str, tuple[Callable[..., Neighbours], tuple[str, ...]]] = {
+    "ring": (ring, ()),
+    "bidirectional_ring": (bidirectional_ring, ()),
+    "torus": (torus, ("rows",)),
+    "fully_connected": (fully_connected, ()),
+    "random": (random_topology, ("degree",)),
+    "graph": (graph, ("adjacency", "edges")),
+    "unconnected": (unconnected, ()),
+}
+
+
 def build_topology(name: str, n_islands: int, *, seed: int = 0, degree: int = 1,
                    rows: int | None = None, adjacency=None, edges=None) -> Callable[[int], Neighbours]:
     """``destinations(epoch)`` for a named topology (see :data:`TOPOLOGIES`).
@@ -162,21 +170,14 @@ def build_topology(name: str, n_islands: int, *, seed: int = 0, degree: int = 1,
     """
     if name not in TOPOLOGIES:
         raise ValueError(f"expected a topology among {list(TOPOLOGIES)}, got {name!r}")
-    given = {"degree": degree != 1, "rows": rows is not None,
-             "adjacency": adjacency is not None, "edges": edges is not None}
-    allowed = {"random": {"degree"}, "torus": {"rows"}, "graph": {"adjacency", "edges"}}.get(name, set())
-    extra = sorted(k for k, v in given.items() if v and k not in allowed)
+    function, takes = TOPOLOGIES[name]
+    given = {key: value for key, value in (("degree", None if degree == 1 else degree), ("rows", rows),
+                                           ("adjacency", adjacency), ("edges", edges)) if value is not None}
+    extra = sorted(set(given) - set(takes))
     if extra:
         raise ValueError(f"expected no {extra} options for topology {name!r}, got them")
     if name == "random":
         random_topology(n_islands, seed, 0, degree)  # validate now, not at the first migration
         return lambda epoch: random_topology(n_islands, seed, epoch, degree)
-    static = {
-        "ring": lambda: ring(n_islands),
-        "bidirectional_ring": lambda: bidirectional_ring(n_islands),
-        "torus": lambda: torus(n_islands, rows),
-        "fully_connected": lambda: fully_connected(n_islands),
-        "graph": lambda: graph(n_islands, adjacency, edges),
-        "unconnected": lambda: unconnected(n_islands),
-    }[name]()
+    static = function(n_islands, **given)
     return lambda epoch: [list(row) for row in static]

@@ -31,7 +31,9 @@ def test_run_writes_summary_logs_plot_and_checkpoint(tmp_path, capsys):
     assert summary["evaluations"] == sum(i["evaluations"] for i in summary["islands"]) == 3 * (8 + 12 * 16)
     lines = [json.loads(line) for line in (out / "islands" / "island-0002.jsonl").read_text().splitlines()]
     assert [line["generation"] for line in lines] == [0, 4, 8, 12]
-    assert set(lines[0]) == {"generation", "best", "mean", "diversity", "evaluations", "migrations", "immigrants"}
+    assert set(lines[0]) == {"generation", "best", "mean", "diversity", "evaluations", "nonfinite", "migrations",
+                             "immigrants"}
+    assert summary["nonfinite_evaluations"] == 0 and lines[-1]["nonfinite"] == 0
     assert (out / "convergence.png").stat().st_size > 1000
     assert (out / "checkpoints" / "manifest.json").exists()
     text = capsys.readouterr().out
@@ -74,8 +76,9 @@ def test_resume_refuses_a_changed_seed(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("argv, fragment", [
-    (["--islands", 0, "--set", "run.bogus=1"], "[run]: unknown key 'bogus'"),
-    (["--dim", "ten"], "problem.dim: expected an int, got str 'ten'"),
+    (["--islands", 0, "--set", "run.bogus=1"], "run.bogus: expected a key among ["),
+    (["--dim", "ten"], "problem.dim: expected an int >= 1, got str 'ten'"),
+    (["--problem", "mymod_absent:f", "--dim", 3], "problem.lower: expected a bound for user function"),
     (["--set", "migration.topology=star"], "migration.topology: expected one of"),
     (["--resume", "/nonexistent/run"], "no checkpoint directory /nonexistent/run/checkpoints"),
 ])
@@ -90,5 +93,57 @@ def test_show_config_and_help_config(capsys):
     assert _run("--show-config", "--islands", 2) == 0
     shown = json.loads(capsys.readouterr().out)
     assert shown["run"]["islands"] == 2 and shown["problem"]["name"] == "rastrigin"
+    assert shown["run"]["checkpoint_seconds"] == 600
     assert _run("--help-config") == 0
     assert "[migration.adaptive]" in capsys.readouterr().out
+
+
+def _shown(capsys, *argv) -> dict:
+    capsys.readouterr()
+    assert _run("--show-config", *argv) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_problem_flag_starts_a_fresh_problem_table(capsys):
+    default = _shown(capsys, "--dim", 5)["problem"]           # --dim alone keeps the default problem
+    assert default["shift"] and default["rotate"] and default["dim"] == 5
+    fresh = _shown(capsys, "--problem", "sphere")["problem"]
+    assert (fresh["name"], fresh["shift"], fresh["rotate"], fresh["dim"]) == ("sphere", False, False, 100)
+    assert "lower" not in fresh
+    again = _shown(capsys, "--problem", "sphere", "--set", "problem.shift=true", "--lower", "[-1, -2]",
+                   "--upper", 3, "--dim", 2)["problem"]
+    assert again["shift"] and again["lower"] == [-1.0, -2.0] and again["upper"] == 3.0
+
+
+def test_user_function_from_the_command_line(tmp_path, monkeypatch, capsys):
+    (tmp_path / "mymod.py").write_text("def f(X):\n    return (X * X).sum(axis=1)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "run"
+    assert _run("--problem", "mymod:f", "--dim", 5, "--lower", -1, "--upper", 1, "--generations", 3,
+                "--out", out, "--progress", "none", "--set", "engine.capacity=8",
+                "--set", "engine.batch_size=8") == 0, capsys.readouterr().err
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["config"]["problem"] == {"name": "mymod:f", "dim": 5, "shift": False, "rotate": False,
+                                            "seed": 0, "lower": -1.0, "upper": 1.0, "maximize": False,
+                                            "batched": True, "time_limit": 0.0, "time_limit_method": "process"}
+    genome = summary["best_genome"]
+    assert len(genome) == 5 and all(-1 <= g <= 1 for g in genome)
+    assert summary["best_fitness"] == pytest.approx(sum(g * g for g in genome), rel=1e-5)
+
+
+def test_nan_fitness_is_counted_logged_and_warned(tmp_path, capsys, monkeypatch):
+    # a user fitness that returns NaN for every child: counted per island, warned on stderr
+    module = tmp_path / "nanfit_mod.py"
+    module.write_text("import numpy as np\ndef f(x):\n    return np.full(len(x), np.nan)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "out"
+    assert _run("--problem", "nanfit_mod:f", "--dim", 3, "--lower", -1, "--upper", 1, "--generations", 3,
+                "--islands", 2, "--out", out, "--progress", "none",
+                "--set", "engine.batch_size=8", "--set", "engine.capacity=4") == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["nonfinite_evaluations"] == summary["evaluations"] == 2 * (4 + 3 * 8)
+    assert [i["nonfinite"] for i in summary["islands"]] == [4 + 3 * 8] * 2
+    last = json.loads((out / "islands" / "island-0001.jsonl").read_text().splitlines()[-1])
+    assert last["nonfinite"] == last["evaluations"] == 4 + 3 * 8
+    err = capsys.readouterr().err
+    assert err.count("has seen only non-finite fitness values") == 2

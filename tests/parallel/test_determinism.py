@@ -15,7 +15,7 @@ FEATURES = {
                   "adaptive": {"enabled": True, "minimum": 1, "maximum": 6, "collapse_below": 0.01,
                                "diverse_above": 0.2}},
     "engine": {"mutation_sigma": "0.05 + 0.05*i", "crossover": ["interpolate", "sbx", "blend", "uniform"],
-               "algorithm": ["ga", "ga", "de", "ga"], "dtype": ["float32", "float64", "float64", "float32"]},
+               "algorithm": ["ga", "cmaes", "de", "ga"], "dtype": ["float32", "float64", "float64", "float32"]},
 }
 
 
@@ -63,7 +63,7 @@ def test_every_island_state_matches_the_serial_run(world):
     distributed, serial = build_scheme(comm, job), build_scheme(Communicator(MPI.COMM_SELF), job)
     for scheme in (distributed, serial):
         scheme.initialize()
-        for _ in range(job.run["generations"]):
+        for _ in range(job.run.generations):
             scheme.step()
     mine = distributed.island_states()
     reference = serial.island_states()

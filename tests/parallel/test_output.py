@@ -91,3 +91,27 @@ def test_plot_is_skipped_with_a_notice_without_matplotlib(tmp_path, monkeypatch)
     monkeypatch.setitem(sys.modules, "matplotlib", None)          # import fails
     assert plot_convergence(tmp_path, tmp_path / "c.png", notice=notices.append) is False
     assert "matplotlib is not installed" in notices[0] and not (tmp_path / "c.png").exists()
+
+
+def test_nonfinite_islands_are_warned_once_and_counted(tmp_path):
+    from mpievo.parallel.output import NonfiniteWarner, nonfinite_total
+
+    def point(generation, evaluations, nonfinite):
+        records = [IslandRecord(0, generation, 1.0, 1.0, 0.1, evaluations, 0, 0, 1.0, nonfinite=0),
+                   IslandRecord(1, generation, float("inf"), float("nan"), 0.1, evaluations, 0, 0,
+                                float("inf"), nonfinite=nonfinite)]
+        return LogPoint(generation, records, 2 * evaluations, 0, 0, 1.0, 2 * evaluations)
+
+    stream = io.StringIO()
+    warner = NonfiniteWarner(stream)
+    warner.on_log(point(0, 10, 9))                   # island 1 saw one finite value: no warning
+    assert stream.getvalue() == ""
+    warner.on_log(point(1, 20, 20))
+    warner.on_log(point(2, 30, 30))                  # warned once, not at every log point
+    assert stream.getvalue().count("warning") == 1 and "island 1 has seen only non-finite" in stream.getvalue()
+    assert "20 of 20 evaluations" in stream.getvalue()
+    result = _result()
+    result.islands = [{"island": 0, "nonfinite": 3}, {"island": 1, "nonfinite": 4}]
+    assert nonfinite_total(result) == 7
+    summary = OutputWriter(tmp_path, {}, notice=lambda t: None).summary(result)
+    assert summary["nonfinite_evaluations"] == 7

@@ -11,7 +11,6 @@ from __future__ import annotations
 import ast
 import operator
 import re
-from typing import Callable
 
 _BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
            ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
@@ -53,17 +52,19 @@ class IslandExpression:
     def __repr__(self) -> str:
         return f"IslandExpression({self.text!r})"
 
+    # equal texts are the same setting (EngineConfig equality, round trips through dicts)
+    def __eq__(self, other) -> bool:
+        return isinstance(other, IslandExpression) and other.text == self.text
+
+    def __hash__(self) -> int:
+        return hash(self.text)
+
 
 def is_island_expression(value) -> bool:
     """True for a string meant as an expression of ``i``: one that mentions ``i`` as a
     word ("0.3 + 0.1*i", also a mistyped "0.3 + i*", which then fails to parse with a
     clear message); names such as "tournament" are not."""
     return isinstance(value, str) and _MENTIONS_I.search(value) is not None
-
-
-def parse_island_expression(text: str) -> Callable[[int], float | int]:
-    """Parse ``text`` into a callable of the island index (see :class:`IslandExpression`)."""
-    return IslandExpression(text)
 
 
 def _reject(node: ast.AST, text: str) -> None:

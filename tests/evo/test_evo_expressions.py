@@ -2,7 +2,7 @@
 
 import pytest
 
-from mpievo.parallel.expressions import IslandExpression, is_island_expression
+from mpievo.evo.expressions import IslandExpression, is_island_expression
 
 
 @pytest.mark.parametrize("text, values", [
@@ -46,3 +46,8 @@ def test_mistyped_expression_is_still_an_expression():
     assert is_island_expression("0.1 + i*")
     assert not is_island_expression("mod.sub:fn")
     assert not is_island_expression("x.i")
+
+
+def test_equal_texts_are_equal_settings():
+    assert IslandExpression("0.1*i") == IslandExpression("0.1*i") != IslandExpression("0.2*i")
+    assert len({IslandExpression("2**i"), IslandExpression("2**i")}) == 1
