@@ -133,21 +133,21 @@ def allreduce_section(comm, sizes_mib, repeats: int, simulated: bool, direct: bo
     """Device all-reduce (direct and staged) and the host all-reduce, float32 sum."""
     from numba import cuda
 
-    from mpievo.comm import device
+    from mpievo.comm import Communicator
 
-    resources = device.DeviceResources()
-    comm._device_resources = resources  # reuse streams and pinned slots between calls
+    # one communicator per wire, each keeping its streams and pinned slots between calls
+    wires = {"staged": Communicator(cuda_aware=False)}
+    if direct:
+        wires["direct"] = Communicator(cuda_aware=True)
     rows = []
     for mib in sizes_mib:
         n = max(comm.size, int(mib * (1 << 20)) // 4)
         host_buf = np.ones(n, np.float32)
         dev_buf = cuda.to_device(host_buf)
         row = {"bytes": n * 4, "ranks": comm.size}
-        paths = [("staged", False)] + ([("direct", True)] if direct else [])
-        for name, aware in paths:
-            def run(aware=aware):
-                device.allreduce(comm, dev_buf, dev_buf, "sum", None, None, True, aware=aware)
-            row[f"{name}_s"] = _collective_seconds(comm, run, repeats, cuda.synchronize)
+        for name, over in wires.items():
+            row[f"{name}_s"] = _collective_seconds(
+                comm, lambda over=over: over.allreduce(dev_buf, dev_buf, "sum"), repeats, cuda.synchronize)
         row["host_s"] = _collective_seconds(
             comm, lambda: comm.allreduce(host_buf, host_buf, "sum", algorithm="ring"), repeats,
             lambda: None)
@@ -155,24 +155,25 @@ def allreduce_section(comm, sizes_mib, repeats: int, simulated: bool, direct: bo
         for key in [k for k in row if k.endswith("_s")]:
             row[key[:-2] + "_busbw_GBps"] = row["bytes"] * factor / row[key] / 1e9
         rows.append(row)
+    for over in wires.values():
+        over.free()
     return rows
 
 
 def compression_section(comm, sizes_mib, repeats: int, topk_ratio: float) -> list[dict]:
     """Compressed formats against the float32 ring (host buffers), sum."""
-    from mpievo.comm import compress
+    from mpievo.comm import topk
 
-    pool = compress.StagingPool()
-    feedback = compress.ErrorFeedback()
+    feedback = topk.ErrorFeedback()
     rows = []
     for mib in sizes_mib:
         n = max(comm.size, int(mib * (1 << 20)) // 4)
         x = np.random.default_rng(comm.rank).standard_normal(n).astype(np.float32)
         work = x.copy()
         runs = {"float32_ring": lambda: comm.allreduce(x, work, "sum", algorithm="ring"),
-                "fp16": lambda: compress.allreduce(comm, x, work, "sum", compression="fp16", pool=pool),
-                "bf16": lambda: compress.allreduce(comm, x, work, "sum", compression="bf16", pool=pool),
-                f"topk_{topk_ratio:g}": lambda: compress.topk_allreduce(
+                "fp16": lambda: comm.allreduce(x, work, "sum", compression="fp16"),
+                "bf16": lambda: comm.allreduce(x, work, "sum", compression="bf16"),
+                f"topk_{topk_ratio:g}": lambda: topk.topk_allreduce(
                     comm, x, ratio=topk_ratio, feedback=feedback, key=("bench", n), out=work)}
         row = {"bytes": n * 4, "ranks": comm.size}
         for name, run in runs.items():
@@ -237,10 +238,10 @@ def main(argv=None) -> int:
     if simulated:  # a functional check: tiny sizes only
         args.kernel_mib, args.allreduce_mib, args.repeats = 1 / 256, [1 / 256, 1 / 64], 2
 
-    from mpievo.comm import Communicator, device
+    from mpievo.comm import Communicator, cuda_support
 
     comm = Communicator()
-    awareness = device.cuda_awareness()
+    awareness = cuda_support.cuda_awareness()
     direct = awareness.aware or args.force_direct
     results = {"simulated": simulated, "gpu_timings": not simulated,
                "device": _device_name(simulated), "ranks": comm.size,

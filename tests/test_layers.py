@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
@@ -40,6 +41,72 @@ def test_importing_mpievo_touches_neither_mpi_nor_cuda():
     assert "numba.cuda" not in mods
     mods = loaded_after("import mpievo")
     assert "mpi4py.MPI" not in mods
+
+
+def test_the_engine_protocol_does_not_import_mpi():
+    for statement in ("import mpievo.comm.protocol", "from mpievo.comm import SelfComm, EngineComm"):
+        mods = loaded_after(statement)
+        assert "mpi4py" not in mods and "mpi4py.MPI" not in mods, statement
+
+
+COMM = ROOT / "mpievo" / "comm"
+NAMEDTUPLE_API = {"_replace", "_asdict", "_fields", "_make"}
+
+
+def comm_imports(path: Path) -> set[str]:
+    """The mpievo.comm modules that ``path`` (a module of mpievo.comm) imports, anywhere in it."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            names = [node.module] if node.module else [alias.name for alias in node.names]
+            found.update(name.split(".")[0] for name in names)
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("mpievo.comm."):
+            found.add(node.module.split(".")[2])
+        elif isinstance(node, ast.Import):
+            found.update(a.name.split(".")[2] for a in node.names if a.name.startswith("mpievo.comm."))
+    return found
+
+
+def test_comm_modules_all_import_and_form_no_cycle():
+    modules = sorted(p.stem for p in COMM.glob("*.py") if p.stem != "__init__")
+    mods = loaded_after("import importlib; " + "; ".join(
+        f"importlib.import_module('mpievo.comm.{m}')" for m in modules))
+    assert {f"mpievo.comm.{m}" for m in modules} <= mods
+    graph = {m: comm_imports(COMM / f"{m}.py") & set(modules) for m in modules}
+    done, path = set(), []
+
+    def visit(module):  # depth-first search; a module met again on the current path closes a cycle
+        if module in path:
+            raise AssertionError("import cycle: " + " -> ".join(path[path.index(module):] + [module]))
+        if module not in done:
+            path.append(module)
+            for imported in sorted(graph[module]):
+                visit(imported)
+            path.pop()
+            done.add(module)
+
+    for module in modules:
+        visit(module)
+
+
+def private_use(node) -> bool:
+    """``x._name`` on something other than self/cls (the namedtuple API aside)."""
+    return (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
+            and node.attr not in NAMEDTUPLE_API
+            and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")))
+
+
+def test_comm_modules_use_no_private_names_of_other_objects():
+    offenders = [f"{path.name}:{node.lineno}: {ast.unparse(node)}"
+                 for path in sorted(COMM.glob("*.py"))
+                 for node in ast.walk(ast.parse(path.read_text())) if private_use(node)]
+    assert not offenders, offenders
+
+
+def test_comm_and_kernels_files_stay_small():
+    sizes = {str(p.relative_to(ROOT)): len(p.read_text().splitlines())
+             for p in [*COMM.glob("*.py"), *(ROOT / "kernels").glob("*.py")]}
+    assert {name: n for name, n in sizes.items() if n > 420} == {}
 
 
 def test_no_top_level_kernels_import():

@@ -5,20 +5,47 @@ offers ring all-reduce (reduce-scatter + all-gather), reduce-scatter, all-gather
 (uneven counts too) and broadcast, with sum/prod/max/min/mean, a latency algorithm
 and the MPI library's own collective for small messages (chosen by a calibrated
 size table), bucketing, non-blocking variants, timeouts and a validate mode.
+``EngineComm`` (mpievo.comm.protocol) is what the layers above use of it, and
+``SelfComm`` its one-rank implementation without MPI.
 
 NaN semantics: sum/prod/mean follow IEEE arithmetic (a NaN anywhere gives NaN; the
 NaN's payload bits are unspecified); max and min return NaN wherever any rank holds
 NaN (like numpy.maximum), identically on every rank and whatever algorithm runs.
 
-This package knows nothing of the evolutionary engine and never imports it.
+The names below are imported on first use (PEP 562), so importing this package, or
+``mpievo.comm.protocol``, does not import mpi4py. This package knows nothing of the
+evolutionary engine and never imports it.
 """
 
-from .abort import abort_on_error, report_and_abort
-from .communicator import DEFAULT_BUCKET_BYTES, Communicator
-from .errors import (CollectiveMismatchError, CollectiveTimeoutError, CommError,
-                     CommunicatorBrokenError)
+from __future__ import annotations
 
-__all__ = [
-    "Communicator", "abort_on_error", "report_and_abort", "DEFAULT_BUCKET_BYTES",
-    "CommError", "CollectiveTimeoutError", "CollectiveMismatchError", "CommunicatorBrokenError",
-]
+import importlib
+
+#: public name -> submodule defining it
+_EXPORTS = {
+    "Communicator": "communicator",
+    "DEFAULT_BUCKET_BYTES": "buckets",
+    "EngineComm": "protocol",
+    "SelfComm": "protocol",
+    "abort_on_error": "abort",
+    "report_and_abort": "abort",
+    "CommError": "errors",
+    "CollectiveTimeoutError": "errors",
+    "CollectiveMismatchError": "errors",
+    "CommunicatorBrokenError": "errors",
+}
+
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

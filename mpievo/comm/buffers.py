@@ -1,19 +1,14 @@
-"""Checking user buffers: kind (host or device), contiguity, dtype, sizes."""
+"""Checking user buffers on the host: contiguity, dtype, sizes, counts, roots.
+
+Device buffers are parsed by mpievo.comm.devicebuf; the size and dtype checks here
+serve both.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
 from mpievo.kernels import host
-
-
-def is_device_array(buf) -> bool:
-    """True for arrays in GPU memory (see mpievo.comm.device.is_device_array)."""
-    if isinstance(buf, np.ndarray):
-        return False
-    from .device import is_device_array as on_device  # lazy: keeps numba.cuda out of imports
-
-    return on_device(buf)
 
 
 def flat_host(buf, name: str, *, writable: bool = False) -> np.ndarray:
@@ -34,6 +29,35 @@ def flat_host(buf, name: str, *, writable: bool = False) -> np.ndarray:
     return buf.reshape(-1)
 
 
+def host_output(sendbuf, recvbuf, src: np.ndarray) -> tuple:
+    """(user-facing result, flat view) of an output shaped like ``sendbuf``.
+
+    ``recvbuf`` None allocates one; ``recvbuf is sendbuf`` means in place.
+
+    Raises:
+        TypeError / ValueError: see :func:`flat_host` and :func:`check_same`.
+    """
+    if recvbuf is None:
+        result = np.empty_like(sendbuf)
+        return result, result.reshape(-1)
+    if recvbuf is sendbuf:
+        return sendbuf, src
+    dst = flat_host(recvbuf, "recvbuf", writable=True)
+    check_same("recvbuf", dst, src.size, src.dtype)
+    return recvbuf, dst
+
+
+def same_memory(a: np.ndarray, b: np.ndarray) -> bool:
+    """True when two 1-D views start at the same address and have the same length."""
+    return a is b or (a.ctypes.data == b.ctypes.data and a.size == b.size)
+
+
+def copy_host(dst: np.ndarray, src: np.ndarray) -> None:
+    """``dst[...] = src``, skipped when both are the same memory (in place)."""
+    if not same_memory(dst, src):
+        np.copyto(dst, src)
+
+
 def check_dtype(dtype, op: str | None) -> None:
     """Validate a dtype (and op, for reductions)."""
     if op is None:
@@ -44,8 +68,8 @@ def check_dtype(dtype, op: str | None) -> None:
         host.check_reducible(dtype, op)
 
 
-def check_same(name: str, buf: np.ndarray, count: int, dtype) -> None:
-    """Raise ValueError unless ``buf`` has ``count`` elements of ``dtype``."""
+def check_same(name: str, buf, count: int, dtype) -> None:
+    """Raise ValueError unless ``buf`` (host or device) has ``count`` elements of ``dtype``."""
     if buf.size != count or buf.dtype != np.dtype(dtype):
         raise ValueError(f"expected {name} with {count} elements of {np.dtype(dtype)}, "
                          f"got {buf.size} elements of {buf.dtype}")

@@ -25,14 +25,14 @@ from .files import (FORMAT_NAME, FORMAT_VERSION, FileContents, FileHeader, Writt
 from .loader import (Checkpoint, existing_entries, load_latest, scan_entries, verify_checkpoint,
                      verify_checkpoint_files)
 from .manifest import MANIFEST_NAME, CheckpointEntry, FileEntry, read_manifest
-from .serial import SerialComm
+from .serial import SelfComm
 from .tree import TreeError, read_tree, write_tree
 
 __all__ = [
     "Checkpoint", "CheckpointEntry", "CheckpointError", "CheckpointInfo", "CheckpointWarning",
     "CheckpointWriteError", "Checkpointer", "ConfigMismatchError", "CorruptCheckpointError",
     "FORMAT_NAME", "FORMAT_VERSION", "FileContents", "FileEntry", "FileHeader", "ForeignFileError",
-    "MANIFEST_NAME", "NewerFormatError", "NoCheckpointError", "SerialComm", "TreeError", "WrittenFile",
+    "MANIFEST_NAME", "NewerFormatError", "NoCheckpointError", "SelfComm", "TreeError", "WrittenFile",
     "check_config_compatible", "check_file_bytes", "config_differences", "config_hash",
     "config_text_and_format", "existing_entries", "file_sha256", "load_latest", "parse_config",
     "read_checkpoint_file", "read_header", "read_manifest", "read_tree", "scan_entries",

@@ -9,9 +9,6 @@ from __future__ import annotations
 
 from mpievo.comm.protocol import EngineComm, SelfComm, missing_members
 
-#: the former name of SelfComm, still exported by mpievo.io
-SerialComm = SelfComm
-
 
 def resolve_comm(comm: EngineComm | None) -> EngineComm:
     """``comm`` itself, or a SelfComm when None.

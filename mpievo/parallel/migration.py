@@ -36,6 +36,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from ..comm.protocol import EngineComm
 from ..evo.island import Island
 from ..evo.migration import MigrationPolicy, Migrants
 from ..evo.streams import stream
@@ -73,7 +74,7 @@ class Migrator:
     """Runs migrations for the islands of this rank.
 
     Args:
-        comm: an mpievo Communicator (``exchange`` and ``purpose`` are used).
+        comm: the :class:`~mpievo.comm.protocol.EngineComm` (``exchange`` and ``purpose`` are used).
         islands: this rank's islands, index -> Island.
         shapes: the archive shape of every island of the run (index order).
         policy: the :class:`MigrationPolicy`.
@@ -81,7 +82,7 @@ class Migrator:
             ``stream(seed, source, generation, "emigrate")``).
     """
 
-    def __init__(self, comm, islands: Mapping[int, Island], shapes: Sequence[IslandShape],
+    def __init__(self, comm: EngineComm, islands: Mapping[int, Island], shapes: Sequence[IslandShape],
                  policy: MigrationPolicy, seed: int):
         self.comm = comm
         self.islands = dict(islands)

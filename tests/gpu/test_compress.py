@@ -1,4 +1,4 @@
-"""Compression wires, staging pool and top-k with error feedback (one rank)."""
+"""Compression wires, bit-cast kernels, staging pool and top-k with error feedback (one rank)."""
 
 from __future__ import annotations
 
@@ -8,15 +8,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from mpievo.comm import compress
-from mpievo.kernels import host
+from mpievo.comm import cast_wire, staging, topk, wire as wires
+from mpievo.kernels import bitcast, host
 
 
 # ------------------------------------------------------------------ staging pool
 def test_pool_reuses_the_best_fitting_free_slot():
-    pool = compress.StagingPool()
-    small, large = pool.take(10), pool.take(compress.SLOT_GRANULE + 1)
-    assert small.capacity == compress.SLOT_GRANULE and large.capacity == 2 * compress.SLOT_GRANULE
+    pool = staging.StagingPool()
+    small, large = pool.take(10), pool.take(staging.SLOT_GRANULE + 1)
+    assert small.capacity == staging.SLOT_GRANULE and large.capacity == 2 * staging.SLOT_GRANULE
     pool.give(large)
     pool.give(small)
     assert pool.take(100) is small
@@ -31,7 +31,7 @@ def test_pool_waits_for_a_slots_pending_copy():
         def synchronize(self):
             waited.append(True)
 
-    pool = compress.StagingPool()
+    pool = staging.StagingPool()
     slot = pool.take(8)
     pool.give(slot, Event())
     assert waited == []
@@ -39,7 +39,7 @@ def test_pool_waits_for_a_slots_pending_copy():
 
 
 def test_slot_views():
-    slot = compress.StagingPool().take(64)
+    slot = staging.StagingPool().take(64)
     view = slot.view(np.float32, 5)
     assert view.shape == (5,) and view.dtype == np.float32
 
@@ -57,35 +57,35 @@ def _nan_aware_equal(got_bits, want, width):
             and np.array_equal(got_bits[~nan], want.view(width)[~nan]))
 
 
-@pytest.mark.parametrize("fmt", compress.WIRE_FORMATS)
+@pytest.mark.parametrize("fmt", wires.WIRE_FORMATS)
 def test_decoding_every_16_bit_pattern_matches_numpy(fmt):
     wire_dtype = WIRE_DTYPES[fmt]
     patterns = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
     got = np.empty(patterns.size, np.uint32)
-    compress.decode_bits(patterns, got, fmt == "bf16")
+    bitcast.decode_bits(patterns, got, fmt == "bf16")
     want = patterns.view(wire_dtype).astype(np.float32)
     assert _nan_aware_equal(got, want, np.uint32)
 
 
 @pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning",
                             "ignore:invalid value encountered:RuntimeWarning")
-@pytest.mark.parametrize("fmt", compress.WIRE_FORMATS)
+@pytest.mark.parametrize("fmt", wires.WIRE_FORMATS)
 def test_encoding_and_rounding_match_numpy_casts(fmt):
     wire_dtype = WIRE_DTYPES[fmt]
     patterns = np.random.default_rng(5).integers(0, 2**32, 1 << 18, dtype=np.uint32)
     values = np.concatenate([EDGES, -EDGES, patterns.view(np.float32)])
     encoded = np.empty(values.size, np.uint16)
-    compress.encode_bits(values.view(np.uint32), encoded, fmt == "bf16")
+    bitcast.encode_bits(values.view(np.uint32), encoded, fmt == "bf16")
     assert _nan_aware_equal(encoded, values.astype(wire_dtype), np.uint16)
     rounded = values.view(np.uint32).copy()
-    compress.round_bits(rounded, fmt == "bf16")
+    bitcast.round_bits(rounded, fmt == "bf16")
     assert _nan_aware_equal(rounded, values.astype(wire_dtype).astype(np.float32), np.uint32)
 
 
 # ------------------------------------------------------------------- cast wires
-@pytest.mark.parametrize("fmt", compress.WIRE_FORMATS)
+@pytest.mark.parametrize("fmt", wires.WIRE_FORMATS)
 def test_cast_wire_encodes_in_the_wire_format(fmt):
-    wire = compress.compression_wire(fmt, np.float32)
+    wire = cast_wire.compression_wire(fmt, np.float32)
     region = np.array([1.0, 1.0 + 2.0 ** -12, 3e4, -7.25], np.float32)
     buf = wire.encode(region)
     assert buf.dtype == wire.wire_dtype and buf.dtype.itemsize == 2
@@ -94,10 +94,10 @@ def test_cast_wire_encodes_in_the_wire_format(fmt):
     wire.finish()
 
 
-@pytest.mark.parametrize("fmt", compress.WIRE_FORMATS)
+@pytest.mark.parametrize("fmt", wires.WIRE_FORMATS)
 @pytest.mark.parametrize("op", ["sum", "prod", "max", "min"])
 def test_cast_wire_accumulates_in_float32_and_rounds_once(fmt, op):
-    wire = compress.compression_wire(fmt, np.float32)
+    wire = cast_wire.compression_wire(fmt, np.float32)
     left = np.array([1.0, 2049.0, -3.5, 0.1], np.float32)
     incoming = np.array([2.0 ** -11, 1.0, 1.25, 0.2], np.float32).astype(wire.wire_dtype)
     dst = np.empty(4, np.float32)
@@ -110,7 +110,7 @@ def test_cast_wire_accumulates_in_float32_and_rounds_once(fmt, op):
 
 
 def test_cast_wire_store_and_divide_give_wire_precision():
-    wire = compress.Fp16Wire()
+    wire = cast_wire.Fp16Wire()
     dst = np.zeros(3, np.float32)
     buf = wire.recv_into(dst)
     buf[:] = np.array([1.0, 3.0, 5.0], np.float16)
@@ -122,47 +122,58 @@ def test_cast_wire_store_and_divide_give_wire_precision():
 
 
 def test_cast_wire_returns_every_slot():
-    pool = compress.StagingPool()
-    wire = compress.Bf16Wire(pool=pool)
+    pool = staging.StagingPool()
+    wire = cast_wire.Bf16Wire(pool=pool)
     bufs = [wire.encode(np.ones(10, np.float32)) for _ in range(3)]
     wire.scratch(10)
+    work = wire.workspace(10)
+    assert work.dtype == np.float32 and work.size == 10
     for buf in bufs:
         wire.release(buf)
     wire.finish()
-    assert pool.free_slots == pool.allocated == 4
+    assert pool.free_slots == pool.allocated == 5
+
+
+def test_cast_wire_copies_at_full_precision():
+    wire = cast_wire.Fp16Wire()
+    src = np.array([1.0 + 2.0 ** -20, 1e-30], np.float32)
+    dst = np.zeros(2, np.float32)
+    wire.copy(dst, src)
+    np.testing.assert_array_equal(dst, src)
+    wire.finish()
 
 
 def test_applies_to_float32_only():
-    assert compress.applies_to("fp16", np.float32) and compress.applies_to("bf16", "float32")
-    assert not compress.applies_to("fp16", np.float64) and not compress.applies_to(None, np.float32)
+    assert wires.applies_to("fp16", np.float32) and wires.applies_to("bf16", "float32")
+    assert not wires.applies_to("fp16", np.float64) and not wires.applies_to(None, np.float32)
     with pytest.raises(ValueError, match="expected compression among"):
-        compress.applies_to("zip", np.float32)
+        wires.applies_to("zip", np.float32)
 
 
 def test_cast_wire_errors():
     with pytest.raises(TypeError, match="expected float32 data for fp16 compression, got float64"):
-        compress.Fp16Wire(np.float64)
+        cast_wire.Fp16Wire(np.float64)
     with pytest.raises(ValueError, match="expected compression among"):
-        compress.compression_wire("int8", np.float32)
+        cast_wire.compression_wire("int8", np.float32)
 
 
 # --------------------------------------------------------------------- top-k
 def test_topk_count():
-    assert compress.topk_count(100, k=7) == 7
-    assert compress.topk_count(100, ratio=0.011) == 2
-    assert compress.topk_count(5, ratio=1e-9) == 1
+    assert topk.topk_count(100, k=7) == 7
+    assert topk.topk_count(100, ratio=0.011) == 2
+    assert topk.topk_count(5, ratio=1e-9) == 1
     for kwargs, match in [({}, "exactly one"), ({"k": 3, "ratio": 0.5}, "exactly one"),
                           ({"k": 0}, "k in"), ({"k": 101}, "k in"), ({"ratio": 1.5}, "ratio in")]:
         with pytest.raises(ValueError, match=match):
-            compress.topk_count(100, **kwargs)
+            topk.topk_count(100, **kwargs)
 
 
 def test_topk_select_picks_the_largest_magnitudes_and_nan():
     values = np.array([0.1, -5.0, 3.0, np.nan, -0.2, 4.0], np.float32)
-    idx, picked = compress.topk_select(values, 3)
+    idx, picked = topk.topk_select(values, 3)
     np.testing.assert_array_equal(idx, [1, 3, 5])
     np.testing.assert_array_equal(picked, values[[1, 3, 5]])
-    idx, _ = compress.topk_select(values, 6)
+    idx, _ = topk.topk_select(values, 6)
     np.testing.assert_array_equal(idx, np.arange(6))
 
 
@@ -170,12 +181,12 @@ def test_topk_select_picks_the_largest_magnitudes_and_nan():
 def test_sent_plus_residual_is_the_input_plus_the_previous_residual_exactly(data):
     n = data.draw(st.integers(1, 40))
     dtype = data.draw(st.sampled_from([np.float32, np.float64]))
-    feedback = compress.ErrorFeedback()
+    feedback = topk.ErrorFeedback()
     previous = np.zeros(n, dtype)
     for _ in range(3):
         x = data.draw(hnp.arrays(dtype, n, elements=st.floats(-1e6, 1e6, width=8 * np.dtype(dtype).itemsize)))
         k = data.draw(st.integers(1, n))
-        idx, values = compress.topk_compress(x, k, feedback, "layer")
+        idx, values = topk.topk_compress(x, k, feedback, "layer")
         sent = np.zeros(n, dtype)
         sent[idx] = values
         residual = feedback.get("layer")
@@ -185,13 +196,13 @@ def test_sent_plus_residual_is_the_input_plus_the_previous_residual_exactly(data
 
 
 def test_topk_without_feedback_leaves_nothing_behind():
-    idx, values = compress.topk_compress(np.array([3.0, -1.0, 2.0]), 1)
+    idx, values = topk.topk_compress(np.array([3.0, -1.0, 2.0]), 1)
     np.testing.assert_array_equal(idx, [0])
     np.testing.assert_array_equal(values, [3.0])
 
 
 def test_error_feedback_keys():
-    feedback = compress.ErrorFeedback()
+    feedback = topk.ErrorFeedback()
     feedback.residual("a", np.zeros(3, np.float32))
     assert "a" in feedback and len(feedback) == 1 and feedback.get("b") is None
     with pytest.raises(ValueError, match="expected 3 elements of float32 for residual 'a'"):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from gpu_support import FakeCudaArray, FakeDLPackArray
 
-from mpievo.comm import device
+from mpievo.comm import cuda_support, device_wire, devicebuf, staging
 from mpievo.kernels import host
 
 
@@ -15,22 +15,22 @@ def test_detection_of_device_arrays():
     from numba import cuda
 
     host_array = np.zeros(4, np.float32)
-    assert device.is_device_array(FakeCudaArray(host_array))
-    assert device.is_device_array(FakeCudaArray(host_array, version=2))
-    assert device.is_device_array(cuda.to_device(host_array))  # a (simulated) numba array
-    assert device.is_device_array(FakeDLPackArray(host_array, device_type=2))
-    assert device.is_device_array(FakeDLPackArray(host_array, device_type=13))
-    assert not device.is_device_array(FakeDLPackArray(host_array, device_type=3))  # pinned host
-    assert not device.is_device_array(FakeDLPackArray(host_array, device_type=1))
-    assert not device.is_device_array(host_array)
-    assert not device.is_device_array([1, 2, 3])
+    assert devicebuf.is_device_array(FakeCudaArray(host_array))
+    assert devicebuf.is_device_array(FakeCudaArray(host_array, version=2))
+    assert devicebuf.is_device_array(cuda.to_device(host_array))  # a (simulated) numba array
+    assert devicebuf.is_device_array(FakeDLPackArray(host_array, device_type=2))
+    assert devicebuf.is_device_array(FakeDLPackArray(host_array, device_type=13))
+    assert not devicebuf.is_device_array(FakeDLPackArray(host_array, device_type=3))  # pinned host
+    assert not devicebuf.is_device_array(FakeDLPackArray(host_array, device_type=1))
+    assert not devicebuf.is_device_array(host_array)
+    assert not devicebuf.is_device_array([1, 2, 3])
 
 
 def test_adapted_view_shares_memory_without_copy():
     backing = np.arange(12, dtype=np.float32).reshape(3, 4)
-    view = device.as_device_array(FakeCudaArray(backing))
+    view = devicebuf.as_device_array(FakeCudaArray(backing))
     assert tuple(view.shape) == (3, 4)
-    assert device.device_address(view) == backing.ctypes.data
+    assert devicebuf.device_address(view) == backing.ctypes.data
     view[1, 2] = -5.0  # written "on the device", seen in the exporter's memory
     assert backing[1, 2] == -5.0
 
@@ -38,25 +38,25 @@ def test_adapted_view_shares_memory_without_copy():
 def test_cai_version_2_and_readonly_data():
     backing = np.arange(5, dtype=np.int16)
     backing.flags.writeable = False
-    info = device.parse_cuda_array_interface(FakeCudaArray(backing, version=2).__cuda_array_interface__)
+    info = devicebuf.parse_cuda_array_interface(FakeCudaArray(backing, version=2).__cuda_array_interface__)
     assert info.readonly and info.stream is None and info.dtype == np.int16 and info.shape == (5,)
 
 
 def test_non_contiguous_device_arrays_get_a_clear_error():
     backing = np.zeros((4, 6), np.float32)
     with pytest.raises(ValueError, match=r"expected a C-contiguous device array, got strides \(24, 8\)"):
-        device.as_device_array(FakeCudaArray(backing[:, ::2]))
+        devicebuf.as_device_array(FakeCudaArray(backing[:, ::2]))
     with pytest.raises(ValueError, match="C-contiguous"):
-        device.as_device_array(FakeCudaArray(np.zeros((3, 2), np.float64).T))
+        devicebuf.as_device_array(FakeCudaArray(np.zeros((3, 2), np.float64).T))
     with pytest.raises(ValueError, match="sendbuf: expected a C-contiguous"):
-        device.adapt(FakeCudaArray(backing[:, ::2]), "sendbuf")
+        devicebuf.adapt(FakeCudaArray(backing[:, ::2]), "sendbuf")
 
 
 def test_explicit_contiguous_strides_and_unit_dimensions_are_accepted():
     backing = np.zeros((1, 5), np.float32)
-    view = device.as_device_array(FakeCudaArray(backing, strides=(999, 4)))
+    view = devicebuf.as_device_array(FakeCudaArray(backing, strides=(999, 4)))
     assert tuple(view.shape) == (1, 5)
-    device.check_c_contiguous((0, 3), (4, 99), 4)  # empty: nothing to lay out
+    devicebuf.check_c_contiguous((0, 3), (4, 99), 4)  # empty: nothing to lay out
 
 
 @pytest.mark.parametrize("cai, error, match", [
@@ -72,22 +72,22 @@ def test_explicit_contiguous_strides_and_unit_dimensions_are_accepted():
 ])
 def test_invalid_cuda_array_interfaces(cai, error, match):
     with pytest.raises(error, match=match):
-        device.parse_cuda_array_interface(cai)
+        devicebuf.parse_cuda_array_interface(cai)
 
 
 def test_not_a_device_array():
     with pytest.raises(TypeError, match="expected a device array"):
-        device.as_device_array(object())
+        devicebuf.as_device_array(object())
 
 
 @pytest.mark.parametrize("stream, expected", [(None, None), (1, 1), (2, 2), (0x5EED, 0x5EED)])
 def test_the_producer_stream_is_synchronised_before_use(monkeypatch, stream, expected):
     calls = []
-    monkeypatch.setattr(device, "synchronize_stream", calls.append)
-    device.as_device_array(FakeCudaArray(np.zeros(3, np.float32), stream=stream))
+    monkeypatch.setattr(devicebuf, "synchronize_stream", calls.append)
+    devicebuf.as_device_array(FakeCudaArray(np.zeros(3, np.float32), stream=stream))
     assert calls == [expected]
     calls.clear()
-    device.as_device_array(FakeCudaArray(np.zeros(3, np.float32), stream=stream), sync=False)
+    devicebuf.as_device_array(FakeCudaArray(np.zeros(3, np.float32), stream=stream), sync=False)
     assert calls == []
 
 
@@ -95,22 +95,22 @@ def test_numba_arrays_synchronise_their_own_stream(monkeypatch):
     from numba import cuda
 
     calls = []
-    monkeypatch.setattr(device, "synchronize_stream", calls.append)
+    monkeypatch.setattr(devicebuf, "synchronize_stream", calls.append)
     arr = cuda.to_device(np.zeros(3))
-    assert device.as_device_array(arr) is arr
+    assert devicebuf.as_device_array(arr) is arr
     stream = cuda.stream()
-    device.as_device_array(arr.bind(stream))
+    devicebuf.as_device_array(arr.bind(stream))
     assert calls == [None, stream]
 
 
 def test_dlpack_producer_is_viewed_and_asked_for_the_legacy_stream(monkeypatch):
     calls = []
-    monkeypatch.setattr(device, "synchronize_stream", calls.append)
+    monkeypatch.setattr(devicebuf, "synchronize_stream", calls.append)
     backing = np.arange(6, dtype=np.float64)
     fake = FakeDLPackArray(backing)
-    view = device.as_device_array(fake)
-    assert device.device_address(view) == backing.ctypes.data
-    assert fake.streams == [device.LEGACY_DEFAULT_STREAM] and calls == [device.LEGACY_DEFAULT_STREAM]
+    view = devicebuf.as_device_array(fake)
+    assert devicebuf.device_address(view) == backing.ctypes.data
+    assert fake.streams == [devicebuf.LEGACY_DEFAULT_STREAM] and calls == [devicebuf.LEGACY_DEFAULT_STREAM]
 
 
 def test_dlpack_bfloat16_keeps_its_logical_dtype(monkeypatch):
@@ -125,70 +125,70 @@ def test_dlpack_bfloat16_keeps_its_logical_dtype(monkeypatch):
         def from_dlpack(cls, obj, stream_ptr=None):
             return cls()
 
-    monkeypatch.setattr(device, "_strided_memory_view", lambda: BFloat16View)
-    buf = device.adapt(FakeDLPackArray(np.zeros(3, np.uint16)))
+    monkeypatch.setattr(devicebuf, "_strided_memory_view", lambda: BFloat16View)
+    buf = devicebuf.adapt(FakeDLPackArray(np.zeros(3, np.uint16)))
     assert buf.dtype == host.BFLOAT16 and buf.flat.dtype == np.uint16
     np.testing.assert_array_equal(buf.flat.copy_to_host(), backing.view(np.uint16))
 
 
 def test_dlpack_non_contiguous_is_refused():
     with pytest.raises(ValueError, match="expected a C-contiguous device array, got strides"):
-        device.as_device_array(FakeDLPackArray(np.zeros((3, 4))[:, ::2]))
+        devicebuf.as_device_array(FakeDLPackArray(np.zeros((3, 4))[:, ::2]))
 
 
 def test_adapt_flattens_and_checks_the_dtype():
-    buf = device.adapt(FakeCudaArray(np.zeros((2, 3), np.int32)), "sendbuf")
+    buf = devicebuf.adapt(FakeCudaArray(np.zeros((2, 3), np.int32)), "sendbuf")
     assert buf.size == 6 and buf.dtype == np.int32 and len(buf.flat.shape) == 1
     with pytest.raises(TypeError, match="sendbuf with a dtype among"):
-        device.adapt(FakeCudaArray(np.zeros(2, np.complex64)), "sendbuf")
+        devicebuf.adapt(FakeCudaArray(np.zeros(2, np.complex64)), "sendbuf")
 
 
 # ------------------------------------------------------------- CUDA-awareness
 @pytest.fixture
 def fresh_awareness(monkeypatch):
-    monkeypatch.delenv(device.ENV_CUDA_AWARE, raising=False)
-    device.cuda_awareness.cache_clear()
+    monkeypatch.delenv(cuda_support.ENV_CUDA_AWARE, raising=False)
+    cuda_support.cuda_awareness.cache_clear()
     yield monkeypatch
-    device.cuda_awareness.cache_clear()
+    cuda_support.cuda_awareness.cache_clear()
 
 
 def test_the_pypi_mpi_is_not_cuda_aware_and_says_where_it_looked(fresh_awareness):
-    value, where = device.query_mpix_cuda_support()
+    value, where = cuda_support.query_mpix_cuda_support()
     assert value == 0 and where  # the Open MPI / MPICH wheels export the query and answer 0
-    awareness = device.cuda_awareness()
+    awareness = cuda_support.cuda_awareness()
     assert awareness == (False, "MPIX_Query_cuda_support", f"MPIX_Query_cuda_support() = 0 in {where}")
-    assert device.cuda_aware() is False
+    assert cuda_support.cuda_aware() is False
 
 
 @pytest.mark.parametrize("value, aware", [("1", True), ("0", False), (" true ", True), ("off", False)])
 def test_environment_overrides_the_query(fresh_awareness, value, aware):
-    fresh_awareness.setenv(device.ENV_CUDA_AWARE, value)
-    assert device.cuda_awareness() == (aware, "environment", f"{device.ENV_CUDA_AWARE}={value}")
+    fresh_awareness.setenv(cuda_support.ENV_CUDA_AWARE, value)
+    assert cuda_support.cuda_awareness() == (aware, "environment", f"{cuda_support.ENV_CUDA_AWARE}={value}")
 
 
 def test_bad_environment_value(fresh_awareness):
-    fresh_awareness.setenv(device.ENV_CUDA_AWARE, "maybe")
+    fresh_awareness.setenv(cuda_support.ENV_CUDA_AWARE, "maybe")
     with pytest.raises(ValueError, match="expected MPIEVO_CUDA_AWARE to be 0 or 1, got 'maybe'"):
-        device.cuda_awareness()
+        cuda_support.cuda_awareness()
 
 
 def test_awareness_is_cached(fresh_awareness):
     calls = []
-    fresh_awareness.setattr(device, "query_mpix_cuda_support", lambda: calls.append(1) or (1, "lib"))
-    assert device.cuda_aware() and device.cuda_aware()
+    fresh_awareness.setattr(cuda_support, "query_mpix_cuda_support", lambda: calls.append(1) or (1, "lib"))
+    assert cuda_support.cuda_aware() and cuda_support.cuda_aware()
     assert calls == [1]
 
 
 def test_missing_query_means_not_aware(fresh_awareness):
-    fresh_awareness.setattr(device, "query_mpix_cuda_support", lambda: (None, "not found"))
-    awareness = device.cuda_awareness()
+    fresh_awareness.setattr(cuda_support, "query_mpix_cuda_support", lambda: (None, "not found"))
+    awareness = cuda_support.cuda_awareness()
     assert not awareness.aware and awareness.source == "default" and "MPIEVO_CUDA_AWARE=1" in awareness.detail
 
 
 def test_make_wire_follows_awareness():
-    res = device.DeviceResources()
-    assert isinstance(device.make_wire(np.float32, res, aware=True), device.DeviceWire)
-    assert isinstance(device.make_wire(np.float32, res, aware=False), device.StagedWire)
+    res = staging.DeviceResources()
+    assert isinstance(device_wire.make_wire(np.float32, res, aware=True), device_wire.DeviceWire)
+    assert isinstance(device_wire.make_wire(np.float32, res, aware=False), device_wire.StagedWire)
 
 
 # ------------------------------------------------------------------- wires
@@ -199,11 +199,11 @@ def _device(values):
 
 
 def test_staged_wire_sends_host_copies_and_reduces_on_the_device():
-    res = device.DeviceResources()
-    wire = device.StagedWire(np.float32, res)
+    res = staging.DeviceResources()
+    wire = device_wire.StagedWire(np.float32, res)
     region = _device(np.arange(4, dtype=np.float32))
     sent = wire.encode(region)
-    assert isinstance(sent, np.ndarray) and not device.is_device_array(sent)
+    assert isinstance(sent, np.ndarray) and not devicebuf.is_device_array(sent)
     np.testing.assert_array_equal(sent, [0, 1, 2, 3])
     recv = wire.scratch(4)
     assert isinstance(recv, np.ndarray)
@@ -217,8 +217,8 @@ def test_staged_wire_sends_host_copies_and_reduces_on_the_device():
 
 
 def test_staged_wire_reuses_slots_after_release():
-    res = device.DeviceResources()
-    wire = device.StagedWire(np.float64, res)
+    res = staging.DeviceResources()
+    wire = device_wire.StagedWire(np.float64, res)
     region = _device(np.zeros(8))
     for _ in range(5):
         wire.release(wire.encode(region))
@@ -226,8 +226,8 @@ def test_staged_wire_reuses_slots_after_release():
 
 
 def test_staged_wire_forwards_a_stored_segment_from_its_pinned_slot():
-    res = device.DeviceResources()
-    wire = device.StagedWire(np.int32, res)
+    res = staging.DeviceResources()
+    wire = device_wire.StagedWire(np.int32, res)
     dst = _device(np.zeros(6, np.int32))
     incoming = wire.recv_into(dst[2:5])
     incoming[:] = [7, 8, 9]
@@ -244,8 +244,8 @@ def test_staged_wire_forwards_a_stored_segment_from_its_pinned_slot():
 
 
 def test_staged_wire_does_not_forward_a_segment_changed_since_it_was_stored():
-    res = device.DeviceResources()
-    wire = device.StagedWire(np.float32, res)
+    res = staging.DeviceResources()
+    wire = device_wire.StagedWire(np.float32, res)
     dst = _device(np.zeros(3, np.float32))
     buf = wire.recv_into(dst)
     buf[:] = 1
@@ -260,7 +260,7 @@ def test_staged_wire_does_not_forward_a_segment_changed_since_it_was_stored():
 def test_staged_wire_waits_for_the_copy_out_of_a_slot_before_reusing_it():
     events = []
 
-    class RecordingResources(device.DeviceResources):
+    class RecordingResources(staging.DeviceResources):
         def record(self):
             event = super().record()
             waited = []
@@ -269,7 +269,7 @@ def test_staged_wire_waits_for_the_copy_out_of_a_slot_before_reusing_it():
             return event
 
     res = RecordingResources()
-    wire = device.StagedWire(np.float32, res)
+    wire = device_wire.StagedWire(np.float32, res)
     dst = _device(np.zeros(4, np.float32))
     buf = wire.scratch(4)
     buf[:] = 1
@@ -281,22 +281,22 @@ def test_staged_wire_waits_for_the_copy_out_of_a_slot_before_reusing_it():
 
 
 def test_staged_wire_rejects_foreign_buffers():
-    wire = device.StagedWire(np.float32, device.DeviceResources())
+    wire = device_wire.StagedWire(np.float32, staging.DeviceResources())
     with pytest.raises(ValueError, match="handed out by this wire"):
         wire.release(np.zeros(3, np.float32))
 
 
 def test_device_wire_keeps_data_on_the_device_and_alternates_scratch():
-    res = device.DeviceResources()
-    wire = device.DeviceWire(np.float32, res)
+    res = staging.DeviceResources()
+    wire = device_wire.DeviceWire(np.float32, res)
     region = _device(np.arange(3, dtype=np.float32))
     assert wire.encode(region) is region
     first, second = wire.scratch(3), wire.scratch(3)
-    assert device.is_device_array(first) and device.device_address(first) != device.device_address(second)
+    assert devicebuf.is_device_array(first) and devicebuf.device_address(first) != devicebuf.device_address(second)
     first[:] = np.array([1, 1, 1], np.float32)
     wire.reduce(region, first, "max", left=region)
     third = wire.scratch(3)  # the first slot again, after its kernel
-    assert device.device_address(third) == device.device_address(first)
+    assert devicebuf.device_address(third) == devicebuf.device_address(first)
     np.testing.assert_array_equal(region.copy_to_host(), [1, 1, 2])
     assert wire.recv_into(region) is region
     wire.divide(region, 2)
@@ -305,16 +305,16 @@ def test_device_wire_keeps_data_on_the_device_and_alternates_scratch():
 
 
 def test_concurrent_wires_never_share_scratch_memory():
-    res = device.DeviceResources()
-    first, second = device.DeviceWire(np.float32, res), device.DeviceWire(np.float32, res)
-    mine = {device.device_address(first.scratch(8)) for _ in range(2)}
-    theirs = {device.device_address(second.scratch(8)) for _ in range(2)}
+    res = staging.DeviceResources()
+    first, second = device_wire.DeviceWire(np.float32, res), device_wire.DeviceWire(np.float32, res)
+    mine = {devicebuf.device_address(first.scratch(8)) for _ in range(2)}
+    theirs = {devicebuf.device_address(second.scratch(8)) for _ in range(2)}
     assert len(mine) == len(theirs) == 2 and not mine & theirs
-    staged = device.StagedWire(np.float32, res)
+    staged = device_wire.StagedWire(np.float32, res)
     buf = staged.scratch(8)
     buf[:] = 1
     staged.reduce(_device(np.zeros(8, np.float32)), buf, "sum")
-    assert device.device_address(staged._staged.raw) not in mine | theirs
+    assert devicebuf.device_address(staged.staged_slot.raw) not in mine | theirs
     for wire in (first, second, staged):
         wire.finish()
     assert res.device.free_slots == res.device.allocated == 5
@@ -326,8 +326,8 @@ def test_bfloat16_reduction_through_both_wires():
     a = np.array([1.5, -2.0, np.nan, 3.0], bf16)
     b = np.array([0.25, 4.0, 1.0, np.nan], bf16)
     want = np.maximum(a, b)
-    for wire_type in (device.DeviceWire, device.StagedWire):
-        wire = wire_type(bf16, device.DeviceResources())
+    for wire_type in (device_wire.DeviceWire, device_wire.StagedWire):
+        wire = wire_type(bf16, staging.DeviceResources())
         dst = _device(a.view(np.uint16))
         buf = wire.scratch(4)
         buf[:] = b.view(np.uint16)

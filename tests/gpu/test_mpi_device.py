@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from gpu_support import FakeCudaArray, all_agree
 
-from mpievo.comm import compress, device
+from mpievo.comm import cast_wire, cuda_support, device_wire, devicebuf, topk, wire
 from mpievo.kernels import host
 
 pytestmark = [pytest.mark.mpi(min_size=2),
@@ -27,18 +27,18 @@ def comm(monkeypatch):
     from mpievo.comm import Communicator
 
     monkeypatch.setenv("MPIEVO_SEGMENT_BYTES", "48")
+    monkeypatch.setenv("MPIEVO_COPY_SEGMENT_BYTES", "48")
     c = Communicator()
-    c._device_resources = device.DeviceResources()  # shared between calls, as the communicator keeps it
     yield c
     c.free()
 
 
 @pytest.fixture(params=[False, True], ids=["staged", "cuda-aware"])
 def aware(request, monkeypatch):
-    monkeypatch.setenv(device.ENV_CUDA_AWARE, "1" if request.param else "0")
-    device.cuda_awareness.cache_clear()
+    monkeypatch.setenv(cuda_support.ENV_CUDA_AWARE, "1" if request.param else "0")
+    cuda_support.cuda_awareness.cache_clear()
     yield request.param
-    device.cuda_awareness.cache_clear()
+    cuda_support.cuda_awareness.cache_clear()
 
 
 def _dtype(name):
@@ -71,7 +71,8 @@ def test_device_allreduce_equals_the_host_path(comm, aware, name, op):
     want = comm.allreduce(x.copy(), op=op, algorithm="ring")
     in_place = FakeCudaArray(x.copy().view(np.uint16) if name == "bfloat16" else x.copy())
     if name == "bfloat16":  # a CAI cannot say bfloat16: the wire is told the logical dtype
-        device.allreduce(comm, _LogicalBF16(in_place), _LogicalBF16(in_place), op, None, None, True)
+        logical = _LogicalBF16(in_place)
+        comm.allreduce(logical, logical, op)
         got = in_place.host.view(host.BFLOAT16)
     else:
         comm.allreduce(in_place, in_place, op)
@@ -89,14 +90,14 @@ class _LogicalBF16:
 
 @pytest.fixture(autouse=True)
 def _bf16_adapter(monkeypatch):
-    original = device.adapt
+    original = devicebuf.adapt
 
     def adapt(obj, name="buffer", *, dtype=None):
         if isinstance(obj, _LogicalBF16):
             dtype = host.BFLOAT16
         return original(obj, name, dtype=dtype)
 
-    monkeypatch.setattr(device, "adapt", adapt)
+    monkeypatch.setattr(devicebuf, "adapt", adapt)
 
 
 def test_out_of_place_and_allocated_results(comm, aware):
@@ -117,7 +118,7 @@ def test_numba_device_arrays_work_directly(comm, aware):
     x = _data(comm, "float64", 33)
     want = comm.allreduce(x.copy(), op="max", algorithm="ring")
     d = cuda.to_device(x)
-    out = device.allreduce(comm, d, d, "max", None, None, True)
+    out = comm.allreduce(d, d, "max")
     all_agree(comm, out is d and _bits_equal(d.copy_to_host(), want), "numba array result")
 
 
@@ -164,23 +165,29 @@ def test_device_reduce_scatter_allgather_and_broadcast(comm, aware):
     all_agree(comm, ok, f"rank {r}")
 
 
-def test_staged_wire_stays_off_the_mpi_path_for_device_memory(comm, monkeypatch):
-    """Not CUDA-aware: MPI must only ever see host (pinned) buffers."""
-    monkeypatch.setenv(device.ENV_CUDA_AWARE, "0")
-    device.cuda_awareness.cache_clear()
+@pytest.mark.parametrize("how", ["environment", "option"])
+def test_staged_wire_stays_off_the_mpi_path_for_device_memory(monkeypatch, how):
+    """Not CUDA-aware: MPI must only ever see host (pinned) buffers. The communicator's
+    ``cuda_aware`` option wins over the environment."""
+    from mpievo.comm import Communicator
+
+    monkeypatch.setenv(cuda_support.ENV_CUDA_AWARE, "0" if how == "environment" else "1")
+    cuda_support.cuda_awareness.cache_clear()
     seen = []
-    original = device.StagedWire.encode
+    original = device_wire.StagedWire.encode
 
     def encode(self, region):
         buf = original(self, region)
-        seen.append(isinstance(buf, np.ndarray) and not device.is_device_array(buf))
+        seen.append(isinstance(buf, np.ndarray) and not devicebuf.is_device_array(buf))
         return buf
 
-    monkeypatch.setattr(device.StagedWire, "encode", encode)
+    monkeypatch.setattr(device_wire.StagedWire, "encode", encode)
+    comm = Communicator(cuda_aware=None if how == "environment" else False, segment_bytes=48)
     x = FakeCudaArray(np.ones(200, np.float32))
     comm.allreduce(x, x, "sum")
-    device.cuda_awareness.cache_clear()
+    cuda_support.cuda_awareness.cache_clear()
     all_agree(comm, seen and all(seen) and (x.host == comm.size).all(), f"{len(seen)} sends")
+    comm.free()
 
 
 def test_device_errors_are_raised_on_every_rank(comm, aware):
@@ -197,13 +204,13 @@ def test_device_errors_are_raised_on_every_rank(comm, aware):
 
 
 # ------------------------------------------------------------------ compression
-@pytest.mark.parametrize("fmt", compress.WIRE_FORMATS)
+@pytest.mark.parametrize("fmt", wire.WIRE_FORMATS)
 @pytest.mark.parametrize("op", ["sum", "mean", "max"])
 def test_compressed_allreduce_is_identical_everywhere_and_within_the_rounding_bound(comm, fmt, op):
     rng = np.random.default_rng(comm.rank)
     x = rng.standard_normal(301).astype(np.float32)
-    out = compress.allreduce(comm, x, None, op, compression=fmt)
-    wire_dtype = compress.compression_wire(fmt, np.float32).wire_dtype
+    out = comm.allreduce(x, None, op, compression=fmt)
+    wire_dtype = cast_wire.compression_wire(fmt, np.float32).wire_dtype
     everywhere = comm.allgather_object(out.tobytes())
     exact = comm.allreduce(x.astype(np.float64), op=op, algorithm="ring")
     magnitude = comm.allreduce(np.abs(x).astype(np.float64), op="sum", algorithm="ring")
@@ -221,15 +228,17 @@ def test_compressed_allreduce_is_exact_on_representable_sums(comm):
     x = np.arange(64, dtype=np.float32) + comm.rank
     want = comm.allreduce(x.copy(), op="sum", algorithm="ring")
     got = x.copy()
-    request = compress.allreduce(comm, got, got, "sum", compression="bf16", blocking=False)
+    request = comm.iallreduce(got, got, "sum", compression="bf16")
     all_agree(comm, request.wait() is got and np.array_equal(got, want), str(got[:4]))
 
 
-def test_compressed_allreduce_refuses_other_dtypes_and_device_buffers(comm):
-    with pytest.raises(TypeError, match="float32 data for fp16"):
-        compress.allreduce(comm, np.zeros(3), None, "sum")
-    with pytest.raises(TypeError, match="host"):
-        compress.allreduce(comm, FakeCudaArray(np.zeros(3, np.float32)), None, "sum")
+def test_compression_leaves_other_dtypes_alone_and_refuses_device_buffers(comm):
+    x = np.arange(7, dtype=np.float64) / 3 + comm.rank
+    plain = comm.allreduce(x, None, "sum", algorithm="ring")
+    compressed = comm.allreduce(x, None, "sum", algorithm="ring", compression="fp16")
+    all_agree(comm, np.array_equal(compressed, plain), "float64 data changed by compression")
+    with pytest.raises(ValueError, match="expected compression=None for device buffers, got 'fp16'"):
+        comm.allreduce(FakeCudaArray(np.zeros(3, np.float32)), None, "sum", compression="fp16")
     comm.barrier()
 
 
@@ -243,18 +252,18 @@ def _dense_sent(n, idx, values):
 def test_topk_allreduce_sums_what_every_rank_sent(comm, op):
     n = 97
     rng = np.random.default_rng(7 + comm.rank)
-    feedback, mirror = compress.ErrorFeedback(), compress.ErrorFeedback()
+    feedback, mirror = topk.ErrorFeedback(), topk.ErrorFeedback()
     ok = True
     for step in range(3):
         x = rng.standard_normal(n).astype(np.float32)
-        idx, values = compress.topk_compress(x, 10, mirror, "w")  # what this rank will send
+        idx, values = topk.topk_compress(x, 10, mirror, "w")  # what this rank will send
         sent = comm.allgather_object((idx, values))
         want = np.zeros(n, np.float32)
         for r_idx, r_values in sent:  # rank order, like topk_allreduce
             want += _dense_sent(n, r_idx, r_values)
         if op == "mean":
             host.divide_into(want, comm.size)
-        got = compress.topk_allreduce(comm, x, 10, feedback=feedback, key="w", op=op)
+        got = topk.topk_allreduce(comm, x, 10, feedback=feedback, key="w", op=op)
         ok &= np.array_equal(got, want) and np.array_equal(feedback.get("w"), mirror.get("w"))
     all_agree(comm, ok, "top-k result or residual differs")
 
@@ -263,16 +272,16 @@ def test_topk_allreduce_with_ratio_and_out(comm):
     x = np.zeros((4, 5), np.float64)
     x[comm.rank % 4, comm.rank % 5] = 1.0 + comm.rank
     out = np.full((4, 5), -1.0)
-    got = compress.topk_allreduce(comm, x, ratio=0.05, out=out)  # k = 1 per rank
+    got = topk.topk_allreduce(comm, x, ratio=0.05, out=out)  # k = 1 per rank
     want = comm.allreduce(x.copy(), op="sum", algorithm="ring")
     all_agree(comm, got is out and np.array_equal(out, want), str(out))
 
 
 def test_topk_allreduce_errors(comm):
     with pytest.raises(ValueError, match="same array size on every rank"):
-        compress.topk_allreduce(comm, np.ones(10 + comm.rank, np.float32), k=2)
+        topk.topk_allreduce(comm, np.ones(10 + comm.rank, np.float32), k=2)
     with pytest.raises(ValueError, match="key naming the buffer"):
-        compress.topk_allreduce(comm, np.ones(4), k=1, feedback=compress.ErrorFeedback())
+        topk.topk_allreduce(comm, np.ones(4), k=1, feedback=topk.ErrorFeedback())
     with pytest.raises(TypeError, match="floating-point"):
-        compress.topk_allreduce(comm, np.ones(4, np.int32), k=1)
+        topk.topk_allreduce(comm, np.ones(4, np.int32), k=1)
     comm.barrier()

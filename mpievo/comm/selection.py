@@ -62,17 +62,35 @@ def forced_algorithm(collective: str) -> str | None:
     return check_algorithm(collective, value)
 
 
-def _rules(table: dict, collective: str, nranks: int) -> list:
+def rules(table: dict, collective: str, nranks: int) -> list:
+    """``[[max_bytes or None, algorithm], ...]`` of ``collective`` on ``nranks`` ranks."""
     per = table.get("collectives", {}).get(collective, {})
     return per.get(str(nranks)) or per.get("default") or []
 
 
 def choose(collective: str, nbytes: int, nranks: int, table: dict | None = None) -> str:
     """Pick the algorithm for a ``nbytes`` message on ``nranks`` ranks from the table."""
-    for max_bytes, algorithm in _rules(load_table() if table is None else table, collective, nranks):
+    for max_bytes, algorithm in rules(load_table() if table is None else table, collective, nranks):
         if max_bytes is None or nbytes <= max_bytes:
             return algorithm
     return FALLBACK[collective]
+
+
+def native_limit(collective: str, nranks: int, forced: str | None, table: dict | None = None) -> int:
+    """Largest message (bytes) of ``collective`` that runs ``native``, or -1 for none.
+
+    ``forced`` is the algorithm forced by environment (None: the table decides;
+    "native": every size). Only the table's leading run of ``native`` entries
+    counts, so the answer is one threshold.
+    """
+    if forced not in (None, "native"):
+        return -1
+    limit = -1
+    for max_bytes, algorithm in rules(load_table() if table is None else table, collective, nranks):
+        if algorithm != "native" and forced is None:
+            break
+        limit = (1 << 62) if max_bytes is None else max_bytes
+    return limit
 
 
 def segment_bytes(kind: str = "reduce", table: dict | None = None) -> int:

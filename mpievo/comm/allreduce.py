@@ -1,0 +1,70 @@
+"""All-reduce driver: checks a call, picks its wire and algorithm, runs the steps.
+
+Wires: host buffers go as they are (ring, recursive doubling or the MPI library's
+own, by the table), float32 host data with ``compression`` goes fp16/bf16 (ring),
+device buffers go through a device wire (ring).
+"""
+
+from __future__ import annotations
+
+from . import devicebuf
+from .buffers import check_dtype, flat_host, host_output
+from .latency import recursive_doubling_steps
+from .native import native_allreduce_steps, native_supports
+from .ring import allreduce_steps, displacements, even_counts
+from .wire import applies_to, check_format
+
+
+def run(core, sendbuf, recvbuf, op: str, algorithm, timeout, compression, blocking: bool):
+    """All-reduce (see ``Communicator.allreduce``); non-blocking returns a request."""
+    on_device = devicebuf.is_device_array(sendbuf)
+    if compression is not None:
+        if on_device:
+            raise ValueError(f"expected compression=None for device buffers, got {compression!r} "
+                             "(compressed wires are host-only)")
+        check_format(compression)
+    core.check_usable()
+    if on_device:
+        src = devicebuf.adapt(sendbuf, "sendbuf")
+        check_dtype(src.dtype, op)
+        devicebuf.check_algorithm("allreduce", algorithm, ("ring",))
+        shape = tuple(getattr(sendbuf, "shape", (src.size,)))
+        result, dst = devicebuf.output(recvbuf, sendbuf, src, src.size, shape)
+        dtype, src, wire, algorithm = src.dtype, src.flat, core.device_wire(src.dtype), "ring"
+    else:
+        src = flat_host(sendbuf, "sendbuf")
+        check_dtype(src.dtype, op)
+        result, dst = host_output(sendbuf, recvbuf, src)
+        dtype = src.dtype
+        if applies_to(compression, dtype):
+            wire, algorithm = core.cast_wire(compression, dtype), "ring"
+        else:
+            wire = core.host_wire(dtype)
+            algorithm = core.select("allreduce", algorithm, src.nbytes)
+            if algorithm == "native" and not native_supports(dtype, op):
+                algorithm = "recursive_doubling"
+    steps = _steps(core, src, dst, dtype, op, algorithm, wire, blocking)
+    return core.execute("allreduce", steps, timeout, blocking, result)
+
+
+def _steps(core, src, dst, dtype, op, algorithm, wire, blocking):
+    try:
+        yield from core.signature_steps("allreduce", src.size, dtype, op, 0, None)
+        if core.size == 1:
+            wire.copy(dst, src)
+            return dst
+        mean = op == "mean"
+        ctx = core.context(wire.wire_dtype.itemsize)
+        if algorithm == "native":
+            core.count(2 * src.nbytes * (core.size - 1) // core.size)
+            yield from native_allreduce_steps(core.comm, src, dst, op, mean=mean, blocking=blocking)
+        elif algorithm == "recursive_doubling":
+            scratch = core.pool.get(src.dtype, src.size, 2)
+            core.count(src.nbytes * max(1, (core.size - 1).bit_length()))
+            yield from recursive_doubling_steps(ctx, src, dst, op, scratch, mean=mean)
+        else:
+            counts = even_counts(src.size, core.size)
+            yield from allreduce_steps(ctx, src, dst, counts, displacements(counts), op, wire, mean=mean)
+        return dst
+    finally:
+        wire.finish()
