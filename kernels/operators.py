@@ -13,8 +13,8 @@ Kernels (all row-vectorised, no Python loop per child or gene):
 * :func:`mutate_sparse` -- Gaussian mutation of ``counts[i]`` distinct genes of row
   ``i`` (positions by Floyd's sampling from pre-drawn uniforms), each mutated gene
   then put back in the box (clip / reflect / resample).
-* :func:`breed_interpolate_mutate` -- the two above fused row by row (one pass,
-  one dispatch); identical results to calling them in sequence.
+* :func:`breed_interpolate_mutate` -- the two above in one dispatch; identical
+  results to calling them in sequence.
 * :func:`bound_rows` -- clip or reflect every gene of a batch (for operators whose
   children can leave the box: blend, SBX, differential evolution).
 * :func:`sum_squares_rows` -- ``sum_j x_ij**2`` accumulated in float64 (sphere).
@@ -66,50 +66,27 @@ def _bound_value(x, lo, hi, mode, u):
 
 
 @numba.njit(**_JIT)
-def _interpolate_row(genomes, a, b, w, lower, upper, out_row):
-    ga = genomes[a]
-    gb = genomes[b]
-    for j in range(out_row.shape[0]):
-        x = gb[j] + w * (ga[j] - gb[j])
-        out_row[j] = min(max(x, lower[j]), upper[j])
-
-
-@numba.njit(**_JIT)
-def _mutate_row(row, k, start, pos_uniforms, normals, resample_uniforms, step,
-                scale, lower, upper, mode, mark, stamp):
-    """Mutate ``k`` distinct genes of ``row``; draws are read from offset ``start``.
-
-    Floyd's algorithm picks k distinct positions out of ``dim`` with k uniforms; with
-    ``k == dim`` every gene is mutated in order and no uniform is read.
-    """
-    dim = row.shape[0]
-    for t in range(k):
-        if k == dim:
-            gene = t
-        else:
-            top = dim - k + t
-            gene = int(pos_uniforms[start + t] * (top + 1))
-            if gene > top:
-                gene = top
-            if mark[gene] == stamp:
-                gene = top
-            mark[gene] = stamp
-        u = resample_uniforms[start + t] if mode == BOUND_RESAMPLE else 0.0
-        x = row[gene] + step * scale[gene] * normals[start + t]
-        row[gene] = _bound_value(x, lower[gene], upper[gene], mode, u)
-
-
-@numba.njit(**_JIT)
 def interpolate_rows(genomes, idx_a, idx_b, omega, lower, upper, out):
     """``out[i] = clip(G[ib[i]] + omega[i] * (G[ia[i]] - G[ib[i]]))`` for every row."""
+    # Here and in mutate_sparse rows are indexed in place rather than passed as row
+    # views to a per-row helper: each array passed to a jitted call costs atomic
+    # reference-count updates, which made the sparse mutation 3x slower.
     for i in range(out.shape[0]):
-        _interpolate_row(genomes, idx_a[i], idx_b[i], omega[i], lower, upper, out[i])
+        a = idx_a[i]
+        b = idx_b[i]
+        w = omega[i]
+        for j in range(out.shape[1]):
+            x = genomes[b, j] + w * (genomes[a, j] - genomes[b, j])
+            out[i, j] = min(max(x, lower[j]), upper[j])
 
 
 @numba.njit(**_JIT)
 def mutate_sparse(x, counts, pos_uniforms, normals, resample_uniforms, steps, scale,
                   lower, upper, mode):
     """Mutate ``counts[i]`` distinct genes of each row of ``x`` in place.
+
+    Floyd's algorithm picks the k distinct positions of a row out of ``dim`` with k
+    uniforms; with ``k == dim`` every gene is mutated in order and no uniform is read.
 
     Args:
         x: (n, dim) genomes.
@@ -121,16 +98,30 @@ def mutate_sparse(x, counts, pos_uniforms, normals, resample_uniforms, steps, sc
         steps: (n,) step size of each row, in units of ``scale``.
         scale: (dim,) per-gene scale (e.g. the box width).
         lower, upper: (dim,) box.
+        mode: BOUND_CLIP, BOUND_REFLECT or BOUND_RESAMPLE.
 
     ``normals``, ``steps``, ``scale``, ``lower`` and ``upper`` share ``x``'s dtype.
-        mode: BOUND_CLIP, BOUND_REFLECT or BOUND_RESAMPLE.
     """
-    mark = np.zeros(x.shape[1], np.int64)
+    dim = x.shape[1]
+    mark = np.zeros(dim, np.int64)  # mark[gene] == i + 1: gene already taken in row i
     start = 0
     for i in range(x.shape[0]):
         k = counts[i]
-        _mutate_row(x[i], k, start, pos_uniforms, normals, resample_uniforms,
-                    steps[i], scale, lower, upper, mode, mark, i + 1)
+        step = steps[i]
+        for t in range(k):
+            if k == dim:
+                gene = t
+            else:
+                top = dim - k + t
+                gene = int(pos_uniforms[start + t] * (top + 1))
+                if gene > top:
+                    gene = top
+                if mark[gene] == i + 1:
+                    gene = top
+                mark[gene] = i + 1
+            u = resample_uniforms[start + t] if mode == BOUND_RESAMPLE else 0.0
+            v = x[i, gene] + step * scale[gene] * normals[start + t]
+            x[i, gene] = _bound_value(v, lower[gene], upper[gene], mode, u)
         start += k
 
 
@@ -138,16 +129,11 @@ def mutate_sparse(x, counts, pos_uniforms, normals, resample_uniforms, steps, sc
 def breed_interpolate_mutate(genomes, idx_a, idx_b, omega, counts, pos_uniforms,
                              normals, resample_uniforms, steps, scale, lower, upper,
                              mode, out):
-    """Fused :func:`interpolate_rows` then :func:`mutate_sparse`, row by row."""
-    mark = np.zeros(out.shape[1], np.int64)
-    start = 0
-    for i in range(out.shape[0]):
-        row = out[i]
-        _interpolate_row(genomes, idx_a[i], idx_b[i], omega[i], lower, upper, row)
-        k = counts[i]
-        _mutate_row(row, k, start, pos_uniforms, normals, resample_uniforms,
-                    steps[i], scale, lower, upper, mode, mark, i + 1)
-        start += k
+    """:func:`interpolate_rows` into ``out`` then :func:`mutate_sparse` of ``out``
+    in one dispatch; identical results to calling them in sequence."""
+    interpolate_rows(genomes, idx_a, idx_b, omega, lower, upper, out)
+    mutate_sparse(out, counts, pos_uniforms, normals, resample_uniforms, steps, scale,
+                  lower, upper, mode)
 
 
 @numba.njit(**_JIT)

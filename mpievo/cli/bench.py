@@ -1,8 +1,9 @@
 """``mpievo bench``: benchmarks, run under mpiexec.
 
-    mpievo bench collectives [--sizes 4K,1M,256M] [--json PATH]   mpievo vs native MPI
+    mpievo bench collectives [--sizes 4K,1M,256M] [--cases float32:max] [--json PATH]
+                                                                   mpievo vs native MPI
     mpievo bench calibrate [--update mpievo/comm/tuning.json]      selection thresholds
-    mpievo bench engine [--json PATH]                              island engine vs pygmo
+    mpievo bench engine [--json PATH]                              engine vs pygmo, weak scaling
 """
 
 from __future__ import annotations
@@ -43,12 +44,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     coll.add_argument("--malloc", default="default,tuned",
                       help="'default', 'tuned' (glibc keeps freed memory) or both (default)")
     coll.add_argument("--algorithm", default=None, help="force one mpievo algorithm")
+    coll.add_argument("--cases", type=_parse_cases, default=None,
+                      help="dtype:op pairs for all-reduce and reduce-scatter, e.g. float32:sum,int32:sum "
+                           "(ops sum, max, min); all-gather and broadcast run once per dtype. Default: "
+                           "float32:sum,float32:max,float32:min,int32:sum for all-reduce, float32:sum "
+                           "for reduce-scatter, float32 for all-gather and broadcast")
     coll.add_argument("--target-seconds", type=float, default=0.3, help="time per measurement")
     coll.add_argument("--json", dest="json_path", default=None, help="write rows as JSON here")
     cal = sub.add_parser("calibrate", help="time every algorithm, print/merge selection thresholds")
     cal.add_argument("--update", default=None, help="merge the result into this tuning JSON")
     cal.add_argument("--json", dest="json_path", default=None, help="write the result here")
-    eng = sub.add_parser("engine", help="island engine throughput and scaling (vs pygmo)")
+    eng = sub.add_parser("engine", help="one island vs pygmo (like for like), weak scaling, migration cost")
     eng.add_argument("--json", dest="json_path", default=None, help="write results as JSON here")
 
 
@@ -64,7 +70,7 @@ def main(args: argparse.Namespace) -> int:
 
             result = run_collectives(sizes=args.sizes, collectives=_split(args.collectives),
                                      malloc_modes=_split(args.malloc), algorithm=args.algorithm,
-                                     target_s=args.target_seconds)
+                                     target_s=args.target_seconds, cases=args.cases)
         elif args.bench == "calibrate":
             result = _calibrate(args.update, rank)
         else:
@@ -77,6 +83,16 @@ def main(args: argparse.Namespace) -> int:
                 json.dump(result, f, indent=1)
             print(f"wrote {args.json_path}")
     return 0
+
+
+def _parse_cases(text: str) -> list:
+    """--cases value -> [(dtype, op)]; argparse reports a bad entry as a usage error."""
+    from mpievo.comm.bench_verify import parse_cases  # lazy, like every mpievo.comm import here
+
+    try:
+        return parse_cases(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def _split(text: str) -> list[str]:

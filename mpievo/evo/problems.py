@@ -113,7 +113,7 @@ class Problem:
         if self.batched:
             values = self.func(genomes)
         else:
-            values = [self.func(row) for row in genomes]
+            values = list(map(self.func, genomes))  # no bytecode per row
         return check_fitness(values, n, self.name)
 
     def evaluate(self, genomes: np.ndarray) -> np.ndarray:
