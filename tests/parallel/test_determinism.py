@@ -1,4 +1,9 @@
-"""Same seed, same island count: bit-identical results on 1, 2 and 4 ranks."""
+"""Same seed, same island count: bit-identical results on 1, 2 and 4 ranks.
+
+The serial references run on :class:`mpievo.comm.protocol.SelfComm` (the one-rank
+implementation of the engine protocol, no MPI), so these tests also check that the
+parallel layer needs nothing beyond the protocol.
+"""
 
 import pytest
 from mpi4py import MPI
@@ -6,6 +11,7 @@ from parallel_helpers import small_job
 
 from mpi_support import all_ranks_agree
 from mpievo.comm import Communicator
+from mpievo.comm.protocol import SelfComm
 from mpievo.parallel import best_genome_bytes, build_scheme, run_job
 
 # every feature that draws random numbers or depends on timing, in one job
@@ -22,7 +28,7 @@ FEATURES = {
 def test_island_scheme_follows_the_scheme_protocol():
     from mpievo.parallel import Scheme
 
-    assert isinstance(build_scheme(Communicator(MPI.COMM_SELF), small_job(1)), Scheme)
+    assert isinstance(build_scheme(SelfComm(), small_job(1)), Scheme)
 
 
 def _run(comm, nranks, **tables):
@@ -32,9 +38,11 @@ def _run(comm, nranks, **tables):
 
 
 def test_same_seed_same_result_in_one_process():
-    comm = Communicator(MPI.COMM_SELF)
+    comm = SelfComm()
     first, second = _run(comm, 1, **FEATURES), _run(comm, 1, **FEATURES)
     assert best_genome_bytes(first) == best_genome_bytes(second) != b""
+    over_mpi = _run(Communicator(MPI.COMM_SELF), 1, **FEATURES)   # the protocol's two implementations
+    assert best_genome_bytes(over_mpi) == best_genome_bytes(first)
     other_seed = _run(comm, 1, run={"seed": 8}, **FEATURES)
     assert best_genome_bytes(other_seed) != best_genome_bytes(first)
 
@@ -44,7 +52,7 @@ def test_same_seed_same_result_in_one_process():
 def test_ranks_give_the_serial_result_bit_for_bit(world, tables):
     comm = Communicator(world)
     distributed = _run(comm, comm.size, **tables)
-    serial = _run(Communicator(MPI.COMM_SELF), 1, **tables)   # all 4 islands in this process
+    serial = _run(SelfComm(), 1, **tables)   # all 4 islands in this process, no MPI
     if comm.rank == 0:
         same = best_genome_bytes(distributed) == best_genome_bytes(serial) \
             and distributed.best_fitness == serial.best_fitness \
@@ -60,7 +68,7 @@ def test_ranks_give_the_serial_result_bit_for_bit(world, tables):
 def test_every_island_state_matches_the_serial_run(world):
     comm = Communicator(world)
     job = small_job(comm.size, **FEATURES)
-    distributed, serial = build_scheme(comm, job), build_scheme(Communicator(MPI.COMM_SELF), job)
+    distributed, serial = build_scheme(comm, job), build_scheme(SelfComm(), job)
     for scheme in (distributed, serial):
         scheme.initialize()
         for _ in range(job.run.generations):

@@ -5,6 +5,7 @@ import pytest
 from mpi4py import MPI
 
 from mpievo.comm import Communicator
+from mpievo.comm.protocol import SelfComm
 from mpievo.evo import EngineConfig, Island, MigrationPolicy, make_problem
 from mpievo.parallel.mapping import islands_of_rank
 from mpievo.parallel.migration import IslandShape, Migrator, topology_edges
@@ -27,7 +28,7 @@ def shapes(n, dim=4, capacity=8, dtype="float64"):
 
 
 def self_comm():
-    return Communicator(MPI.COMM_SELF)
+    return SelfComm()   # the engine protocol's one-rank implementation: no MPI
 
 
 def test_topology_edges_are_sorted():
