@@ -12,7 +12,9 @@ so its optimum lies at ``x = o``. (Rotating schwefel moves points outside its na
 box, where its optimum no longer holds; use it unrotated.)
 
 User problems come as a Python callable or a ``"module:function"`` string
-(:func:`make_problem`); a wrong output shape or dtype raises a clear error.
+(:func:`make_problem`); a wrong output shape or dtype raises a clear error. A
+:class:`Problem` may bring its islands' starting genomes (``initial``), e.g. known
+good solutions to improve on; without it they start uniform in the box.
 
 Example::
 
@@ -30,6 +32,7 @@ from typing import Callable
 import numpy as np
 
 from ..kernels import operators as kernels
+from .operators import box_arrays
 from .streams import stream
 
 
@@ -77,15 +80,20 @@ class Problem:
         maximize: True when larger values are better.
         name: label for messages.
         batched: see ``func``.
+        initial: ``initial(rng, n) -> (n, dim)`` genomes of an island's generation 0
+            (e.g. known good solutions), drawn from the island's keyed ``init``
+            stream; None: uniform in the box. See :meth:`initial_genomes`.
 
     Raises:
         ValueError, TypeError: bad dimension or bounds.
     """
 
     def __init__(self, func: Callable, dim: int, lower, upper, *, maximize: bool = False,
-                 name: str | None = None, batched: bool = True):
+                 name: str | None = None, batched: bool = True, initial: Callable | None = None):
         if not callable(func):
             raise TypeError(f"expected a callable fitness function, got {type(func).__name__}")
+        if initial is not None and not callable(initial):
+            raise TypeError(f"expected a callable initial(rng, n) or None, got {type(initial).__name__}")
         if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim < 1:
             raise ValueError(f"expected dim to be an int >= 1, got {dim!r}")
         self.func = func
@@ -99,6 +107,7 @@ class Problem:
         self.maximize = bool(maximize)
         self.name = name or getattr(func, "__name__", type(func).__name__)
         self.batched = bool(batched)
+        self.initial = initial
 
     def __repr__(self) -> str:
         sense = "maximize" if self.maximize else "minimize"
@@ -115,6 +124,35 @@ class Problem:
         else:
             values = list(map(self.func, genomes))  # no bytecode per row
         return check_fitness(values, n, self.name)
+
+    def initial_genomes(self, rng: np.random.Generator, n: int, dtype) -> np.ndarray:
+        """An island's ``n`` generation-0 genomes, in ``dtype`` and inside the box.
+
+        ``initial(rng, n)`` when the problem has one, else uniform in the box; either
+        is cast to ``dtype`` and clipped to the box (in ``dtype``, rounded inwards).
+
+        Raises:
+            ValueError: ``initial`` returned another shape or a non-finite gene.
+            TypeError: ``initial`` returned something other than real numbers.
+        """
+        if self.initial is None:
+            genomes = rng.uniform(self.lower, self.upper, (n, self.dim))
+        else:
+            genomes = self._check_initial(self.initial(rng, n), n)
+        lower, upper = box_arrays(self.lower, self.upper, dtype)
+        return np.clip(genomes.astype(dtype), lower, upper)
+
+    def _check_initial(self, genomes, n: int) -> np.ndarray:
+        arr = np.asarray(genomes)
+        if arr.shape != (n, self.dim):
+            raise ValueError(f"expected initial genomes of shape ({n}, {self.dim}) from {self.name!r}, "
+                             f"got shape {arr.shape}")
+        if arr.dtype.kind not in "fiu":
+            raise TypeError(f"expected real-valued initial genomes from {self.name!r}, got dtype {arr.dtype}")
+        if not np.all(np.isfinite(arr)):
+            raise ValueError(f"expected finite initial genomes from {self.name!r}, "
+                             f"got {int(np.count_nonzero(~np.isfinite(arr)))} non-finite genes")
+        return arr
 
     def evaluate(self, genomes: np.ndarray) -> np.ndarray:
         """Fitness to minimise (values negated for a maximisation problem)."""

@@ -8,7 +8,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from mpievo.evo import BUILTIN_PROBLEMS, Problem, builtin_problem, make_problem
+from mpievo.evo import BUILTIN_PROBLEMS, EngineConfig, Island, Problem, builtin_problem, make_problem, stream
 from mpievo.evo.problems import random_rotation
 
 
@@ -118,3 +118,50 @@ def test_module_function_loading(tmp_path, monkeypatch):
         make_problem("userfit:missing", 2, lower=0, upper=1)
     with pytest.raises(ValueError, match="expected 'module:attribute', got 'a:b:c'"):
         make_problem("a:b:c", 2, lower=0, upper=1)
+
+
+def _seeded_problem(calls):
+    """A 3-gene problem whose islands start from two known genomes plus noise."""
+    known = np.array([[0.5, -0.5, 0.25], [2.0, 0.0, -0.75]])  # 2.0 lies outside the box
+
+    def initial(rng, n):
+        calls.append((n, stream(7, 1, 0, "init").random() == rng.random()))
+        return known[np.arange(n) % 2] + 0.01 * rng.standard_normal((n, 3))
+
+    return Problem(lambda X: np.sum(X * X, axis=1), 3, -1.0, 1.0, initial=initial)
+
+
+def test_initial_hook_seeds_generation_zero_from_the_islands_init_stream():
+    calls = []
+    island = Island(1, _seeded_problem(calls), EngineConfig(capacity=8, population=6), seed=7)
+    island.initialize()
+    assert calls == [(6, True)]             # the population in use, drawn from stream(7, 1, 0, "init")
+    genomes = island.archive.genomes
+    assert genomes.dtype == np.float32 and island.evaluations == 6
+    assert np.all(genomes <= 1.0) and np.sum(genomes[:, 0] == np.float32(1.0)) == 3   # clipped into the box
+    assert np.all(np.abs(np.sort(genomes[:, 2]) - np.repeat([-0.75, 0.25], 3)) < 0.05)
+    again = Island(1, _seeded_problem([]), EngineConfig(capacity=8, population=6), seed=7)
+    again.initialize()
+    assert np.array_equal(again.archive.genomes, genomes)
+
+
+def test_without_a_hook_islands_start_uniform_in_the_box():
+    problem = Problem(lambda X: X[:, 0], 2, [-1.0, 10.0], [1.0, 20.0])
+    got = problem.initial_genomes(stream(0, 0, 0, "init"), 500, np.float64)
+    assert got.shape == (500, 2) and problem.initial is None
+    assert np.array_equal(got, stream(0, 0, 0, "init").uniform(problem.lower, problem.upper, (500, 2)))
+
+
+@pytest.mark.parametrize("initial, exc, text", [
+    (lambda rng, n: np.zeros((n, 2)), ValueError,
+     r"expected initial genomes of shape \(4, 3\) from 'p', got shape \(4, 2\)"),
+    (lambda rng, n: np.full((n, 3), np.nan), ValueError,
+     "expected finite initial genomes from 'p', got 12 non-finite"),
+    (lambda rng, n: np.full((n, 3), "x"), TypeError,
+     "expected real-valued initial genomes from 'p', got dtype <U1"),
+    ("module:function", TypeError, "expected a callable initial.rng, n. or None, got str"),
+])
+def test_bad_initial_hooks_are_clear_errors(initial, exc, text):
+    with pytest.raises(exc, match=text):
+        Problem(lambda X: X[:, 0], 3, -1, 1, name="p", initial=initial).initial_genomes(
+            np.random.default_rng(0), 4, np.float32)
