@@ -56,9 +56,14 @@ if [ -z "${MPIEVO_TEST_QUICK:-}" ]; then
     stage "openmpi -n 4" $OMPI 4 900 --only-mpi --timeout=180
     stage "openmpi -n 3 comm" $OMPI 3 600 --only-mpi --timeout=120 tests/comm
     stage "openmpi -n 5 comm" $OMPI 5 600 --only-mpi --timeout=180 tests/comm
+    # a 2.5 GiB genome between 2 ranks, exchanged and migrated bit for bit (~16 GiB of memory)
+    MPIEVO_TEST_LARGE=1 stage "openmpi -n 2 large messages" $OMPI 2 900 --only-mpi --timeout=600 \
+        tests/comm/test_large_messages.py
     if make_venv .venv-mpich mpich; then
         stage "mpich -n 2" .venv-mpich 2 600 --only-mpi --timeout=120
         stage "mpich -n 4" .venv-mpich 4 900 --only-mpi --timeout=180 tests/comm tests/parallel
+        MPIEVO_TEST_LARGE=1 stage "mpich -n 2 large messages" .venv-mpich 2 900 --only-mpi --timeout=600 \
+            tests/comm/test_large_messages.py
     else
         failed+=("set-up of .venv-mpich")
     fi

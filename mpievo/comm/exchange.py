@@ -2,43 +2,37 @@
 
 Every send and receive is posted non-blocking before any wait, so ranks that all
 send large messages at the same time cannot deadlock. Messages between the same
-pair of ranks match in the order given. Arrays over 1 GiB travel in 1 GiB pieces
-(MPI counts are C ints).
+pair of ranks match in the order given. Arrays of any size travel in pieces under
+MPI's count limit (:mod:`mpievo.comm.chunking`), straight from and into the
+caller's arrays.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from mpi4py import MPI
 
 from .buffers import check_root, flat_host
-from .progress import Pending
+from .chunking import post_recv, post_send
 
 EXCHANGE_TAG = 31000           # above every collective tag (mpievo.comm.core)
-MAX_MESSAGE_BYTES = 1 << 30
-
-
-def pieces(flat: np.ndarray) -> list[np.ndarray]:
-    """``flat`` (bytes) cut into messages of at most MAX_MESSAGE_BYTES."""
-    if flat.nbytes <= MAX_MESSAGE_BYTES:
-        return [flat]
-    return [flat[a:a + MAX_MESSAGE_BYTES] for a in range(0, flat.nbytes, MAX_MESSAGE_BYTES)]
 
 
 def run(core, sends, recvs, timeout: float | None) -> None:
-    """Post every send and receive, then wait for all (see ``Communicator.exchange``)."""
+    """Post every send and receive, then wait for all (see ``Communicator.exchange``).
+
+    Every peer and array is checked before the first message is posted, so bad input
+    leaves nothing in flight.
+    """
     core.check_usable()
     comm, size = core.comm, core.size
+    sends = [(check_root(dest, size), flat_host(arr, "send array").view(np.uint8)) for dest, arr in sends]
+    recvs = [(check_root(source, size), flat_host(arr, "receive array", writable=True).view(np.uint8))
+             for source, arr in recvs]
     pending = []
-    for dest, arr in sends:
-        flat = flat_host(arr, "send array").view(np.uint8)
-        for piece in pieces(flat):
-            pending.append(Pending(comm.Isend([piece, MPI.BYTE], check_root(dest, size), EXCHANGE_TAG),
-                                   dest, "to"))
+    for dest, flat in sends:
+        pending += post_send(comm, dest, flat, EXCHANGE_TAG)
         core.count(flat.nbytes)
-    for source, arr in recvs:
-        flat = flat_host(arr, "receive array", writable=True).view(np.uint8)
-        for piece in pieces(flat):
-            pending.append(Pending(comm.Irecv([piece, MPI.BYTE], check_root(source, size), EXCHANGE_TAG),
-                                   source, "from"))
-    core.wait("exchange", pending, timeout)
+    for source, flat in recvs:
+        pending += post_recv(comm, source, flat, EXCHANGE_TAG)
+    if pending:
+        core.wait("exchange", pending, timeout)

@@ -1,7 +1,12 @@
 """Control-plane collectives: barrier and pickled-object broadcast/gather.
 
 For small control messages (configs, votes, summaries); arrays belong in the
-collectives proper or in point-to-point exchange.
+collectives proper or in point-to-point exchange. Pickles of any size work: a
+broadcast goes in pieces under MPI's count limit (:mod:`mpievo.comm.chunking`), and
+a gather whose pickles together exceed one piece goes point to point, piece by
+piece, instead of through one Gatherv/Allgatherv (whose counts and displacements
+are C ints). Small calls take one Bcast or one Gatherv/Allgatherv after the lengths,
+as before. Pickles are sent from and unpickled out of the message buffers, uncopied.
 """
 
 from __future__ import annotations
@@ -11,8 +16,11 @@ import pickle
 import numpy as np
 from mpi4py import MPI
 
+from . import chunking
 from .buffers import check_root
 from .progress import Pending
+
+OBJECT_TAG = 31001   # pickles too large for one Gatherv (exchange uses 31000)
 
 
 def barrier(core, timeout: float | None) -> None:
@@ -25,47 +33,80 @@ def bcast_object(core, obj, root: int):
     """Broadcast a picklable object from ``root``."""
     root = check_root(root, core.size)
     comm, is_root = core.comm, core.rank == root
-    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL) if is_root else b""
+    data = _dumps(obj) if is_root else b""
     length = np.array([len(data)], dtype=np.int64)
     comm.Bcast([length, MPI.INT64_T], root)
-    buf = np.frombuffer(data, dtype=np.uint8).copy() if is_root else np.empty(int(length[0]), np.uint8)
-    comm.Bcast([buf, MPI.BYTE], root)
+    # the root sends from the pickle itself (read-only is fine for MPI's send side)
+    buf = np.frombuffer(data, np.uint8) if is_root else np.empty(int(length[0]), np.uint8)
+    for piece in chunking.pieces(buf):
+        comm.Bcast([piece, MPI.BYTE], root)
     if is_root:
         core.count(len(data) * (core.size - 1))
         return obj
-    return pickle.loads(buf.tobytes())
+    return pickle.loads(buf)
 
 
 def allgather_object(core, obj) -> list:
     """Every rank's picklable object on every rank, in rank order."""
-    parts = _gather_bytes(core, pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), root=None)
+    parts = _gather_bytes(core, _dumps(obj), root=None)
     return [pickle.loads(p) for p in parts]
 
 
 def gather_object(core, obj, root: int):
     """Every rank's picklable object on ``root`` (None elsewhere)."""
     root = check_root(root, core.size)
-    parts = _gather_bytes(core, pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), root=root)
+    parts = _gather_bytes(core, _dumps(obj), root=root)
     return None if parts is None else [pickle.loads(p) for p in parts]
 
 
+def _dumps(obj) -> bytes:
+    return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+
+
 def _gather_bytes(core, data: bytes, root):
+    """Every rank's ``data`` (as uint8 views, rank order) on ``root``, or on every rank
+    when ``root`` is None; None on ranks that get nothing."""
     comm, size, rank = core.comm, core.size, core.rank
     lengths = np.empty(size, dtype=np.int64)
     comm.Allgather([np.array([len(data)], dtype=np.int64), MPI.INT64_T], [lengths, MPI.INT64_T])
     displs = np.concatenate([[0], np.cumsum(lengths)[:-1]]).tolist()
     mine = np.frombuffer(data, dtype=np.uint8)
-    if root is None or rank == root:
-        out = np.empty(int(lengths.sum()), dtype=np.uint8)
-        spec = [out, (lengths.tolist(), displs), MPI.BYTE]
+    out = np.empty(int(lengths.sum()), np.uint8) if root is None or rank == root else None
+    if int(lengths.sum()) <= chunking.MAX_MESSAGE_BYTES:   # the same decision on every rank
+        _gatherv(core, mine, out, lengths.tolist(), displs, root)
     else:
-        out, spec = None, None
-    if root is None:
-        comm.Allgatherv([mine, MPI.BYTE], spec)
-        core.count(len(data) * (size - 1))
-    else:
-        comm.Gatherv([mine, MPI.BYTE], spec, root)
-        core.count(len(data) if rank != root else 0)
+        _gather_pieces(core, mine, out, lengths.tolist(), displs, root)
     if out is None:
         return None
-    return [out[d:d + n].tobytes() for d, n in zip(displs, lengths.tolist())]
+    return [out[d:d + n] for d, n in zip(displs, lengths.tolist())]
+
+
+def _gatherv(core, mine: np.ndarray, out, lengths: list, displs: list, root) -> None:
+    """One Gatherv (or Allgatherv): every count and displacement fits a C int."""
+    comm, size, rank = core.comm, core.size, core.rank
+    spec = None if out is None else [out, (lengths, displs), MPI.BYTE]
+    if root is None:
+        comm.Allgatherv([mine, MPI.BYTE], spec)
+        core.count(mine.nbytes * (size - 1))
+    else:
+        comm.Gatherv([mine, MPI.BYTE], spec, root)
+        core.count(mine.nbytes if rank != root else 0)
+
+
+def _gather_pieces(core, mine: np.ndarray, out, lengths: list, displs: list, root) -> None:
+    """Point to point in pieces: each rank sends its pickle to the root (or to every
+    other rank) and receives straight into its place in ``out``; waits under the
+    communicator's timeout."""
+    comm, size, rank = core.comm, core.size, core.rank
+    targets = [r for r in range(size) if r != rank] if root is None else ([] if rank == root else [root])
+    pending: list[Pending] = []
+    for dest in targets:
+        pending += chunking.post_send(comm, dest, mine, OBJECT_TAG)
+        core.count(mine.nbytes)
+    if out is not None:
+        out[displs[rank]:displs[rank] + lengths[rank]] = mine
+        for source in (r for r in range(size) if r != rank):
+            pending += chunking.post_recv(comm, source, out[displs[source]:displs[source] + lengths[source]],
+                                          OBJECT_TAG)
+    if pending:
+        core.wait("allgather_object" if root is None else "gather_object", pending, None)

@@ -43,8 +43,10 @@ class Migrants(NamedTuple):
     @classmethod
     def of_members(cls, archive: Archive, slots) -> "Migrants":
         """Copies of the archive members in ``slots`` (in that order)."""
-        return cls(archive.genomes[slots].copy(), archive.fitness[slots].copy(), archive.ids[slots].copy(),
-                   archive.origins[slots].copy(), archive.births[slots].copy())
+        # indexing with an integer array copies already: one copy of each emigrant, not two
+        slots = np.asarray(slots, dtype=np.intp)
+        return cls(archive.genomes[slots], archive.fitness[slots], archive.ids[slots],
+                   archive.origins[slots], archive.births[slots])
 
     def take(self, indices) -> "Migrants":
         """The migrants at ``indices`` (in that order)."""

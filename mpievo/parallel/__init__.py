@@ -4,7 +4,8 @@
 * :mod:`.topology` -- ring, bidirectional ring, torus, fully connected, seeded random
   per epoch, user graph, unconnected: ``neighbours(n_islands, ...) -> list[list[int]]``.
 * :mod:`.migration` -- synchronous buffer migration: edges, packing, hash exchange, one
-  message per rank pair (the policies live in :mod:`mpievo.evo.migration`).
+  message of records per rank pair, genomes straight from and into their arrays (the
+  policies live in :mod:`mpievo.evo.migration`).
 * :mod:`.adaptive` -- migration interval from measured diversity (a pure rule).
 * :mod:`.scheme` -- the :class:`Scheme` protocol and the :class:`IslandScheme`.
 * :mod:`.runner` -- the run loop (logging, checkpoints, stop requests).

@@ -7,11 +7,14 @@ independent of which islands share a rank, and the fixed order makes it
 independent of message timing: the same seed gives the same run on any number of
 ranks.
 
-Transfers: all migrants between one pair of ranks travel in one buffer message
-(:mod:`.packing` layout, ascending (source, destination) edge order) through
-``Communicator.exchange``, which posts every send and receive before waiting, so
-ranks that all send large messages at once cannot deadlock; islands on the same
-rank hand their migrants over in memory.
+Transfers: between one pair of ranks, the records of all migrants travel in one
+buffer and each edge's genomes as one more message, straight from the emigrants'
+genome array into the array the receiving island takes in (:mod:`.packing` layout,
+ascending (source, destination) edge order), through ``Communicator.exchange``, which
+posts every send and receive before waiting, so ranks that all send large messages
+at once cannot deadlock, and moves messages of any size. A migrating genome thus
+exists at most three times: in the sender's archive, as an emigrant, and as it
+arrives. Islands on the same rank hand their migrants over in memory.
 
 Which members leave and how arrivals enter is the engine's business
 (:mod:`mpievo.evo.migration`, through ``Island.emigrants`` / ``Island.immigrate``);
@@ -145,15 +148,22 @@ class Migrator:
         return outgoing
 
     def _exchange_migrants(self, edges, outgoing) -> dict[tuple[int, int], Migrants]:
+        """Records per rank pair in one buffer, then every edge's genomes on their own."""
         arrived = {(s, d): m for (s, d), m in outgoing.items() if self._local(d)}
-        remote_out = [(s, d) for s, d in edges if self._local(s) and not self._local(d)]
-        sends = self._pack_per_peer(remote_out, lambda s, d: self._layouts[s],
-                                    lambda s, d, block: self._layouts[s].pack(block, outgoing[(s, d)]))
-        remote_in = [(s, d) for s, d in edges if self._local(d) and not self._local(s)]
+        remote_out = sorted((s, d) for s, d in edges if self._local(s) and not self._local(d))
+        genomes_out = {}
+
+        def pack(s, d, block):
+            genomes_out[(s, d)] = self._layouts[s].pack(block, outgoing[(s, d)])
+
+        sends = self._pack_per_peer(remote_out, lambda s, d: self._layouts[s], pack)
+        sends += [(self._peer(pair), genomes_out[pair]) for pair in remote_out]
+        remote_in = sorted((s, d) for s, d in edges if self._local(d) and not self._local(s))
         recvs = self._receive_buffers(remote_in, lambda s, d: self._layouts[s])
-        self._exchange(sends, recvs)
+        genomes_in = {pair: self._layouts[pair[0]].empty_genomes() for pair in remote_in}
+        self._exchange(sends, recvs + [(self._peer(pair[::-1]), genomes_in[pair]) for pair in remote_in])
         for (s, d), block in self._blocks(remote_in, recvs, lambda s, d: self._layouts[s]):
-            arrived[(s, d)] = self._layouts[s].unpack(block)
+            arrived[(s, d)] = self._layouts[s].unpack(block, genomes_in[(s, d)])
         return arrived
 
     def _take_in(self, edges, arrived, report: MigrationReport) -> None:

@@ -1,18 +1,21 @@
 """Fixed binary layout of migrants, so that transfers need no pickling.
 
 Migrants travel along edges (source island -> destination island). Every edge
-carries at most ``k`` migrants, so sender and receiver both know the size of its
-block in advance and the receiver can preallocate its buffer. One block is::
+carries at most ``k`` migrants, so sender and receiver both know its size in
+advance and the receiver can preallocate. One edge is a records block::
 
     count    int64            migrants actually present (<= k)
     fitness  float64[k]       minimised fitness
     ids      int64[k]
     births   int64[k]         generation each migrant was born in
     origins  int64[k]         island each migrant was born on
-    genomes  dtype[k, dim]    then zero padding to a multiple of 8 bytes
 
-All blocks between one pair of ranks are concatenated, in ascending (source,
-destination) order, into one byte buffer: one message per rank pair per migration.
+and a genome array ``dtype[k, dim]``. Between one pair of ranks, per migration, the
+records blocks of all edges travel in one byte buffer (ascending (source,
+destination) order), followed by each edge's genome array as its own message (same
+order). Genomes are not copied into or out of a buffer: the sender sends the
+emigrants' genome array itself (a zero-padded copy only when fewer than k leave),
+the receiver receives into the genome array it hands on.
 """
 
 from __future__ import annotations
@@ -20,8 +23,6 @@ from __future__ import annotations
 import numpy as np
 
 from ..evo.migration import Migrants
-
-_ALIGN = 8
 
 
 def empty_migrants(dim: int, dtype) -> Migrants:
@@ -36,15 +37,19 @@ def migrant_count(migrants: Migrants) -> int:
 
 
 def concat_migrants(batches: list[Migrants], dim: int, dtype) -> Migrants:
-    """One batch from several (in the given order); genomes cast to ``dtype``."""
+    """One batch from several (in the given order); genomes cast to ``dtype``. A single
+    batch of that dtype is returned as it is (no copy)."""
     if not batches:
         return empty_migrants(dim, dtype)
+    if len(batches) == 1:
+        return batches[0]._replace(genomes=batches[0].genomes.astype(dtype, copy=False))
     return Migrants(np.concatenate([b.genomes.astype(dtype, copy=False) for b in batches]),
                     *(np.concatenate([b[f] for b in batches]) for f in range(1, 5)))
 
 
 class EdgeLayout:
-    """Byte layout of one edge's block for ``k`` migrants of ``dim`` genes.
+    """Layout of one edge for ``k`` migrants of ``dim`` genes: a records block of
+    ``nbytes`` bytes and a ``(k, dim)`` genome array.
 
     Args:
         k: migrants per edge (>= 0).
@@ -58,12 +63,17 @@ class EdgeLayout:
         if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
             raise ValueError(f"expected dim >= 1, got {dim!r}")
         self.k, self.dim, self.dtype = k, dim, np.dtype(dtype)
-        self._records = 8 + 4 * 8 * k
-        genome_bytes = k * dim * self.dtype.itemsize
-        self.nbytes = self._records + -(-genome_bytes // _ALIGN) * _ALIGN
+        self.nbytes = 8 + 4 * 8 * k   # a multiple of 8: blocks stay aligned one after another
 
-    def pack(self, block: np.ndarray, migrants: Migrants) -> None:
-        """Write ``migrants`` (at most k) into ``block`` (uint8, ``nbytes`` long).
+    def empty_genomes(self) -> np.ndarray:
+        """A genome array to receive an edge's genomes into."""
+        return np.empty((self.k, self.dim), self.dtype)
+
+    def pack(self, block: np.ndarray, migrants: Migrants) -> np.ndarray:
+        """Write the records of ``migrants`` (at most k) into ``block`` (uint8,
+        ``nbytes`` long) and return the genome array to send: the migrants' own when
+        it is already ``(k, dim)`` C-contiguous of the layout's dtype, else a
+        zero-padded copy.
 
         Raises:
             ValueError: more than k migrants or a genome of the wrong width.
@@ -74,37 +84,44 @@ class EdgeLayout:
         if migrants.genomes.shape != (n, self.dim):
             raise ValueError(f"expected migrant genomes of shape ({n}, {self.dim}), "
                              f"got {migrants.genomes.shape}")
-        count, fitness, ids, births, origins, genomes = self._views(block)
+        count, fitness, ids, births, origins = self._views(block)
         count[0] = n
         fitness[:n], ids[:n] = migrants.fitness, migrants.ids
         births[:n], origins[:n] = migrants.births, migrants.origins
-        genomes[:n] = migrants.genomes
+        genomes = migrants.genomes
+        if n == self.k and genomes.dtype == self.dtype and genomes.flags.c_contiguous:
+            return genomes
+        padded = np.zeros((self.k, self.dim), self.dtype)
+        padded[:n] = genomes
+        return padded
 
-    def unpack(self, block: np.ndarray) -> Migrants:
-        """Read the migrants of ``block`` (copies; the block may be reused afterwards).
+    def unpack(self, block: np.ndarray, genomes: np.ndarray) -> Migrants:
+        """The migrants of ``block`` and the received ``genomes`` (records copied, so the
+        block may be reused; genomes a view of ``genomes``).
 
         Raises:
-            ValueError: a count outside [0, k] (a corrupted or mismatched message).
+            ValueError: a count outside [0, k] (a corrupted or mismatched message), or
+                a genome array of the wrong shape or dtype.
         """
-        count, fitness, ids, births, origins, genomes = self._views(block)
+        count, fitness, ids, births, origins = self._views(block)
         n = int(count[0])
         if not 0 <= n <= self.k:
             raise ValueError(f"expected a migrant count in [0, {self.k}], got {n} "
                              "(sender and receiver disagree on the layout)")
-        return Migrants(genomes[:n].copy(), fitness[:n].copy(), ids[:n].copy(),
-                        origins[:n].copy(), births[:n].copy())
+        if genomes.shape != (self.k, self.dim) or genomes.dtype != self.dtype:
+            raise ValueError(f"expected genomes of shape ({self.k}, {self.dim}) and dtype {self.dtype}, "
+                             f"got {genomes.shape} {genomes.dtype}")
+        return Migrants(genomes[:n], *(a[:n].copy() for a in (fitness, ids, origins, births)))
 
     def _views(self, block: np.ndarray):
         if block.dtype != np.uint8 or block.shape != (self.nbytes,):
             raise ValueError(f"expected a uint8 block of {self.nbytes} bytes, got "
                              f"{block.dtype} of shape {block.shape}")
         k = self.k
-        words = block[:self._records]
-        count = words[:8].view(np.int64)
-        fitness = words[8:8 + 8 * k].view(np.float64)
-        ints = words[8 + 8 * k:].view(np.int64).reshape(3, k)
-        genomes = block[self._records:self._records + k * self.dim * self.dtype.itemsize]
-        return count, fitness, ints[0], ints[1], ints[2], genomes.view(self.dtype).reshape(k, self.dim)
+        count = block[:8].view(np.int64)
+        fitness = block[8:8 + 8 * k].view(np.float64)
+        ints = block[8 + 8 * k:].view(np.int64).reshape(3, k)
+        return count, fitness, ints[0], ints[1], ints[2]
 
 
 class HashLayout:
