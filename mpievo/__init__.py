@@ -1,5 +1,9 @@
 """mpievo: distributed evolutionary optimisation on HPC clusters.
 
+Python API: :func:`minimize` (in :mod:`mpievo.api`) runs the island model on a
+problem and returns a :class:`MinimizeResult`, in one process without MPI or on
+every rank under ``mpiexec``.
+
 Layers (lower never imports higher):
     mpievo.kernels   element-wise host and CUDA kernels (no MPI, no engine)
     mpievo.comm      communicator and custom collectives (imports kernels, mpi4py, numpy)
@@ -8,10 +12,18 @@ Layers (lower never imports higher):
     mpievo.io        HDF5 checkpoints
     mpievo.cli       the ``mpievo`` command
 
-Importing ``mpievo`` imports none of these, so ``import mpievo`` is cheap and never
-initialises MPI or CUDA.
+Importing ``mpievo`` imports none of these (``minimize`` loads on first use), so
+``import mpievo`` is cheap and never initialises MPI or CUDA.
 """
 
 from ._version import __version__
 
-__all__ = ["__version__"]
+__all__ = ["__version__", "minimize", "MinimizeResult"]
+
+
+def __getattr__(name: str):
+    if name in ("minimize", "MinimizeResult"):
+        from . import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -3,9 +3,9 @@
 A job config has four tables (every key optional; ``mpievo run --help-config`` lists
 every key with its type, default and meaning)::
 
-    [run]        seed, generations, islands (0: one per rank), log_every,
-                 checkpoint_every, checkpoint_seconds (default 600), checkpoint_keep,
-                 blas_threads                                      (RunConfig)
+    [run]        seed, generations, budget, target, islands (0: one per rank),
+                 log_every, checkpoint_every, checkpoint_seconds (default 600),
+                 checkpoint_keep, blas_threads                     (RunConfig)
     [problem]    name (built-in or "module:function"), dim, shift, rotate, seed,
                  lower, upper, maximize, batched, time_limit, time_limit_method
                                                                    (ProblemConfig)
@@ -26,24 +26,31 @@ and returns a :class:`JobConfig` of typed objects that the parallel layer uses a
 they are. It is a pure function of the config and the rank count, so every rank
 reaches the same verdict without talking. Importing this module loads neither numpy
 nor MPI: the engine's registries are imported when validation needs them.
+
+The defaults are those of the tables (``EngineConfig()`` for ``[engine]``): one set,
+tuned for cheap problems and many small islands. The embedded job
+(``mpievo/cli/default.toml``) departs from some of them for its 100-D rotated
+Rastrigin; ``mpievo run --help-config`` lists those departures, the file says why.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import sys
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .schema import (ConfigError, Settings, boolean, bounds, choice, index_lists, integer, number, optional,
-                     setting, shown, table, text, unknown_keys)
+from .schema import (Check, ConfigError, Settings, boolean, bounds, choice, index_lists, integer, number,
+                     optional, setting, shown, table, text, unknown_keys)
 
 if TYPE_CHECKING:
     from .evo.config import EngineConfig
     from .evo.migration import MigrationPolicy
+    from .evo.problems import Problem
     from .parallel.scheme import MigrationSchedule
 
 if sys.version_info >= (3, 11):
@@ -58,8 +65,10 @@ __all__ = ["ConfigError", "JobConfig", "RunConfig", "ProblemConfig", "MigrationC
 #: rotation matrices above this many genes would not fit in memory (8 * dim**2 bytes)
 MAX_ROTATED_DIM = 10_000
 #: keys that may change when a run is resumed (everything else must match the checkpoint)
-RESUMABLE_KEYS = ("run.generations", "run.log_every", "run.checkpoint_every", "run.checkpoint_seconds",
-                  "run.checkpoint_keep", "run.blas_threads")
+RESUMABLE_KEYS = ("run.generations", "run.budget", "run.target", "run.log_every", "run.checkpoint_every",
+                  "run.checkpoint_seconds", "run.checkpoint_keep", "run.blas_threads")
+#: run.generations without a budget, when not given
+DEFAULT_GENERATIONS = 200
 
 
 # --------------------------------------------------------------------- registries (loaded late)
@@ -87,15 +96,38 @@ def _time_limit_methods():
     return TIME_LIMIT_METHODS
 
 
+def _accept_finite(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        finite.reject(value)
+    return float(value)
+
+
+finite = Check("a finite number", _accept_finite)
+
+
 # --------------------------------------------------------------------- tables
 @dataclass(frozen=True)
 class RunConfig(Settings):
-    """The ``[run]`` table: how long, how many islands, logging and checkpoints."""
+    """The ``[run]`` table: how long, how many islands, logging and checkpoints.
+
+    A run ends at the first of ``generations``, ``budget`` (every island has spent
+    its share) and ``target``; at least one of ``generations`` and ``budget`` bounds
+    it (``generations`` is 200 when neither is given).
+    """
 
     TABLE = "run"
 
     seed: int = setting(0, integer(0), "seed of every random stream")
-    generations: int = setting(200, integer(1), "generations to run (in total, also after a resume)")
+    generations: Any = setting(None, optional(integer(1)),
+                               "generations to run (in total, also after a resume); each is about the "
+                               "largest island batch of evaluations per island; none: no limit with a "
+                               f"budget, else {DEFAULT_GENERATIONS}")
+    budget: Any = setting(None, optional(integer(1)),
+                          "evaluations over all islands, initial populations included, never exceeded: "
+                          "island i gets budget // islands (+1 for the first budget % islands); none: no limit")
+    target: Any = setting(None, optional(finite),
+                          "stop once an island's best fitness is at least this good (<= when minimising, "
+                          ">= when maximising), one generation later; none: no target")
     islands: int = setting(0, integer(0), "number of islands; 0: one per rank")
     log_every: int = setting(10, integer(1), "generations between global-best gathers and log lines")
     checkpoint_every: int = setting(0, integer(0), "generations between checkpoints; 0: none by count "
@@ -275,9 +307,11 @@ class JobConfig:
 
     Attributes:
         config: the effective config (every key with its value, the island count
-            resolved, no None values): what summary.json and checkpoints record.
-        run: the ``[run]`` settings, ``islands`` resolved.
-        problem: the ``[problem]`` settings.
+            resolved, no None values): what summary.json and checkpoints record; no
+            ``[problem]`` table when the problem is a Problem object.
+        run: the ``[run]`` settings, ``islands`` (and ``generations`` without a
+            budget) resolved.
+        problem: the ``[problem]`` settings, or the Problem object given to :func:`validate`.
         engines: one resolved EngineConfig per island (no per-island values left).
         policy: the MigrationPolicy.
         schedule: the MigrationSchedule, its topology built for this island count.
@@ -285,7 +319,7 @@ class JobConfig:
 
     config: dict
     run: RunConfig
-    problem: ProblemConfig
+    problem: ProblemConfig | Problem
     engines: tuple[EngineConfig, ...]
     policy: MigrationPolicy
     schedule: MigrationSchedule
@@ -295,13 +329,15 @@ class JobConfig:
         return len(self.engines)
 
 
-def validate(config: dict, nranks: int, source: str = "config") -> JobConfig:
+def validate(config: dict, nranks: int, source: str = "config", *, problem: Problem | None = None) -> JobConfig:
     """Check a job config for ``nranks`` ranks and return the effective job.
 
     Args:
         config: parsed TOML (with overrides applied).
         nranks: number of MPI ranks the job runs on.
         source: name of the config for messages (a path, "default config").
+        problem: a :class:`mpievo.evo.problems.Problem` object instead of a
+            ``[problem]`` table (the config must then have none).
 
     Returns:
         The :class:`JobConfig`.
@@ -315,22 +351,29 @@ def validate(config: dict, nranks: int, source: str = "config") -> JobConfig:
         raise ConfigError([f"expected a table of tables, got {shown(config)}"], source)
     classes = {"run": RunConfig, "problem": ProblemConfig, "migration": MigrationConfig, "engine": EngineConfig}
     problems = unknown_keys(config, classes, "")
+    if problem is not None:
+        del classes["problem"]
+        if "problem" in config:
+            problems.append("problem: expected no [problem] table beside a Problem object, got one")
     tables = {name: _table(cls, config.get(name), problems) for name, cls in classes.items()}
     run, engine, migration = tables["run"], tables["engine"], tables["migration"]
     if run is not None:
-        run = tables["run"] = dataclasses.replace(run, islands=_island_count(run, nranks, problems))
+        run = tables["run"] = dataclasses.replace(run, islands=_island_count(run, nranks, problems),
+                                                  generations=_generations(run))
     engines = None
     if run is not None and engine is not None:
         try:
             engines = engine.resolve_all(run.islands)
         except ConfigError as err:
             problems += err.problems
+    if engines and run.budget is not None:
+        _check_budget(run.budget, engines, problems)
     if run is not None and migration is not None:
         policy, schedule = _migration(migration, run, engines, problems)
     if problems:
         raise ConfigError(problems, source)
     effective = _drop_none({name: table_.to_dict() for name, table_ in tables.items()})
-    return JobConfig(effective, run, tables["problem"], engines, policy, schedule)
+    return JobConfig(effective, run, tables.get("problem", problem), engines, policy, schedule)
 
 
 def _table(cls: type[Settings], raw, problems: list[str]):
@@ -348,6 +391,23 @@ def _island_count(run: RunConfig, nranks: int, problems: list[str]) -> int:
                         f"got {n_islands}; start fewer ranks or ask for more islands")
         return nranks
     return n_islands
+
+
+def _generations(run: RunConfig) -> int | None:
+    """``run.generations``, or its default when no budget bounds the run."""
+    if run.generations is None and run.budget is None:
+        return DEFAULT_GENERATIONS
+    return run.generations
+
+
+def _check_budget(budget: int, engines, problems: list[str]) -> None:
+    from .evo.island import initial_population
+    from .parallel.budget import smallest_budget
+
+    minimum = smallest_budget([initial_population(e) for e in engines])
+    if budget < minimum:
+        problems.append(f"run.budget: expected at least {minimum} evaluations (each island's share must "
+                        f"cover its initial population), got {budget}")
 
 
 def _migration(migration: MigrationConfig, run: RunConfig, engines, problems: list[str]):

@@ -1,7 +1,8 @@
 """``mpievo run [CONFIG.toml]``: the island-model job, on every rank of ``mpiexec -n P``.
 
 Without a config it runs the embedded default job (``mpievo/cli/default.toml``).
-Every rank validates the same config (rank 0 reads the file and broadcasts its
+Started by an MPI launcher it runs on every rank; started without one it runs in
+this process without MPI (mpi4py is never imported). Every rank validates the same config (rank 0 reads the file and broadcasts its
 text) before any work starts; a bad config is reported once, by rank 0, and every
 rank exits with status 2. SIGUSR1/SIGTERM on any rank: all ranks finish the current
 generation, write a checkpoint and exit with status 85 (requeue); ``--resume DIR``
@@ -23,7 +24,7 @@ EXIT_CONFIG_ERROR = 2
 CHECKPOINT_SUBDIR = "checkpoints"
 #: (flag, config key, metavar) of the value overrides besides --problem
 _FLAGS = (("--islands", "run.islands", "N"), ("--generations", "run.generations", "N"),
-          ("--seed", "run.seed", "S"), ("--dim", "problem.dim", "D"),
+          ("--budget", "run.budget", "N"), ("--target", "run.target", "F"), ("--seed", "run.seed", "S"), ("--dim", "problem.dim", "D"),
           ("--lower", "problem.lower", "X"), ("--upper", "problem.upper", "X"),
           ("--log-every", "run.log_every", "N"), ("--checkpoint-every", "run.checkpoint_every", "N"),
           ("--checkpoint-seconds", "run.checkpoint_seconds", "T"))
@@ -59,6 +60,7 @@ def main(args: argparse.Namespace) -> int:
         from ..config import describe_schema
 
         print(describe_schema())
+        print(_departures_note())
         return 0
     from ..faults import install_stop_handlers
 
@@ -66,13 +68,34 @@ def main(args: argparse.Namespace) -> int:
     # the handler only records it, and the run stops at its first generation boundary
     stop = install_stop_handlers()
     try:
-        from ..comm import Communicator, abort_on_error
+        from ..parallel.world import world_comm
 
-        comm = Communicator()
+        comm = world_comm()
+        if comm.size == 1:
+            return _run(comm, args, stop)
+        from ..comm import abort_on_error
+
         with abort_on_error():
             return _run(comm, args, stop)
     finally:
         stop.restore()
+
+
+def _departures_note() -> str:
+    """The keys the embedded job sets away from the defaults (one set for the library,
+    ``mpievo.minimize`` and jobs; the embedded job is tuned for its own problem)."""
+    from ..config import MigrationConfig, ProblemConfig, RunConfig, load_config
+    from ..evo.config import EngineConfig
+
+    parsed, _ = load_config(None)
+    tables = {"run": RunConfig, "problem": ProblemConfig, "migration": MigrationConfig, "engine": EngineConfig}
+    lines = ["# `mpievo run` without a config runs the embedded job (mpievo/cli/default.toml), which",
+             "# departs from these defaults for its 100-D rotated Rastrigin (the file says why):"]
+    for name, cls in tables.items():
+        for key, value in parsed.get(name, {}).items():
+            if value != cls.keys()[key].default:
+                lines.append(f"#   {name}.{key} = {json.dumps(value)}")
+    return "\n".join(lines)
 
 
 # ---------------------------------------------------------------- preparation
@@ -151,7 +174,7 @@ def _prepare(comm, args) -> _Prepared:
         job = validate(_command_line(raw, args), comm.size, source)
         if restored is not None:
             check_config_compatible(saved, job.config, allow=RESUMABLE_KEYS)
-            if restored.generation > job.run.generations:
+            if job.run.generations is not None and restored.generation > job.run.generations:
                 raise ConfigError([f"run.generations: expected at least the checkpoint's generation "
                                    f"{restored.generation}, got {job.run.generations}"], source)
         return _Prepared(job, source, restored)
@@ -219,6 +242,7 @@ def _run(comm, args, stop) -> int:
 def _execute(comm, args, prepared, out: Path, stack: contextlib.ExitStack, stop) -> int:
     from ..faults import EXIT_CHECKPOINTED_REQUEUE
     from ..io import Checkpointer
+    from ..parallel.budget import plan
     from ..parallel.gpu import bind_device
     from ..parallel.job import run_job
     from ..parallel.output import NonfiniteWarner, OutputWriter, ProgressReporter
@@ -226,7 +250,9 @@ def _execute(comm, args, prepared, out: Path, stack: contextlib.ExitStack, stop)
 
     job, restored = prepared.job, prepared.restored
     threads = limit_blas_threads(job.run.blas_threads, stack)
-    binding = bind_device(comm.mpi_comm)
+    binding = bind_device(getattr(comm, "mpi_comm", None))    # SelfComm: no MPI, the environment
+    budget_generation = plan(job.engines, job.problem.dim, job.run.budget).budget_generation
+    last = min(g for g in (job.run.generations, budget_generation) if g is not None)
     with comm.purpose("control"):
         devices = comm.allgather_object(binding.label)
     reporters = []
@@ -234,7 +260,7 @@ def _execute(comm, args, prepared, out: Path, stack: contextlib.ExitStack, stop)
         reporters.append(NonfiniteWarner())
         if args.progress != "none":
             live = {"auto": None, "live": True, "lines": False}[args.progress]
-            reporters.append(ProgressReporter(job.run.generations, live=live))
+            reporters.append(ProgressReporter(last, live=live))
         extra = {"ranks": comm.size, "devices": devices, "blas_threads": threads,
                  "resumed_from": None if restored is None else restored.name,
                  "wall_s_total": None}
@@ -243,11 +269,12 @@ def _execute(comm, args, prepared, out: Path, stack: contextlib.ExitStack, stop)
             extra=extra), restored))
         start = "resuming " + restored.name if restored is not None else "starting"
         print(f"mpievo run: {start}: {prepared.source}, {job.n_islands} islands on {comm.size} ranks "
-              f"({', '.join(sorted(set(devices)))}), {job.run.generations} generations, out {out}",
-              flush=True)
+              f"({', '.join(sorted(set(devices)))}), {_limits(job, last)}, out {out}", flush=True)
     checkpointer = Checkpointer(out / CHECKPOINT_SUBDIR, keep=job.run.checkpoint_keep, comm=comm)
     result = run_job(job, comm, reporters=reporters, checkpointer=checkpointer, stop=stop,
                      restored=restored)
+    if comm.rank == 0 and result.stop_reason == "target":
+        print(f"mpievo run: target {job.run.target:g} reached by generation {result.generations}", flush=True)
     if result.stopped:
         if comm.rank == 0:
             print(f"mpievo run: checkpointed at generation {result.generations} on request; "
@@ -256,8 +283,20 @@ def _execute(comm, args, prepared, out: Path, stack: contextlib.ExitStack, stop)
     return 0
 
 
+def _limits(job, last: int) -> str:
+    """What bounds the run, for the start line: "120 generations, budget 50000, target 0.001"."""
+    run = job.run
+    parts = [f"{last} generations"]
+    if run.budget is not None:
+        parts.append(f"budget {run.budget}")
+    if run.target is not None:
+        parts.append(f"target {run.target:g}")
+    return ", ".join(parts)
+
+
 class _TotalWall:
-    """Adds the wall time of earlier attempts (from the checkpoint) to summary.json."""
+    """Adds the wall time of earlier attempts (from the checkpoint) and why the run
+    ended to summary.json."""
 
     def __init__(self, writer, restored):
         self.writer = writer
@@ -269,4 +308,5 @@ class _TotalWall:
 
     def on_finish(self, result) -> None:
         self.writer.extra["wall_s_total"] = self.before + result.wall_s
+        self.writer.extra["stop_reason"] = result.stop_reason
         self.writer.on_finish(result)

@@ -3,7 +3,7 @@
 The parallel layer drives islands through this API only::
 
     island = Island(index, problem, config, seed=seed, n_islands=n)
-    island.initialize()                       # generation 0: random genomes, evaluated
+    island.initialize()                       # generation 0: the problem's starting genomes (default uniform), evaluated
     for g in range(1, generations + 1):
         island.step(g)                        # or: X = island.ask(g); island.tell(f)
         if g % interval == 0:
@@ -11,6 +11,11 @@ The parallel layer drives islands through this API only::
             ... send out.genomes/fitness/ids/origins/births, receive theirs ...
             island.immigrate(*received, policy="better")
     state = island.state_dict()               # numpy arrays and plain scalars only
+
+Budgets: ``island.step(g, limit=k)`` evaluates at most ``k`` children (the last,
+partial batch of an evaluation budget); :func:`initial_population` and
+:func:`planned_batch` tell from the settings alone how many evaluations an island
+starts with and takes per step, so every rank can plan every island's share.
 
 Determinism: generation ``g`` of island ``i`` draws only from
 ``stream(seed, i, g, purpose)``, so a run's result depends on the seed, the
@@ -28,14 +33,35 @@ from __future__ import annotations
 import numpy as np
 
 from .algorithms.base import make_algorithm
+from .algorithms.cmaes_core import default_popsize
 from .archive import Archive, make_ids, sanitize_fitness
 from .config import EngineConfig
 from .migration import Migrants, admit, choose_emigrants
-from .operators import box_arrays
 from .problems import Problem, check_fitness, make_problem
 from .streams import stream
 
 STATE_FORMAT = 1
+
+
+def initial_population(config: EngineConfig) -> int:
+    """Genomes evaluated by :meth:`Island.initialize` (the archive's first limit):
+    ``population``, capped at ``capacity`` (None: ``capacity``)."""
+    return min(config.population or config.capacity, config.capacity)
+
+
+def planned_batch(config: EngineConfig, dim: int) -> int:
+    """Children per step of an island at the start: ``de_population`` for DE,
+    ``cma_popsize`` (None: ``4 + floor(3 ln dim)``) for CMA-ES, SHADE's first
+    population, ``batch_size`` for the GA and user algorithms. CMA-ES restarts may
+    grow it later, L-SHADE shrinks it.
+    """
+    if config.algorithm in ("de", "jde"):
+        return config.de_population
+    if config.algorithm == "cmaes":
+        return config.cma_popsize or default_popsize(dim)
+    if config.algorithm == "shade":
+        return make_algorithm("shade", config).start_size(dim)
+    return config.batch_size
 
 
 class Island:
@@ -73,8 +99,7 @@ class Island:
             self.config = config.resolve(self.index, n_islands)
         self.archive = Archive(self.config.capacity, self.problem.dim, self.config.dtype,
                                unique=self.config.unique, island=self.index,
-                               limit=min(self.config.population or self.config.capacity,
-                                         self.config.capacity))
+                               limit=initial_population(self.config))
         self.algorithm = make_algorithm(self.config.algorithm if algorithm is None else algorithm,
                                         self.config)
         self.generation = -1          # last completed generation; -1 before initialize()
@@ -109,8 +134,9 @@ class Island:
         self.algorithm.init(self.problem, self.archive, stream(self.seed, self.index, 0, "algorithm"))
 
     def initialize(self) -> None:
-        """Generation 0: fill the archive (up to its limit, ``population``) with uniform
-        random genomes (evaluated).
+        """Generation 0: fill the archive (up to its limit, ``population``) with the
+        problem's starting genomes (:meth:`Problem.initial_genomes`: its ``initial``
+        hook, else uniform random), evaluated.
 
         Raises:
             RuntimeError: already initialised (or restored).
@@ -118,9 +144,7 @@ class Island:
         if self.initialized:
             raise RuntimeError(f"island {self.index} is already initialised (generation {self.generation})")
         rng = stream(self.seed, self.index, 0, "init")
-        lower, upper = box_arrays(self.problem.lower, self.problem.upper, self.archive.dtype)
-        genomes = rng.uniform(self.problem.lower, self.problem.upper, (self.archive.limit, self.problem.dim))
-        genomes = np.clip(genomes.astype(self.archive.dtype), lower, upper)
+        genomes = self.problem.initial_genomes(rng, self.archive.limit, self.archive.dtype)
         fitness = self._evaluate(genomes)
         self.archive.insert(genomes, fitness, self._new_ids(len(genomes)), self.index, 0)
         self._init_algorithm()
@@ -148,8 +172,14 @@ class Island:
                              f"(n >= 1, {self.problem.dim}), got {genomes.shape}")
         return genomes.astype(self.archive.dtype, copy=False)
 
-    def tell(self, fitness) -> int:
+    def tell(self, fitness, *, evaluated: int | None = None) -> int:
         """Fitness (minimised) of the batch from :meth:`ask`; updates algorithm and archive.
+
+        Args:
+            fitness: the fitness of the batch, or of its first ``evaluated`` genomes.
+            evaluated: how many genomes (from the first) were evaluated; default all.
+                The algorithm sees the others as failed (+inf) and they never enter
+                the archive nor count as evaluations (a budget's last batch).
 
         Returns:
             Number of children that entered the archive.
@@ -157,20 +187,30 @@ class Island:
         if self._pending is None:
             raise RuntimeError(f"island {self.index}: expected ask() before tell(), got no pending batch")
         generation, genomes = self._pending
-        fitness, bad = sanitize_fitness(check_fitness(fitness, len(genomes), self.problem.name))
+        n = len(genomes) if evaluated is None else evaluated
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 1 <= n <= len(genomes):
+            raise ValueError(f"expected evaluated to be an int in [1, {len(genomes)}], got {evaluated!r}")
+        fitness, bad = sanitize_fitness(check_fitness(fitness, n, self.problem.name))
         self._pending = None
-        self.evaluations += len(fitness)
+        self.evaluations += n
         self.nonfinite += bad
-        self.algorithm.tell(genomes, fitness)
-        result = self.archive.insert(genomes, fitness, self._new_ids(len(genomes)), self.index, generation)
+        told = fitness if n == len(genomes) else np.concatenate([fitness, np.full(len(genomes) - n, np.inf)])
+        self.algorithm.tell(genomes, told)
+        result = self.archive.insert(genomes[:n], fitness, self._new_ids(n), self.index, generation)
         self.children_accepted += len(result.entered)
         self.generation = generation
         return len(result.entered)
 
-    def step(self, generation: int) -> int:
-        """Breed, evaluate and select one generation; returns the children accepted."""
+    def step(self, generation: int, limit: int | None = None) -> int:
+        """Breed, evaluate and select one generation; returns the children accepted.
+
+        Args:
+            generation: the generation to run (after the last one).
+            limit: evaluate at most this many children (>= 1; default: the whole batch).
+        """
         genomes = self.ask(generation)
-        return self.tell(self.problem.evaluate(genomes))
+        n = len(genomes) if limit is None else min(limit, len(genomes))
+        return self.tell(self.problem.evaluate(genomes[:n]), evaluated=n)
 
     def run(self, generations: int) -> "Island":
         """Convenience for one island: initialise if needed, then step ``generations`` times."""

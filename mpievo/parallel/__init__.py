@@ -7,6 +7,8 @@
   message of records per rank pair, genomes straight from and into their arrays (the
   policies live in :mod:`mpievo.evo.migration`).
 * :mod:`.adaptive` -- migration interval from measured diversity (a pure rule).
+* :mod:`.budget` -- evaluation shares: rounds of R evaluations per island, budget shares (the rule).
+* :mod:`.world` -- COMM_WORLD under a launcher, else SelfComm (no MPI).
 * :mod:`.scheme` -- the :class:`Scheme` protocol and the :class:`IslandScheme`.
 * :mod:`.runner` -- the run loop (logging, checkpoints, stop requests).
 * :mod:`.job` -- build and run a validated TOML job (:func:`run_job`).
@@ -16,6 +18,7 @@
 """
 
 from .adaptive import AdaptiveInterval, next_interval
+from .budget import SharePlan, plan
 from .gpu import DeviceBinding, bind_device, choose_device, local_rank
 from .job import best_genome_bytes, build_problem, build_scheme, run_job
 from .mapping import islands_of_rank, rank_of_island
@@ -25,8 +28,10 @@ from .runner import LogPoint, RunLoop, RunResult, RunSettings
 from .scheme import BestMember, IslandRecord, IslandScheme, MigrationSchedule, Scheme, StepResult
 from .topology import (TOPOLOGIES, bidirectional_ring, build_topology, fully_connected, graph,
                        random_topology, ring, torus, unconnected)
+from .world import launched, world_comm
 
 __all__ = [
+    "SharePlan", "plan", "launched", "world_comm",
     "AdaptiveInterval", "next_interval", "DeviceBinding", "bind_device", "choose_device", "local_rank",
     "best_genome_bytes", "build_problem", "build_scheme", "run_job", "islands_of_rank",
     "rank_of_island", "IslandShape", "MigrationPolicy", "MigrationReport", "Migrator", "LogPoint",

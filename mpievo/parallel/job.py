@@ -1,13 +1,14 @@
-"""From a validated job config to a running island model (the Python API of ``mpievo run``).
+"""From a validated job config to a running island model (what ``mpievo run`` and
+:func:`mpievo.minimize` run).
 
 Example (on every rank, e.g. under ``mpiexec -n 2``)::
 
-    from mpievo.comm import Communicator
     from mpievo.config import validate
     from mpievo.parallel import run_job
+    from mpievo.parallel.world import world_comm
 
-    comm = Communicator()
-    job = validate({"run": {"islands": 4, "generations": 50},
+    comm = world_comm()                  # MPI under a launcher, else one process without it
+    job = validate({"run": {"islands": 4, "budget": 20000},
                     "problem": {"name": "sphere", "dim": 10}}, comm.size)
     result = run_job(job, comm)          # result.best_genome on rank 0
 """
@@ -36,13 +37,15 @@ class RowFitness:
         return float(np.asarray(self.batch_function(np.asarray(genome)[None, :])).reshape(-1)[0])
 
 
-def build_problem(problem: ProblemConfig, stack: contextlib.ExitStack | None = None) -> Problem:
-    """The :class:`Problem` of a validated ``[problem]`` table.
+def build_problem(problem: ProblemConfig | Problem, stack: contextlib.ExitStack | None = None) -> Problem:
+    """The :class:`Problem` of a validated ``[problem]`` table (a Problem: itself).
 
     With ``time_limit > 0`` each genome is evaluated under
     :class:`mpievo.faults.TimeLimitedFitness` (a late evaluation counts as failed, +inf);
     its worker is closed when ``stack`` closes.
     """
+    if isinstance(problem, Problem):
+        return problem
     limit = problem.time_limit
     common = dict(lower=problem.lower, upper=problem.upper, maximize=problem.maximize)
     if not problem.user_function:
@@ -71,12 +74,12 @@ def build_scheme(comm, job, problem: Problem | None = None) -> IslandScheme:
     """The :class:`IslandScheme` of a validated :class:`mpievo.config.JobConfig` (its
     resolved engines, policy and schedule, as they are)."""
     return IslandScheme(comm, build_problem(job.problem) if problem is None else problem, job.engines,
-                        seed=job.run.seed, policy=job.policy, schedule=job.schedule)
+                        seed=job.run.seed, policy=job.policy, schedule=job.schedule, budget=job.run.budget)
 
 
 def run_job(job, comm, *, reporters: Sequence[Reporter] = (), checkpointer: Any = None,
             stop: Any = None, restored: Any = None, generations: int | None = None) -> RunResult:
-    """Run a validated job to its last generation (collective).
+    """Run a validated job until its generations, budget or target end it (collective).
 
     Args:
         job: a :class:`mpievo.config.JobConfig`.
@@ -98,7 +101,7 @@ def run_job(job, comm, *, reporters: Sequence[Reporter] = (), checkpointer: Any 
             extra["wall_s_before"] = float(np.asarray(restored.run_state.get("wall_s_before", 0.0)))
         run = job.run
         settings = RunSettings(run.generations if generations is None else generations, run.log_every,
-                               run.checkpoint_every, run.checkpoint_seconds)
+                               run.checkpoint_every, run.checkpoint_seconds, run.target)
         loop = RunLoop(comm, scheme, settings, reporters=reporters, checkpointer=checkpointer,
                        config=job.config, stop=stop, extra_run_state=extra)
         return loop.run()

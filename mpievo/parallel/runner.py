@@ -1,17 +1,25 @@
-"""The run loop: drive a :class:`~mpievo.parallel.scheme.Scheme` for N generations.
+"""The run loop: drive a :class:`~mpievo.parallel.scheme.Scheme` until a stop rule holds.
+
+A run ends at the first of: ``generations`` reached, the scheme's budget spent
+(``scheme.budget_generation``, known in advance on every rank), the ``target``
+fitness reached by some island, or a stop request (``RunResult.stop_reason``:
+"generations", "budget", "target", "stopped").
 
 Per generation every rank steps its islands (migrating when due). Every
 ``log_every`` generations the island records go to rank 0 (one gather: the global
-best, totals, per-island logs, progress). When a stop flag is given or time-based
-checkpoints are on, the ranks vote with one non-blocking 16-byte max-all-reduce of
-two int64 flags (this rank's stop flag, rank 0's "checkpoint time is up"), posted
-after each generation and completed after the next one: a signal reaching any rank
-stops all of them after the same generation, and rank 0's clock makes all of them
-checkpoint at the same generation, without the ranks waiting for each other every
-generation (the vote takes effect one generation after it is cast; on one rank, at
-once). On a stop a checkpointer saves the islands and the loop returns with
-``stopped=True``. Checkpoints are also written every ``checkpoint_every``
-generations and at the end.
+best, totals, per-island logs, progress). When a stop flag is given, a target is
+set or time-based checkpoints are on, the ranks vote with one non-blocking 24-byte
+max-all-reduce of three int64 flags (this rank's stop flag, rank 0's "checkpoint
+time is up", "an island here reached the target"), posted after each generation
+and completed after the next one: a signal reaching any rank stops all of them
+after the same generation, rank 0's clock makes all of them checkpoint at the same
+generation, and a target reached anywhere ends the run everywhere, without the
+ranks waiting for each other every generation. The vote takes effect one
+generation after it is cast; on one rank the stop and checkpoint flags take effect
+at once, the target flag one generation later as on several ranks, so that where a
+run ends never depends on the rank count. On a stop a checkpointer saves the
+islands and the loop returns with ``stopped=True``. Checkpoints are also written
+every ``checkpoint_every`` generations and at the end.
 
 Nothing the loop does changes the islands: logging, checkpointing and stopping never
 alter the result of a deterministic run.
@@ -33,27 +41,38 @@ class RunSettings:
     """How long to run and how often to log and checkpoint.
 
     Attributes:
-        generations: the last generation to run (a resumed run continues up to it).
+        generations: the last generation to run (a resumed run continues up to it);
+            None: no limit, the scheme's budget ends the run.
         log_every: generations between record gathers (>= 1).
         checkpoint_every: generations between checkpoints (0: only at the end and on stop).
         checkpoint_seconds: wall-clock seconds between checkpoints, measured on rank 0
             (0: off); decided together with the stop vote, so it lands one generation
             after the time is up, at the same generation on every rank.
+        target: stop once an island's best fitness is at least this good (user's
+            sense: <= when minimising, >= when maximising), one generation after the
+            generation that reached it; None: no target.
     """
 
-    generations: int
+    generations: int | None
     log_every: int = 10
     checkpoint_every: int = 0
     checkpoint_seconds: float = 0.0
+    target: float | None = None
 
     def __post_init__(self):
         for name, minimum in (("generations", 0), ("log_every", 1), ("checkpoint_every", 0)):
             value = getattr(self, name)
+            if name == "generations" and value is None:
+                continue
             if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
                 raise ValueError(f"expected {name} to be an int >= {minimum}, got {value!r}")
         seconds = self.checkpoint_seconds
         if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds >= 0:
             raise ValueError(f"expected checkpoint_seconds to be a number >= 0, got {seconds!r}")
+        target = self.target
+        if target is not None and (isinstance(target, bool) or not isinstance(target, (int, float))
+                                   or not np.isfinite(target)):
+            raise ValueError(f"expected target to be a finite number or None, got {target!r}")
 
 
 @dataclass
@@ -90,6 +109,7 @@ class RunResult:
     migrations: int = 0
     stopped: bool = False
     checkpoints: list[str] = field(default_factory=list)
+    stop_reason: str = "generations"    # "generations", "budget", "target" or "stopped"
 
 
 class Reporter(Protocol):
@@ -132,10 +152,16 @@ class RunLoop:
         self._checkpoints: list[str] = []
         self._last_saved = -1
         self._stop_vote = None     # (request, buffer) of the vote in flight
+        self._reached = False      # one rank: the target flag cast one generation ago
 
     # ------------------------------------------------------------------ loop
     def run(self) -> RunResult:
-        """Run up to ``settings.generations`` (collective). Returns the result on every rank."""
+        """Run until a stop rule holds (collective). Returns the result on every rank.
+
+        Raises:
+            ValueError: neither ``settings.generations`` nor a budget bounds the run.
+        """
+        last, bound = self._last_generation()
         start = self._start = self._last_save_time = time.perf_counter()
         self._evaluations_before = self._total_evaluations()
         if self.scheme.generation < 0:
@@ -143,24 +169,41 @@ class RunLoop:
         elif self.checkpointer is not None:
             self._last_saved = self.scheme.generation   # restored: that checkpoint exists
         self._log(self.scheme.generation)
-        stopped = False
-        while self.scheme.generation < self.settings.generations:
+        reason = bound
+        while self.scheme.generation < last:
             step = self.scheme.step()
             if step.migration is not None:
                 self._migrants_sent += step.migration.sent
             generation = step.generation
-            if generation % self.settings.log_every == 0 or generation == self.settings.generations:
+            logged = generation % self.settings.log_every == 0 or generation == last
+            if logged:
                 self._log(generation)
+            stop_vote, time_due, reached = self._votes(last)
+            if reached:
+                reason = "target"
+                if not logged:      # the run is complete: its last generation is logged
+                    self._log(generation)
             # a stop decided at the last generation changes nothing: the run is complete
-            stop_vote, time_due = self._votes()
-            stopped = stop_vote and generation < self.settings.generations
-            if self.checkpointer is not None and (stopped or time_due or self._checkpoint_due(generation)):
+            elif stop_vote and generation < last:
+                reason = "stopped"
+            done = reason != bound or generation == last
+            if self.checkpointer is not None and (reason == "stopped" or time_due
+                                                  or self._checkpoint_due(generation)):
                 self._save(generation)
-            if stopped:
+            if done:
                 break
-        if not stopped and self.checkpointer is not None and self._last_saved != self.scheme.generation:
+        if reason != "stopped" and self.checkpointer is not None and self._last_saved != self.scheme.generation:
             self._save(self.scheme.generation)
-        return self._finish(time.perf_counter() - start, stopped)
+        return self._finish(time.perf_counter() - start, reason)
+
+    def _last_generation(self) -> tuple[int, str]:
+        """(the last generation, "generations" or "budget": which bound sets it)."""
+        generations, budget = self.settings.generations, self.scheme.budget_generation
+        if generations is None and budget is None:
+            raise ValueError("expected a generation count or a scheme with a budget to bound the run, got neither")
+        if budget is not None and (generations is None or budget <= generations):
+            return budget, "budget"
+        return generations, "generations"
 
     def _checkpoint_due(self, generation: int) -> bool:
         every = self.settings.checkpoint_every
@@ -173,32 +216,41 @@ class RunLoop:
             return False
         return time.perf_counter() - self._last_save_time >= seconds
 
-    def _votes(self) -> tuple[bool, bool]:
-        """(stop anywhere, time checkpoint due), alike on every rank: cast one generation
-        ago (on one rank: now).
+    def _votes(self, last: int) -> tuple[bool, bool, bool]:
+        """(stop anywhere, time checkpoint due, target reached anywhere), alike on every
+        rank: cast one generation ago (on one rank: stop and checkpoint now).
 
-        One non-blocking 16-byte max-all-reduce per generation carries both, so ranks
-        never wait for each other just to learn that nothing happened.
+        One non-blocking 24-byte max-all-reduce per generation carries all three, so
+        ranks never wait for each other just to learn that nothing happened.
         """
-        voting = self.stop is not None or (self.settings.checkpoint_seconds and self.checkpointer is not None)
+        voting = self.stop is not None or self.settings.target is not None or (
+            self.settings.checkpoint_seconds and self.checkpointer is not None)
         if not voting:
-            return False, False
+            return False, False, False
         if self.comm.size == 1:
-            return bool(self.stop is not None and self.stop.requested), self._time_due()
-        decided = (False, False)
+            vote = self._ballot()
+            reached, self._reached = self._reached, bool(vote[2])
+            return bool(vote[0]), bool(vote[1]), reached
+        decided = (False, False, False)
         if self._stop_vote is not None:
             request, vote = self._stop_vote
             request.wait()
-            decided = (bool(vote[0]), bool(vote[1]))
+            decided = (bool(vote[0]), bool(vote[1]), bool(vote[2]))
             self._stop_vote = None
         if decided[1]:  # the save follows at once: restart the clock before the next vote
             self._last_save_time = time.perf_counter()
-        if not decided[0] and self.scheme.generation < self.settings.generations:
-            flag = self.stop is not None and self.stop.requested
-            vote = np.array([1 if flag else 0, 1 if self._time_due() else 0], np.int64)
+        if not (decided[0] or decided[2]) and self.scheme.generation < last:
+            vote = self._ballot()
             with self.comm.purpose("control"):
                 self._stop_vote = (self.comm.iallreduce(vote, vote, op="max"), vote)
         return decided
+
+    def _ballot(self) -> np.ndarray:
+        """This rank's flags: stop requested, checkpoint time due, target reached."""
+        stop = self.stop is not None and self.stop.requested
+        target = self.settings.target
+        reached = target is not None and self.scheme.reached(target)
+        return np.array([stop, self._time_due(), reached], np.int64)
 
     def _save(self, generation: int) -> None:
         run_state = {**self.scheme.run_state(), **self.extra_run_state,
@@ -233,7 +285,7 @@ class RunLoop:
                         evaluations - self._evaluations_before)
 
     # --------------------------------------------------------------- finish
-    def _finish(self, wall_s: float, stopped: bool) -> RunResult:
+    def _finish(self, wall_s: float, reason: str) -> RunResult:
         comm = self.comm
         with comm.purpose("global_best"):
             best = comm.allgather_object(_without_genome(self.scheme.best_local()))
@@ -252,13 +304,13 @@ class RunLoop:
             best_genome=genome, evaluations=total, evaluations_this_run=this_run, wall_s=wall_s,
             evals_per_s=this_run / wall_s if wall_s > 0 else float("nan"),
             bytes_sent=_sum_traffic(traffics) if traffics is not None else dict(traffic),
-            migrations=int(self.scheme.run_state().get("migrations", 0)), stopped=stopped,
-            checkpoints=list(self._checkpoints))
+            migrations=int(self.scheme.run_state().get("migrations", 0)), stopped=reason == "stopped",
+            checkpoints=list(self._checkpoints), stop_reason=reason)
         if records is not None:
             flat = sorted((r for recs in records for r in recs), key=lambda r: r.island)
             result.islands = [{"island": r.island, "best_fitness": r.best, "evaluations": r.evaluations,
                                "nonfinite": r.nonfinite, "immigrants": r.immigrants,
-                               "diversity": r.diversity} for r in flat]
+                               "diversity": r.diversity, "steps": r.steps} for r in flat]
         for reporter in self.reporters:
             reporter.on_finish(result)
         return result

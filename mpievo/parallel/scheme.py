@@ -6,6 +6,10 @@ rank 0, master-worker batch evaluation, a replicated archive) can be added besid
 by implementing the same few methods on top of :class:`mpievo.evo.Island` or the
 engine's ask/tell interface.
 
+Generations and evaluations: a generation of the run is a *round* in which every
+island evaluates about the same number of children, whatever its batch; an
+evaluation budget gives each island a share (the rule is in :mod:`.budget`).
+
 Checkpoint contract: ``island_states()`` returns this rank's islands as
 ``{index: state tree}`` and ``run_state()`` a small scheme-level tree (identical on
 every rank); ``restore(island_states, run_state)`` puts a fresh scheme (same config,
@@ -23,6 +27,7 @@ from ..evo.config import EngineConfig
 from ..evo.island import Island
 from ..evo.migration import MigrationPolicy
 from .adaptive import AdaptiveInterval
+from .budget import plan
 from .mapping import islands_of_rank
 from .migration import IslandShape, MigrationReport, Migrator
 from .topology import build_topology
@@ -32,10 +37,10 @@ SCHEME_FORMAT = 1
 
 @dataclass(frozen=True)
 class IslandRecord:
-    """One island's state at a generation (what the per-island log holds)."""
+    """One island's state at a generation of the run (what the per-island log holds)."""
 
     island: int
-    generation: int
+    generation: int        # the run's generation (round)
     best: float            # in the user's sense (maximised problems: the largest value)
     mean: float            # mean finite fitness of the archive, user's sense (nan if none)
     diversity: float
@@ -44,6 +49,7 @@ class IslandRecord:
     immigrants: int        # immigrants it accepted so far
     best_internal: float   # minimised value, for comparing islands
     nonfinite: int = 0     # evaluations that returned NaN or +-inf so far
+    steps: int = 0         # the island's own generations (steps) so far
 
     @property
     def only_nonfinite(self) -> bool:
@@ -53,7 +59,8 @@ class IslandRecord:
     def to_json(self) -> dict:
         return {"generation": self.generation, "best": self.best, "mean": self.mean,
                 "diversity": self.diversity, "evaluations": self.evaluations,
-                "nonfinite": self.nonfinite, "migrations": self.migrations, "immigrants": self.immigrants}
+                "nonfinite": self.nonfinite, "migrations": self.migrations, "immigrants": self.immigrants,
+                "steps": self.steps}
 
 
 class BestMember(NamedTuple):
@@ -80,6 +87,7 @@ class Scheme(Protocol):
     name: str
     n_islands: int
     generation: int        # last completed generation (identical on every rank)
+    budget_generation: int | None   # the generation that spends the budget (None: no budget)
 
     def initialize(self) -> None:
         """Generation 0 (random start), on every rank."""
@@ -95,6 +103,10 @@ class Scheme(Protocol):
 
     def best_local(self) -> BestMember | None:
         """The best member of this rank's islands, or None when it has none (local)."""
+
+    def reached(self, target: float) -> bool:
+        """True when one of this rank's islands holds a fitness at least as good as
+        ``target`` (in the user's sense: <= when minimising, >= when maximising) (local)."""
 
     def genome_shape(self, island: int) -> tuple[int, np.dtype]:
         """(dim, dtype) of the genomes of ``island`` (any island; local, no message)."""
@@ -116,7 +128,7 @@ class MigrationSchedule:
     Attributes:
         destinations: the topology, ``destinations(epoch) -> list[list[int]]`` (from
             :func:`mpievo.parallel.topology.build_topology`, for the run's island count).
-        interval: generations between migrations (the first one with ``adaptive``).
+        interval: generations (rounds) between migrations (the first one with ``adaptive``).
         adaptive: rule for a diversity-driven interval, or None for a fixed one.
     """
 
@@ -140,19 +152,31 @@ class IslandScheme:
         seed: the run's seed.
         policy: the :class:`MigrationPolicy` (default: its defaults).
         schedule: the :class:`MigrationSchedule` (default: a ring, every 10 generations).
+        budget: evaluations over all islands, initial populations included (None: no
+            limit); each island gets its share and the run ends at ``budget_generation``.
 
-    Every random draw is keyed by (seed, island, generation), migrations happen at
-    generation boundaries in a fixed order, and each island evaluates its own batch
-    (never fused with another island's: a BLAS product may round differently for a
-    different batch size), so the result is bit-identical on any number of ranks,
-    given the same BLAS thread count (``mpievo run`` pins one thread per rank: a
+    Generation ``g`` of the run is a round (:mod:`.budget`): each island steps until
+    the children it evaluated since its initial population reach ``g * R`` (``R``:
+    the largest planned batch, ``plan.round_size``), so an island with a small batch
+    (CMA-ES: 10 children) steps more often than one with a large batch (a GA with
+    256) and both make about the same number of evaluations; migration every ``K``
+    generations is migration every ``K * R`` evaluations per island. With a budget
+    an island stops at its share, its last step evaluating only what is left.
+
+    Every random draw is keyed by (seed, island, the island's own step; the run's
+    generation for migration), migrations happen at generation boundaries in a fixed
+    order, and each island evaluates its own batch (never fused with another
+    island's: a BLAS product may round differently for a different batch size), so
+    the result is bit-identical on any number of ranks, given the same BLAS thread
+    count (``mpievo run`` and :func:`mpievo.minimize` pin one thread per rank: a
     multi-threaded product may also round differently).
     """
 
     name = "islands"
 
     def __init__(self, comm, problem, engines: Sequence[EngineConfig], *, seed: int = 0,
-                 policy: MigrationPolicy | None = None, schedule: MigrationSchedule | None = None):
+                 policy: MigrationPolicy | None = None, schedule: MigrationSchedule | None = None,
+                 budget: int | None = None):
         self.comm = comm
         self.problem = problem
         self.n_islands = len(engines)
@@ -171,6 +195,8 @@ class IslandScheme:
                         for i in self.local_indices}
         shapes = [IslandShape(problem.dim, np.dtype(e.dtype), e.capacity) for e in engines]
         self.migrator = Migrator(comm, self.islands, shapes, self.policy, self.seed)
+        self.plan = plan(engines, problem.dim, budget)
+        self.budget_generation = self.plan.budget_generation
         self.generation = -1
         self.interval = self._clamp(self.schedule.interval)
         self.next_migration = self.interval
@@ -191,12 +217,23 @@ class IslandScheme:
             raise RuntimeError("expected initialize() or restore() before step(), got neither")
         generation = self.generation + 1
         for index in self.local_indices:
-            self.islands[index].step(generation)
+            self._advance(self.islands[index], generation * self.plan.round_size)
         self.generation = generation
         result = StepResult(generation)
         if generation == self.next_migration:
             result.migration = self._migrate(generation)
         return result
+
+    def _advance(self, island: Island, clock: int) -> None:
+        """Step ``island`` until it evaluated ``clock`` children since its initial
+        population, or until its share of the budget is spent."""
+        start = self.plan.initial[island.index]
+        share = None if self.plan.shares is None else self.plan.shares[island.index]
+        while island.evaluations - start < clock:
+            left = None if share is None else share - island.evaluations
+            if left is not None and left <= 0:
+                return
+            island.step(island.generation + 1, left)
 
     def _migrate(self, generation: int) -> MigrationReport:
         report = self.migrator.migrate(generation, self.schedule.destinations(generation))
@@ -221,9 +258,10 @@ class IslandScheme:
         finite = fitness[np.isfinite(fitness)]
         mean = float(island.problem.to_user(finite.mean())) if finite.size else float("nan")
         _, best = island.best()
-        return IslandRecord(island.index, island.generation, best, mean, island.diversity(),
+        return IslandRecord(island.index, self.generation, best, mean, island.diversity(),
                             island.evaluations, self.migrations, island.immigrants_accepted,
-                            float(island.archive.fitness[island.archive.best_index()]), island.nonfinite)
+                            float(island.archive.fitness[island.archive.best_index()]), island.nonfinite,
+                            island.generation)
 
     def evaluations(self) -> int:
         return sum(self.islands[i].evaluations for i in self.local_indices)
@@ -238,6 +276,11 @@ class IslandScheme:
                 best = BestMember(internal, i, float(self.problem.to_user(internal)),
                                   archive.genomes[slot].copy())
         return best
+
+    def reached(self, target: float) -> bool:
+        goal = -target if self.problem.maximize else target     # the engine minimises
+        return any(float(self.islands[i].archive.fitness[self.islands[i].archive.best_index()]) <= goal
+                   for i in self.local_indices)
 
     def genome_shape(self, island: int) -> tuple[int, np.dtype]:
         shape = self.migrator.shapes[island]
@@ -267,9 +310,6 @@ class IslandScheme:
                              f"{self.comm.rank}, got {sorted(island_states)}")
         for i in self.local_indices:
             self.islands[i].load_state_dict(flatten_state(island_states[i]))
-        generations = {self.islands[i].generation for i in self.local_indices}
-        if generations != {int(state["generation"])}:
-            raise ValueError(f"expected every island at generation {state['generation']}, got {sorted(generations)}")
         self.generation = int(state["generation"])
         self.interval = int(state["interval"])
         self.next_migration = int(state["next_migration"])

@@ -32,12 +32,28 @@ def test_run_writes_summary_logs_plot_and_checkpoint(tmp_path, capsys):
     lines = [json.loads(line) for line in (out / "islands" / "island-0002.jsonl").read_text().splitlines()]
     assert [line["generation"] for line in lines] == [0, 4, 8, 12]
     assert set(lines[0]) == {"generation", "best", "mean", "diversity", "evaluations", "nonfinite", "migrations",
-                             "immigrants"}
+                             "immigrants", "steps"}
+    assert summary["stop_reason"] == "generations" and lines[-1]["steps"] == 12
     assert summary["nonfinite_evaluations"] == 0 and lines[-1]["nonfinite"] == 0
     assert (out / "convergence.png").stat().st_size > 1000
     assert (out / "checkpoints" / "manifest.json").exists()
     text = capsys.readouterr().out
     assert "gen 12/12" in text and "done: generation 12" in text
+
+
+def test_budget_and_target_flags_end_the_run(tmp_path, capsys):
+    small = ["--dim", 4, "--islands", 2, "--progress", "lines", "--set", "engine.capacity=8",
+             "--set", "engine.batch_size=16"]
+    assert _run("--budget", 1001, "--out", tmp_path / "b", *small) == 0
+    summary = json.loads((tmp_path / "b" / "summary.json").read_text())
+    assert summary["evaluations"] == 1001 and [i["evaluations"] for i in summary["islands"]] == [501, 500]
+    assert summary["stop_reason"] == "budget" and summary["generations"] == -(-(501 - 8) // 16)
+    assert summary["config"]["run"]["budget"] == 1001        # before the embedded job's 32000 generations
+    assert f"gen {summary['generations']}/{summary['generations']}" in capsys.readouterr().out
+    assert _run("--target", 8.5, "--generations", 10**6, "--out", tmp_path / "t", *small) == 0
+    summary = json.loads((tmp_path / "t" / "summary.json").read_text())
+    assert summary["stop_reason"] == "target" and summary["best_fitness"] <= 8.5
+    assert f"target 8.5 reached by generation {summary['generations']}" in capsys.readouterr().out
 
 
 def test_large_genome_goes_to_npy(tmp_path):
@@ -95,7 +111,10 @@ def test_show_config_and_help_config(capsys):
     assert shown["run"]["islands"] == 2 and shown["problem"]["name"] == "rastrigin"
     assert shown["run"]["checkpoint_seconds"] == 600
     assert _run("--help-config") == 0
-    assert "[migration.adaptive]" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert "[migration.adaptive]" in text and "\n  budget = <unset>  # an int >= 1 or none; " in text
+    departures = text.split("departs from these defaults")[1]     # the embedded job's own settings
+    assert "#   engine.capacity = 8192\n" in departures and "engine.algorithm" not in departures
 
 
 def _shown(capsys, *argv) -> dict:

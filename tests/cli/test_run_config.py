@@ -29,7 +29,7 @@ def test_a_long_default_job_checkpoints_every_ten_minutes():
 
 def test_missing_tables_take_defaults():
     job = validate({}, 3)
-    assert job.run == RunConfig(islands=3) and job.problem == ProblemConfig()
+    assert job.run == RunConfig(islands=3, generations=200) and job.problem == ProblemConfig()
     assert job.config["migration"]["adaptive"] == AdaptiveConfig().to_dict()
     assert job.engines == (EngineConfig(),) * 3 and job.schedule.adaptive is None
     assert job.policy == MigrationPolicy()
@@ -70,8 +70,8 @@ def test_all_problems_are_reported_at_once_path_first():
         validate(config, 2, "job.toml")
     assert info.value.problems == [
         "extra: expected a key among ['engine', 'migration', 'problem', 'run'], got an unknown key",
-        "run.bogus: expected a key among ['blas_threads', 'checkpoint_every', 'checkpoint_keep', "
-        "'checkpoint_seconds', 'generations', 'islands', 'log_every', 'seed'], got an unknown key",
+        "run.bogus: expected a key among ['blas_threads', 'budget', 'checkpoint_every', 'checkpoint_keep', "
+        "'checkpoint_seconds', 'generations', 'islands', 'log_every', 'seed', 'target'], got an unknown key",
         "run.seed: expected an int >= 0, got -1",
         "run.generations: expected an int >= 1, got str 'many'",
         "problem.dimension: expected a key among ['batched', 'dim', 'lower', 'maximize', 'name', 'rotate', "

@@ -40,12 +40,14 @@ def check_graph_topology(monkeypatch):
 
 
 def check_heterogeneous(monkeypatch):
-    # batch_size = "max(64, 256 - 32*i)": each GA island evaluates 32 fewer children per
-    # generation than the one before it
+    # batch_size = "max(64, 256 - 32*i)" on the GA islands 0-5, DE (32 children) on 6-7: a
+    # generation is 256 evaluations per island (the largest batch), so smaller batches step
+    # more often, until they pass 3 * 256 evaluations after the 48 of the initial population
     _, result = run_example("heterogeneous.toml", 3, monkeypatch)
-    evaluations = [i["evaluations"] for i in result.islands]
-    assert len(evaluations) == 8
-    assert [a - b for a, b in zip(evaluations[:6], evaluations[1:6])] == [3 * 32] * 5, evaluations
+    batches = [max(64, 256 - 32 * i) for i in range(6)] + [32, 32]
+    steps = [-(-3 * 256 // batch) for batch in batches]
+    assert [i["steps"] for i in result.islands] == steps
+    assert [i["evaluations"] for i in result.islands] == [48 + s * b for s, b in zip(steps, batches)]
 
 
 def check_user_problem(monkeypatch):

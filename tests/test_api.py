@@ -1,0 +1,116 @@
+"""``mpievo.minimize``: every problem form, budget and target, no MPI in one process, the same result
+on every rank under MPI."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import mpievo
+from mpievo.config import ConfigError
+from mpievo.evo import make_problem
+from mpievo.parallel.world import LAUNCHER_VARIABLES, launched
+
+SMALL = {"engine": {"capacity": 12, "batch_size": 16}}
+
+
+def batch_sphere(X):
+    X = np.asarray(X, np.float64)
+    return np.einsum("ij,ij->i", X, X)
+
+
+def row_sphere(x):
+    return float(batch_sphere(x[np.newaxis, :])[0])
+
+
+def _check(result, dim, value):
+    """The result's genome has ``dim`` genes and ``value`` gives its fitness."""
+    assert result.x.shape == (dim,) and result.fun == pytest.approx(value(result.x), rel=1e-6, abs=1e-12)
+    assert result.evaluations == sum(i["evaluations"] for i in result.islands)
+    assert result.fun == min(i["best_fitness"] for i in result.islands)
+
+
+@pytest.mark.parametrize("form", ["problem", "per-row", "module", "config"])
+def test_every_problem_form_gives_the_same_run(form, tmp_path, monkeypatch):
+    (tmp_path / "api_fitness.py").write_text("from test_api import batch_sphere as f\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    path = tmp_path / "job.toml"
+    path.write_text('[problem]\nname = "api_fitness:f"\ndim = 5\nlower = -4\nupper = 4\n'
+                    '[engine]\ncapacity = 12\nbatch_size = 16\n')
+    common = {"budget": 2000, "seed": 3, "config": SMALL}
+    calls = {
+        "problem": lambda: mpievo.minimize(make_problem(batch_sphere, 5, lower=-4, upper=4), **common),
+        "per-row": lambda: mpievo.minimize(row_sphere, lower=-4, upper=4, dim=5, batched=False, **common),
+        "module": lambda: mpievo.minimize("api_fitness:f", dim=5, lower=-4, upper=4, **common),
+        "config": lambda: mpievo.minimize(config=path, budget=2000, seed=3),
+    }
+    result = calls[form]()
+    _check(result, 5, row_sphere)
+    assert result.evaluations == 2000 and result.stop_reason == "budget" and len(result.islands) == 4
+    reference = mpievo.minimize(batch_sphere, bounds=[(-4, 4)] * 5, **common)     # SciPy-style bounds
+    assert result.x.tobytes() == reference.x.tobytes() and result.fun == reference.fun
+    assert result.islands == reference.islands
+
+
+def test_a_builtin_by_name_takes_its_box_and_the_config_problem_keys():
+    result = mpievo.minimize("rastrigin", dim=4, budget=1000, config={**SMALL, "problem": {"shift": True}})
+    assert result.config["problem"]["name"] == "rastrigin" and result.config["problem"]["shift"]
+    problem = make_problem("rastrigin", 4, shift=True)
+    _check(result, 4, lambda x: problem(x[np.newaxis, :])[0])
+    assert np.all(np.abs(result.x) <= 5.12) and result.evaluations == 1000
+
+
+def test_target_stops_early_and_generations_bound_the_run():
+    result = mpievo.minimize(batch_sphere, bounds=[(-2, 2)] * 4, target=1e-3, generations=5000, config=SMALL)
+    assert result.stop_reason == "target" and result.fun <= 1e-3 and result.generations < 5000
+    capped = mpievo.minimize("rastrigin", dim=4, generations=7, islands=2, config=SMALL)
+    assert capped.stop_reason == "generations" and capped.generations == 7
+    assert [i["steps"] for i in capped.islands] == [7, 7] and capped.config["run"]["islands"] == 2
+
+
+def test_settings_problems_are_reported_before_any_work():
+    with pytest.raises(ConfigError, match=r"run.budget: expected at least 252 evaluations"):
+        mpievo.minimize("sphere", dim=3, budget=100, config=SMALL, islands=21)
+    with pytest.raises(ConfigError, match=r"problem: expected no \[problem\] table beside a Problem object"):
+        mpievo.minimize(batch_sphere, bounds=[(-1, 1)] * 2, config={"problem": {"name": "sphere"}})
+    with pytest.raises(ValueError, match="expected bounds or lower/upper, got both"):
+        mpievo.minimize(batch_sphere, bounds=[(-1, 1)] * 2, lower=-1)
+    with pytest.raises(ValueError, match="expected no bounds, dim or batched beside a Problem"):
+        mpievo.minimize(make_problem("sphere", 2), dim=2)
+    with pytest.raises(TypeError, match="expected config to be a dict, a TOML file path or None, got int"):
+        mpievo.minimize("sphere", dim=2, config=3)
+
+
+def _without_launcher() -> dict:
+    return {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
+
+
+def test_one_process_runs_without_mpi(tmp_path):
+    code = ("import sys, mpievo\n"
+            "r = mpievo.minimize('sphere', dim=3, budget=600, config={'engine': {'capacity': 8}})\n"
+            "from mpievo.cli.main import main\n"
+            f"rc = main(['run', '--generations', '2', '--dim', '3', '--out', {str(tmp_path)!r}, '--progress', "
+            "'none', '--set', 'engine.capacity=8', '--set', 'engine.batch_size=8'])\n"
+            "print(r.evaluations, rc, 'mpi4py' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env=_without_launcher())
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1].split() == ["600", "0", "False"]
+    assert not launched({}) and launched({"PMIX_RANK": "0"}) and launched({"OMPI_COMM_WORLD_SIZE": "1"})
+
+
+@pytest.mark.mpi(min_size=1)
+def test_every_rank_gets_the_one_process_result(world):
+    from mpi_support import all_ranks_agree
+
+    tables = {**SMALL, "engine": {**SMALL["engine"], "algorithm": ["ga", "cmaes", "de", "ga"]}}
+    mine = mpievo.minimize(batch_sphere, bounds=[(-3, 3)] * 6, budget=1500, config=tables)
+    from mpievo.comm.protocol import SelfComm
+
+    alone = mpievo.minimize(batch_sphere, bounds=[(-3, 3)] * 6, budget=1500, config=tables, comm=SelfComm())
+    same = mine.x.tobytes() == alone.x.tobytes() and (mine.fun, mine.evaluations, mine.islands) == \
+        (alone.fun, alone.evaluations, alone.islands) and mine.evaluations == 1500
+    all_ranks_agree(world, same, f"{world.Get_size()} ranks: {mine.fun} after {mine.evaluations}; "
+                                 f"one process: {alone.fun} after {alone.evaluations}")
