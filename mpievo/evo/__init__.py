@@ -15,7 +15,7 @@ Building blocks:
 * Operators (:mod:`.operators`) -- selection, crossover, mutation, box handling; plain
   callables vectorised over a batch, each taking an explicit Generator.
 * Algorithms (:mod:`.algorithms`) -- ``ga`` (default; restarts with a growing
-  population when it stagnates), ``de`` (jDE), ``cmaes``; the protocol for user
+  population when it stagnates), ``de`` (jDE), ``shade`` (SHADE/L-SHADE), ``cmaes``; the protocol for user
   algorithms is in :mod:`.algorithms.base`.
 * :class:`StagnationMonitor` (:mod:`.stagnation`) -- generations without progress of
   a population's best and median fitness (what triggers the GA's restarts).
@@ -38,7 +38,7 @@ Example::
 """
 
 from .archive import ID_STRIDE, Archive, Insertion, make_ids, sanitize_fitness
-from .algorithms import CMAES, JDE, GeneticAlgorithm, IslandAlgorithm, make_algorithm
+from .algorithms import CMAES, JDE, SHADE, GeneticAlgorithm, IslandAlgorithm, make_algorithm
 from .config import EngineConfig
 from .island import Island
 from .migration import REPLACEMENT_POLICIES, SELECTION_POLICIES, MigrationPolicy, Migrants
@@ -49,7 +49,7 @@ from .streams import PURPOSES, stream
 
 __all__ = [
     "Archive", "Insertion", "ID_STRIDE", "make_ids", "sanitize_fitness",
-    "IslandAlgorithm", "GeneticAlgorithm", "JDE", "CMAES", "make_algorithm",
+    "IslandAlgorithm", "GeneticAlgorithm", "JDE", "SHADE", "CMAES", "make_algorithm",
     "EngineConfig", "resolve_param",
     "Island", "Migrants", "MigrationPolicy", "SELECTION_POLICIES", "REPLACEMENT_POLICIES",
     "Problem", "BUILTIN_PROBLEMS", "builtin_problem", "make_problem", "check_fitness",

@@ -49,7 +49,7 @@ class EngineConfig(Settings):
 
     algorithm: Any = _setting("ga", choice(algorithm_classes, extra=" or 'module:Class'",
                                            also=_user_class),
-                              "island algorithm: ga, de (jde), cmaes or 'module:Class'")
+                              "island algorithm: ga, de (jde), shade, cmaes or 'module:Class'")
     capacity: Any = _setting(64, integer(2), "archive capacity (members kept per island)")
     batch_size: Any = _setting(128, integer(1), "GA children per generation")
     dtype: Any = _setting("float32", choice(("float32", "float64")), "genome dtype")
@@ -79,14 +79,17 @@ class EngineConfig(Settings):
                                         "breeding members improves by stagnation_tol before a restart; "
                                         "0: never restart")
     stagnation_tol: Any = _setting(1e-4, number(0.0, 1.0),
-                                   "GA: relative improvement (of the best or the median) that counts as progress")
+                                   "GA: improvement (of the best or the median) that counts as progress, as a "
+                                   "fraction of the fitness spread (median - best) of the first bred generation "
+                                   "since the start or the last restart")
     restart_elite: Any = _setting(1, integer(1),
                                   "GA: best members kept on a restart (they stay out of breeding)")
     restart_growth: Any = _setting(2.0, number(1.0, 1e3),
                                    "GA: population factor per restart (IPOP-like; 1: same size)")
     restart_margin: Any = _setting(1e-3, number(0.0, 1.0),
                                    "GA: after a restart, members from elsewhere breed only when better "
-                                   "than the best at the restart by this relative margin")
+                                   "than the best at the restart by this fraction of the fitness spread "
+                                   "(as stagnation_tol)")
     bounds: Any = _setting("clip", choice(BOUND_MODES), "box handling: clip, reflect or resample")
     de_population: Any = _setting(32, integer(4), "differential evolution population")
     de_tau_f: Any = _setting(0.1, number(0.0, 1.0), "jDE: probability of renewing F")
@@ -100,6 +103,18 @@ class EngineConfig(Settings):
     cma_popsize_growth: Any = _setting(2.0, number(1.0, 1e3), "CMA-ES: population factor per ipop/bipop restart")
     cma_max_popsize: Any = _setting(None, optional(integer(2)),
                                     "CMA-ES: largest population restarts reach; None: 512 x the first")
+    shade_population: Any = _setting(None, optional(integer(4)),
+                                     "SHADE: initial population; None: 18 x dim with shade_max_evaluations "
+                                     "(L-SHADE), else 100 (SHADE)")
+    shade_memory: Any = _setting(6, integer(1), "SHADE: slots H of the F and CR success memories")
+    shade_pbest: Any = _setting(0.11, number(0.0, 1.0, open_low=True),
+                                "SHADE: current-to-pbest picks pbest among this fraction of the best members")
+    shade_archive_rate: Any = _setting(2.6, number(0.0, 100.0),
+                                       "SHADE: external archive size relative to the population (0: none)")
+    shade_min_population: Any = _setting(4, integer(4), "L-SHADE: population at the end of the budget")
+    shade_max_evaluations: Any = _setting(None, optional(integer(1)),
+                                          "L-SHADE: this island's evaluation budget, over which the population "
+                                          "shrinks linearly to shade_min_population; None: fixed size (SHADE)")
 
     def to_dict(self) -> dict:
         """All settings as a dict (lists copied, expressions as their text, other

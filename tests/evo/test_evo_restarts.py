@@ -3,11 +3,14 @@ checkpoint round trips across restarts, determinism, and the merge kernel."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
 from mpievo.evo import Archive, EngineConfig, Island, Problem, StagnationMonitor, make_problem, stream
 from mpievo.evo.operators import box_arrays
+from mpievo.evo.stagnation import UNKNOWN
 from mpievo.schema import ConfigError
 from mpievo.kernels import operators as kernels
 
@@ -42,13 +45,14 @@ def state_equal(a: dict, b: dict) -> bool:
 def test_monitor_counts_generations_without_progress():
     monitor = StagnationMonitor(patience=3, tol=0.1)
     assert monitor.update(10.0, 20.0) and monitor.stalled == 0
+    assert (monitor.scale, monitor.step) == (10.0, 1.0)  # the first spread median - best, times tol
     for expected in (1, 2):
-        assert not monitor.update(9.5, 20.0)  # 5%: below the tolerance
+        assert not monitor.update(9.5, 20.0)  # 0.5: below the step
         assert monitor.stalled == expected and not monitor.stagnated
     assert not monitor.update(9.2, 20.0)
     assert monitor.stagnated
-    assert monitor.update(8.9, 20.0)  # 11% below the reference 10: small steps add up
-    assert (monitor.best, monitor.stalled) == (8.9, 0)
+    assert monitor.update(8.9, 20.0)  # 1.1 below the reference 10: small steps add up
+    assert (monitor.best, monitor.stalled, monitor.scale) == (8.9, 0, 10.0)  # the scale stays
 
 
 def test_monitor_progress_of_the_median_alone_counts():
@@ -57,6 +61,33 @@ def test_monitor_progress_of_the_median_alone_counts():
     assert monitor.update(1.0, 40.0) and monitor.update(1.0, 30.0)
     assert not monitor.update(1.0, 30.0) and not monitor.update(1.0, 30.0)
     assert monitor.stagnated
+
+
+def progress_flags(best, median, shift=0.0, factor=1.0) -> list[bool]:
+    monitor = StagnationMonitor(patience=4, tol=0.01)
+    return [monitor.update(factor * b + shift, factor * m + shift) for b, m in zip(best, median)]
+
+
+def test_monitor_ignores_shifts_and_scales_of_the_fitness():
+    # values on a 2**-20 grid below 2**10: adding 2**20 and scaling by 4 are exact
+    rng = np.random.default_rng(4)
+    steps = rng.choice([0.0, 2.0 ** -20, 2.0 ** -8, 2.0 ** -2, 4.0], 300, p=[0.4, 0.3, 0.15, 0.1, 0.05])
+    best = 600.0 - np.cumsum(steps)
+    median = best + np.round(rng.uniform(0, 100, 300) * 2 ** 20) / 2 ** 20
+    flags = progress_flags(best, median)
+    assert 50 < sum(flags) < 250                      # progress and stalls both happen
+    assert progress_flags(best, median, shift=2.0 ** 20) == flags
+    assert progress_flags(best, median, shift=-2.0 ** 20, factor=4.0) == flags
+
+
+def test_monitor_scale_waits_for_a_finite_spread():
+    monitor = StagnationMonitor(patience=2, tol=0.5)
+    assert not monitor.update(math.inf, math.inf) and monitor.scale == UNKNOWN
+    assert monitor.update(3.0, math.inf)              # the first finite best
+    assert monitor.update(2.99, math.inf) and monitor.step == 0.0  # no scale yet: any improvement
+    assert monitor.update(2.9, 5.0)                   # the median's first finite value
+    assert monitor.scale == pytest.approx(2.1) and monitor.step == pytest.approx(1.05)
+    assert not monitor.update(2.0, 4.0)               # 0.9 and 1.0: below the step
 
 
 def test_monitor_off_state_and_validation():
@@ -69,8 +100,12 @@ def test_monitor_off_state_and_validation():
     monitor.update(-3.0, 2.0)
     other = StagnationMonitor(4, 0.5)
     other.load_state_dict(monitor.state_dict())
-    assert other.state_dict() == {"best": -3.0, "median": 2.0, "stalled": 1}
-    assert other.update(-5.0, 2.0)  # a negative reference improves by 2/3 > 0.5
+    assert other.state_dict() == {"best": -3.0, "median": 2.0, "scale": 5.0, "stalled": 1}
+    assert not other.update(-5.0, 2.0) and other.update(-5.6, 2.0)  # 2 < 0.5 * 5 < 2.6
+    legacy = StagnationMonitor(4, 0.5)
+    legacy.load_state_dict({"best": -3.0, "median": 2.0, "stalled": 1})  # saved before the scale
+    assert legacy.scale == UNKNOWN
+    assert not legacy.update(-3.5, 1.0) and legacy.scale == 4.5  # this spread sets it: 0.5, 1 < 2.25
     with pytest.raises(ValueError, match="expected patience to be an int >= 0, got -1"):
         StagnationMonitor(-1, 0.1)
     with pytest.raises(ValueError, match="expected tol >= 0, got -0.1"):
@@ -148,6 +183,7 @@ def test_stagnation_triggers_a_restart_with_a_larger_population():
     elite_ids = isl.archive.ids[isl.archive.ranking()[:2]].copy()
     batch = isl.ask(7)
     assert ga.restarts == 1 and ga.refilling and ga.sigma == 0.2
+    assert ga.monitor.scale == UNKNOWN  # the fresh population's first spread sets the next scale
     assert isl.archive.limit == 16 and isl.archive.size == 2
     assert np.array_equal(isl.archive.ids, elite_ids)
     lower, upper = box_arrays(isl.problem.lower, isl.problem.upper, np.float32)
@@ -208,17 +244,24 @@ def test_restarts_find_better_minima_than_a_stuck_population(seed):
     assert restarting.best()[1] < stuck.best()[1] - 0.5  # at least one rastrigin minimum lower
 
 
-def _restarted_flat_island(**settings) -> Island:
-    isl = flat_island(capacity=16, **settings)
-    isl.run(12)  # restarted at 7, refilled and breeding again
-    assert isl.algorithm.restarts == 1 and not isl.algorithm.refilling
+def restarted_plateau_island() -> Island:
+    """Fitness 1 where the first gene is below -0.5, else 2: the first generation's
+    spread is 1, the population then settles on the plateau 1 and restarts."""
+    problem = Problem(lambda X: np.where(X[:, 0] < -0.5, 1.0, 2.0), 4, -1.0, 1.0, name="plateau")
+    config = EngineConfig(capacity=16, population=8, batch_size=8, stagnation_patience=5)
+    isl = Island(0, problem, config, seed=7).run(1)
+    assert isl.algorithm.monitor.scale == 1.0
+    while not isl.algorithm.restarts or isl.algorithm.refilling:
+        isl.step(isl.generation + 1)
+        assert isl.generation < 60
+    assert isl.algorithm.restarts == 1
     return isl
 
 
 def test_stale_members_stay_out_of_breeding_and_new_minima_join():
-    isl = _restarted_flat_island()
+    isl = restarted_plateau_island()
     ga = isl.algorithm
-    assert ga.restart_best == 1.0
+    assert ga.restart_best == 1.0 and ga.restart_bar == 1.0 - 1e-3  # restart_margin times the scale 1
     elite = isl.archive.ids[~np.isin(np.arange(isl.archive.size), ga.breeding_pool())]
     assert len(elite) == 1  # the kept elite is the one member outside the pool
     g = isl.archive.genomes
@@ -228,7 +271,7 @@ def test_stale_members_stay_out_of_breeding_and_new_minima_join():
     assert stale == new == 1
     pool_ids = isl.archive.ids[ga.breeding_pool()]
     assert 10**6 + 1 in pool_ids and 10**6 not in pool_ids
-    isl.step(13)
+    isl.step(isl.generation + 1)
     # outside the pool only the best restart_elite remain: the stale immigrant beat the old elite
     outside = isl.archive.ids[~np.isin(np.arange(isl.archive.size), ga.breeding_pool())]
     assert outside.tolist() == [10**6] and elite[0] not in isl.archive.ids
@@ -281,6 +324,7 @@ def test_state_round_trip_across_restarts_continues_exactly(refilling):
     for isl, state in zip(b, states):
         isl.load_state_dict({k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in state.items()})
         assert state_equal(isl.state_dict(), state)
+    assert [isl.algorithm.restart_bar for isl in b] == [isl.algorithm.restart_bar for isl in a]
     run_pair(a, cut + 1, 121)
     run_pair(b, cut + 1, 121)
     assert a[0].algorithm.restarts > states[0]["algorithm/state/restarts"]  # restarted after the cut
@@ -296,6 +340,36 @@ def test_restarting_runs_are_deterministic_and_seeded():
         runs.append(pair)
     assert all(archives_equal(x, y) for x, y in zip(runs[0], runs[1]))
     assert not np.array_equal(runs[0][0].archive.genomes, runs[2][0].archive.genomes)
+
+
+def grid_rastrigin(offset: float) -> Problem:
+    """Shifted 6-D rastrigin (values < 300) rounded to a 2**-32 grid, plus ``offset``:
+    adding 1024 is then exact, so the fitness differences are the same bits."""
+    base = make_problem("rastrigin", dim=6, shift=True)
+    return Problem(lambda X: np.round(base.func(X) * 2.0 ** 32) / 2.0 ** 32 + offset, 6,
+                   base.lower, base.upper, name="grid-rastrigin")
+
+
+def shifted_pair_run(offset: float) -> tuple[list[Island], list[tuple[int, int]]]:
+    config = EngineConfig(capacity=64, population=8, batch_size=8, stagnation_patience=5,
+                          stagnation_tol=0.02, mutation_sigma=0.3, dtype="float64")
+    pair = [Island(i, grid_rastrigin(offset), config, seed=3, n_islands=2).run(0) for i in range(2)]
+    restarts = []
+    for g in range(1, 161):
+        run_pair(pair, g, g + 1)
+        restarts.append(tuple(isl.algorithm.restarts for isl in pair))
+    return pair, restarts
+
+
+def test_restarts_are_invariant_to_a_constant_added_to_the_fitness():
+    plain, plain_restarts = shifted_pair_run(0.0)
+    shifted, shifted_restarts = shifted_pair_run(1024.0)
+    assert min(plain_restarts[-1]) >= 3                     # restarts happen (and migrants cross)
+    assert shifted_restarts == plain_restarts               # at the same generations
+    for a, b in zip(plain, shifted):
+        assert np.array_equal(a.archive.genomes, b.archive.genomes)
+        assert np.array_equal(a.archive.fitness + 1024.0, b.archive.fitness)
+        assert b.algorithm.restart_bar == a.algorithm.restart_bar + 1024.0
 
 
 @pytest.mark.parametrize("key, value, text", [

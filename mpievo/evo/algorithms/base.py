@@ -78,15 +78,16 @@ def algorithm_classes() -> dict:
     from .cmaes import CMAES
     from .de import JDE
     from .ga import GeneticAlgorithm
+    from .shade import SHADE
 
-    return {"ga": GeneticAlgorithm, "de": JDE, "jde": JDE, "cmaes": CMAES}
+    return {"ga": GeneticAlgorithm, "de": JDE, "jde": JDE, "cmaes": CMAES, "shade": SHADE}
 
 
 def make_algorithm(spec, config=None):
     """Build an island algorithm.
 
     Args:
-        spec: a built-in name ("ga", "de"/"jde", "cmaes"), a ``"module:Class"``
+        spec: a built-in name ("ga", "de"/"jde", "cmaes", "shade"), a ``"module:Class"``
             string, a class, or an instance (returned as is).
         config: a resolved :class:`~mpievo.evo.config.EngineConfig` for ``from_config``.
 

@@ -32,8 +32,11 @@ Restarts (IPOP-like, on by default). The success rule shrinks ``sigma`` until th
 population sits in one local minimum; on a multimodal problem nothing improves
 after that. A :class:`~mpievo.evo.stagnation.StagnationMonitor` watches the best
 and the median fitness of the breeding members; after ``stagnation_patience``
-generations in which neither improved by ``stagnation_tol`` (relative) the GA
-restarts at its next ``ask``:
+generations in which neither improved by more than ``stagnation_tol`` times the
+*fitness scale* -- the spread ``median - best`` of the first bred generation since
+the start or the last restart, see :mod:`~mpievo.evo.stagnation` -- the GA restarts
+at its next ``ask``. Differences of fitness values only: the same run on ``f`` and
+``f + c`` restarts at the same generations.
 
 1. the archive keeps its best ``restart_elite`` members (the best is never lost),
    and its limit -- the population in use -- grows by ``restart_growth``, up to
@@ -44,12 +47,12 @@ restarts at its next ``ask``:
    ``mutation_sigma``;
 3. until the next restart parents come only from the *fresh pool*: members born on
    this island since the restart, and members from anywhere better than the best at
-   the restart by the relative ``restart_margin`` (a new minimum, found here or on
-   another island). The kept elite and immigrants from islands still in the old
-   minimum stay out of breeding -- within a few generations they would take the
-   fresh population over and lead it back into the old minimum -- and members
-   outside the pool beyond the best ``restart_elite`` of them are dropped, so that
-   they cannot crowd the archive.
+   the restart by ``restart_margin`` times the fitness scale of the run that stalled
+   (a new minimum, found here or on another island). The kept elite and immigrants
+   from islands still in the old minimum stay out of breeding -- within a few
+   generations they would take the fresh population over and lead it back into the
+   old minimum -- and members outside the pool beyond the best ``restart_elite`` of
+   them are dropped, so that they cannot crowd the archive.
 
 Immigrants better than the margin join the pool and breed at once, and
 interpolation crossover between them and the fresh members explores the whole
@@ -145,6 +148,7 @@ class GeneticAlgorithm:
     def _reset_restarts(self) -> None:
         self.restarts = 0
         self.restart_best = math.inf   # best fitness when the last restart began
+        self.restart_bar = math.inf    # members from elsewhere better than this join the pool
         self.birth_floor = 0           # members born here at or after it are fresh
         self.refilling = False         # sampling uniformly until the archive is full again
         self.monitor.reset()
@@ -170,6 +174,7 @@ class GeneticAlgorithm:
         """Keep the elite, grow the population, and start a fresh pool (module docstring)."""
         archive = self.archive
         self.restart_best = float(archive.fitness.min())
+        self.restart_bar = self.restart_best - self.monitor.scaled(self.restart_margin)
         self.birth_floor = int(archive.births.max()) + 1
         limit = min(archive.capacity, max(archive.limit, math.ceil(archive.limit * self.restart_growth)))
         archive.truncate(max(1, min(self.restart_elite, limit - 1)))
@@ -187,8 +192,7 @@ class GeneticAlgorithm:
 
     def _fresh_mask(self) -> np.ndarray:
         archive = self.archive
-        bar = self.restart_best - self.restart_margin * abs(self.restart_best)
-        return (archive.fitness < bar) | (
+        return (archive.fitness < self.restart_bar) | (
             (archive.origins == archive.island) & (archive.births >= self.birth_floor))
 
     def _fresh_pool(self) -> np.ndarray:
@@ -292,17 +296,24 @@ class GeneticAlgorithm:
 
     def state_dict(self) -> dict:
         state = {"sigma": float(self.sigma), "restarts": int(self.restarts),
-                 "restart_best": float(self.restart_best), "birth_floor": int(self.birth_floor),
+                 "restart_best": float(self.restart_best), "restart_bar": float(self.restart_bar),
+                 "birth_floor": int(self.birth_floor),
                  "refilling": bool(self.refilling)}
         state.update({f"stagnation_{k}": v for k, v in self.monitor.state_dict().items()})
         return state
 
     def load_state_dict(self, state: dict) -> None:
-        """Restore :meth:`state_dict`; states saved before restarts existed load as never restarted."""
+        """Restore :meth:`state_dict`; states saved before restarts existed load as never
+        restarted, and those saved before the fitness scale keep their relative margin
+        and take the scale from their next generation."""
         self.sigma = float(state["sigma"])
         self.restarts = int(state.get("restarts", 0))
         self.restart_best = float(state.get("restart_best", math.inf))
+        relative_bar = (self.restart_best - self.restart_margin * abs(self.restart_best)
+                        if math.isfinite(self.restart_best) else math.inf)
+        self.restart_bar = float(state.get("restart_bar", relative_bar))
         self.birth_floor = int(state.get("birth_floor", 0))
         self.refilling = bool(state.get("refilling", False))
         if "stagnation_stalled" in state:
-            self.monitor.load_state_dict({k: state[f"stagnation_{k}"] for k in ("best", "median", "stalled")})
+            self.monitor.load_state_dict({k[len("stagnation_"):]: v for k, v in state.items()
+                                          if k.startswith("stagnation_")})
