@@ -20,12 +20,18 @@ Kernels (all row-vectorised, no Python loop per child or gene):
 * :func:`sum_squares_rows` -- ``sum_j x_ij**2`` accumulated in float64 (sphere).
 * :func:`hash_rows` -- a 64-bit hash of each row's values (uniqueness checks).
 * :func:`survivors` -- the archive merge: which candidates enter, into which slots.
+* :func:`copy_rows`, :func:`retain_rows` -- archive row moves without a temporary
+  copy of the rows moved (genomes may be tens of megabytes each).
+* :func:`centroid_distances` -- each row's scaled distance to the rows' centroid
+  (an island's diversity) without a float64 copy of the rows.
 
 Box modes are small ints: :data:`BOUND_CLIP`, :data:`BOUND_REFLECT`,
 :data:`BOUND_RESAMPLE`.
 """
 
 from __future__ import annotations
+
+import math
 
 import numba
 import numpy as np
@@ -241,3 +247,72 @@ def survivors(member_fitness, candidate_fitness, capacity):
             slots[k] = s
             k += 1
     return entered, slots
+
+
+@numba.njit(**_JIT)
+def _copy_row(src, i, dst, k):
+    for j in range(dst.shape[1]):
+        dst[k, j] = src[i, j]
+
+
+@numba.njit(**_JIT)
+def copy_rows(src, src_rows, dst, dst_rows):
+    """``dst[dst_rows[k]] = src[src_rows[k]]`` for every k, row by row."""
+    for k in range(src_rows.shape[0]):
+        _copy_row(src, src_rows[k], dst, dst_rows[k])
+
+
+@numba.njit(boundscheck=True, **_JIT)  # on its index arrays only (rows copy in _copy_row)
+def retain_rows(x, slots):
+    """``x[k] = x[slots[k]]`` (old rows) for ``k < len(slots)``, in place, with one row
+    of scratch; ``slots`` distinct, in ``[0, len(x))``.
+
+    Rows move along chains (start at a row whose old value nobody reads, pull its
+    source in, then that source is free to be written) and what is left are cycles,
+    each through the scratch row.
+    """
+    keep = slots.shape[0]
+    read_by = np.full(x.shape[0], -1, np.int64)  # read_by[j] = k: old row j goes to k
+    for k in range(keep):
+        read_by[slots[k]] = k
+    done = np.zeros(keep, np.bool_)
+    for start in range(keep):
+        if read_by[start] >= 0:
+            continue
+        k = start
+        while True:
+            _copy_row(x, slots[k], x, k)
+            done[k] = True
+            if slots[k] >= keep:
+                break
+            k = slots[k]
+    scratch = np.empty((1, x.shape[1]), x.dtype)
+    for start in range(keep):
+        if done[start]:
+            continue
+        _copy_row(x, start, scratch, 0)
+        k = start
+        while slots[k] != start:
+            _copy_row(x, slots[k], x, k)
+            done[k] = True
+            k = slots[k]
+        _copy_row(scratch, 0, x, k)
+        done[k] = True
+
+
+@numba.njit(**_JIT)
+def centroid_distances(genomes, width, out):
+    """``out[i] = sqrt(sum_j ((G[i, j] - c_j) / width[j])**2)`` with ``c`` the mean row,
+    in float64, gene by gene: no temporary of genome size."""
+    m = genomes.shape[0]
+    out[:] = 0.0
+    for j in range(genomes.shape[1]):
+        c = 0.0
+        for i in range(m):
+            c += genomes[i, j]
+        c /= m
+        for i in range(m):
+            d = (genomes[i, j] - c) / width[j]
+            out[i] += d * d
+    for i in range(m):
+        out[i] = math.sqrt(out[i])

@@ -196,8 +196,10 @@ class Archive:
             columns.append(col)
         return columns
 
-    def _write(self, slots, genomes, fitness, ids, origins, births, hashes):
-        self._genomes[slots] = genomes
+    def _write(self, slots, genomes, rows, fitness, ids, origins, births, hashes):
+        """Rows ``rows`` of ``genomes`` and the other columns into ``slots``; genomes are
+        copied row by row (no temporary of the rows taken: genomes may be large)."""
+        kernels.copy_rows(genomes, rows, self._genomes, slots)
         self._fitness[slots] = fitness
         self._ids[slots] = ids
         self._origins[slots] = origins
@@ -232,7 +234,7 @@ class Archive:
             entered, slots = self._merge_slots(fitness)
         if len(entered):
             pick = lambda col: col if np.ndim(col) == 0 else col[entered]  # noqa: E731
-            self._write(slots, genomes[entered], fitness[entered], pick(ids), pick(origins),
+            self._write(slots, genomes, entered, fitness[entered], pick(ids), pick(origins),
                         pick(births), hashes[entered] if self.unique else None)
             self.size = max(self.size, int(slots.max()) + 1)
         return Insertion(entered, slots, duplicates)
@@ -250,7 +252,7 @@ class Archive:
             raise ValueError(f"expected {len(genomes)} slots in [0, {self.limit}), got {slots}")
         if len(slots) and not np.all(np.isin(np.arange(self.size, slots.max() + 1), slots)):
             raise ValueError(f"expected slots that leave no gap after the {self.size} members, got {slots}")
-        self._write(slots, genomes, fitness, ids, origins, births,
+        self._write(slots, genomes, np.arange(len(genomes)), fitness, ids, origins, births,
                     row_hashes(genomes) if self.unique else None)
         if len(slots):
             self.size = max(self.size, int(slots.max()) + 1)
@@ -277,10 +279,11 @@ class Archive:
         if slots.ndim != 1 or (len(slots) and (slots.min() < 0 or slots.max() >= self.size)) \
                 or len(np.unique(slots)) != len(slots):
             raise ValueError(f"expected distinct member slots in [0, {self.size}), got {slots}")
-        columns = [self._genomes, self._fitness, self._ids, self._origins, self._births]
+        columns = [self._fitness, self._ids, self._origins, self._births]
         if self.unique:
             columns.append(self._hashes)
         keep = len(slots)
+        kernels.retain_rows(self._genomes, slots)  # in place: no copy of the kept genomes
         for column in columns:
             column[:keep] = column[slots]  # fancy indexing copies first: overlap is safe
         self._fitness[keep:self.size] = np.inf

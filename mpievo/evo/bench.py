@@ -335,5 +335,126 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+
+# --- breeding large genomes (issue 10) -------------------------------------------
+
+def _memcpy_gbs(nbytes: int, repeats: int) -> float:
+    """numpy's single-core copy bandwidth on ``nbytes`` (best of ``repeats``), GB/s."""
+    src = np.ones(nbytes // 8)
+    dst = np.empty_like(src)
+    np.copyto(dst, src)
+    seconds = min(_timed(lambda: np.copyto(dst, src)) for _ in range(repeats))
+    return nbytes / seconds / 1e9
+
+
+def _timed(call) -> float:
+    t0 = time.perf_counter()
+    call()
+    return time.perf_counter() - t0
+
+
+def breeding_throughput(dim: int, batch: int = 8, dtype="float32", *, capacity: int = 8,
+                        rate: float = 1.0, threads: int = 1, repeats: int = 3, seed: int = 0) -> dict:
+    """GB/s of child genome that :func:`~mpievo.evo.operators.breed` writes per core.
+
+    Breeds ``batch`` children of ``dim`` genes from an archive of ``capacity`` random
+    genomes (interpolation, Gaussian mutation of each gene with probability ``rate``,
+    clip) on ``threads`` Numba threads, best of ``repeats`` after an untimed call;
+    from :data:`~mpievo.evo.operators.COUNTER_DIM` genes on this is the counter-based
+    kernel. Against numpy's single-core memcpy bandwidth on the same bytes, measured
+    in the same run.
+
+    Returns:
+        dict with dim, batch, dtype, rate, threads, seconds (per batch), ns_per_gene
+        (per core), gbs_per_core, memcpy_gbs, vs_memcpy.
+    """
+    import numba
+
+    dtype = np.dtype(dtype)
+    rng = np.random.default_rng(seed)
+    archive = rng.uniform(LOWER, UPPER, (capacity, dim)).astype(dtype)
+    out = np.empty((batch, dim), dtype)
+    lower, upper = box_arrays(np.full(dim, LOWER), np.full(dim, UPPER), dtype)
+    scale = upper - lower
+    parents = rng.integers(0, capacity, 2 * batch)
+
+    def call():
+        breed(archive, parents[:batch], parents[batch:], rng, lower, upper, out, rate=rate, steps=1e-3,
+              scale=scale)
+
+    previous = numba.get_num_threads()
+    numba.set_num_threads(threads)
+    try:
+        call()
+        seconds = min(_timed(call) for _ in range(repeats))
+    finally:
+        numba.set_num_threads(previous)
+    nbytes = out.nbytes
+    memcpy = _memcpy_gbs(nbytes, repeats)
+    per_core = nbytes / seconds / threads / 1e9
+    return {"dim": dim, "batch": batch, "dtype": dtype.name, "rate": rate, "threads": threads,
+            "seconds": seconds, "ns_per_gene": 1e9 * seconds * threads / out.size,
+            "gbs_per_core": per_core, "memcpy_gbs": memcpy, "vs_memcpy": per_core / memcpy}
+
+
+_PEAK_SCRIPT = """
+import json, sys
+import numpy as np
+from mpievo.evo.config import EngineConfig
+from mpievo.evo.island import Island
+from mpievo.evo.operators import COUNTER_DIM
+from mpievo.evo.problems import make_problem
+
+def status(key):
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith(key))
+
+dim, capacity, batch, generations, dtype = json.loads(sys.argv[1])
+config = EngineConfig(capacity=capacity, batch_size=batch, dtype=dtype)
+Island(0, make_problem("sphere", max(COUNTER_DIM, 2)), config).run(2)  # compile outside the peak
+problem = make_problem("sphere", dim)
+
+def reset_peak():
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # VmHWM := VmRSS
+
+base = status("VmRSS")
+reset_peak()
+island = Island(0, problem, config, seed=1)
+island.initialize()
+init_peak = status("VmHWM")
+reset_peak()
+island.run(generations)
+print(json.dumps({"base": base, "init_peak": init_peak, "generations_peak": status("VmHWM")}))
+"""
+
+
+def island_peak_memory(dim: int = 10_000_000, capacity: int = 8, batch: int = 8,
+                       generations: int = 3, dtype="float32") -> dict:
+    """Peak resident memory of one GA island on the built-in sphere, in a fresh Python
+    process (Linux: /proc VmHWM): during its initialisation and during ``generations``
+    generations after it.
+
+    ``base`` is the process's resident memory just before the island (interpreter,
+    compiled kernels, the problem's float64 box); ``data`` the archive plus the batch
+    (``(capacity + batch) * dim`` genes). The issue's target: ``ratio = peak / (data +
+    base) <= 1.25`` for the whole run (the larger of the two peaks).
+    """
+    import subprocess
+    import sys
+
+    args = json.dumps([dim, capacity, batch, generations, str(np.dtype(dtype))])
+    done = subprocess.run([sys.executable, "-c", _PEAK_SCRIPT, args], capture_output=True, text=True,
+                          check=True)
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    data = (capacity + batch) * dim * np.dtype(dtype).itemsize
+    peaks = {"init_peak_bytes": result["init_peak"], "generations_peak_bytes": result["generations_peak"]}
+    peak = max(peaks.values())
+    return {"dim": dim, "capacity": capacity, "batch": batch, "generations": generations,
+            "base_bytes": result["base"], "data_bytes": data, **peaks, "peak_bytes": peak,
+            "ratio": peak / (data + result["base"]),
+            "generations_ratio": result["generations_peak"] / (data + result["base"])}
+
+
 if __name__ == "__main__":  # pragma: no cover
     raise SystemExit(main())

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..kernels import operators as kernels
 from .algorithms.base import make_algorithm
 from .algorithms.cmaes_core import default_popsize
 from .archive import Archive, make_ids, sanitize_fitness
@@ -233,9 +234,9 @@ class Island:
         if self.archive.size == 0:
             return 0.0
         width = self.problem.upper - self.problem.lower
-        scaled = self.archive.genomes.astype(np.float64) / width
-        spread = scaled - scaled.mean(axis=0)
-        return float(np.mean(np.sqrt(np.einsum("ij,ij->i", spread, spread))) / np.sqrt(self.problem.dim))
+        out = np.empty(self.archive.size)
+        kernels.centroid_distances(self.archive.genomes, width, out)  # no archive-sized temporaries
+        return float(np.mean(out) / np.sqrt(self.problem.dim))
 
     def counters(self) -> dict:
         """Plain-int counters (evaluations, nonfinite, ...)."""

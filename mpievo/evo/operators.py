@@ -21,19 +21,42 @@ Mutation -- :func:`gaussian_mutation` (per-gene probability, per-row step size, 
 the number and positions of mutated genes rather than a normal for every gene) and
 :func:`self_adapt_steps` (log-normal self-adaptation of the step size).
 Box handling -- :func:`apply_bounds` with modes ``clip``, ``reflect``, ``resample``.
+
+Large genomes (``dim >= COUNTER_DIM``, 100,000 genes): the operators that draw per
+gene -- mutation (also inside :func:`breed`), uniform, blend and SBX crossover, and
+``resample`` box handling -- draw from the counter-based generator instead
+(:mod:`mpievo.kernels.counter_operators`): parallel Numba kernels compute each gene's
+numbers where they use them, keyed by the generator's stream
+(:func:`~mpievo.evo.streams.counter_blocks`), with no draw buffer of genome size.
+Same distributions, other numbers: a run at such a size does not repeat a run of
+the numpy path. Selection, ``omega``, ``steps`` and the mutation rate still draw from
+numpy; interpolation is the same computation in parallel.
 """
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import numpy as np
 
+from ..kernels import counter_operators as counter_kernels
 from ..kernels import operators as kernels
+from .streams import counter_blocks
 
 BOUND_MODES = tuple(kernels.BOUND_MODES)
 SELECTIONS = ("uniform", "tournament", "rank")
 CROSSOVERS = ("interpolate", "uniform", "blend", "sbx")
+#: genes per genome from which the per-gene draws come from the counter-based generator
+COUNTER_DIM = 100_000
+#: mutation rates from which every gene draws its mask word; below, geometric gaps
+#: (whose cost grows with the rate: they break even at about 0.045 on a Xeon core)
+DENSE_RATE = 0.05
+
+
+def counter_based(dim: int) -> bool:
+    """True when genomes of ``dim`` genes draw from the counter-based generator."""
+    return dim >= COUNTER_DIM
 
 
 def _bound_code(mode: str) -> int:
@@ -47,11 +70,12 @@ def box_arrays(lower, upper, dtype) -> tuple[np.ndarray, np.ndarray]:
     dtype = np.dtype(dtype)
     lower64 = np.asarray(lower, np.float64)
     upper64 = np.asarray(upper, np.float64)
-    lo = lower64.astype(dtype)
-    hi = upper64.astype(dtype)
-    lo = np.where(lo < lower64, np.nextafter(lo, dtype.type(np.inf)), lo).astype(dtype)
-    hi = np.where(hi > upper64, np.nextafter(hi, dtype.type(-np.inf)), hi).astype(dtype)
-    return np.ascontiguousarray(lo), np.ascontiguousarray(hi)
+    lo = np.array(lower64, dtype=dtype, order="C", ndmin=1)
+    hi = np.array(upper64, dtype=dtype, order="C", ndmin=1)
+    # in place: the box is as large as a genome
+    np.nextafter(lo, dtype.type(np.inf), out=lo, where=lo < lower64)
+    np.nextafter(hi, dtype.type(-np.inf), out=hi, where=hi > upper64)
+    return lo, hi
 
 
 # --- parent selection ------------------------------------------------------------
@@ -120,7 +144,12 @@ def interpolate_crossover(genomes, idx_a, idx_b, rng, lower, upper, out=None, *,
     """
     out = _output(out, len(idx_a), genomes)
     w = draw_omega(rng, len(idx_a), omega, genomes.dtype)
-    kernels.interpolate_rows(genomes, idx_a, idx_b, w, lower, upper, out)
+    if counter_based(genomes.shape[1]):
+        # rate 0: interpolation only (scale is not read), no counter block taken
+        _counter_vary(out, rng, lower, upper, rate=0.0, steps=0.0, scale=lower, code=kernels.BOUND_CLIP,
+                      parents=(genomes, idx_a, idx_b, w))
+    else:
+        kernels.interpolate_rows(genomes, idx_a, idx_b, w, lower, upper, out)
     return out
 
 
@@ -131,6 +160,9 @@ def uniform_crossover(genomes, idx_a, idx_b, rng, lower, upper, out=None, *,
     Draws: an (n, dim) uniform array.
     """
     out = _output(out, len(idx_a), genomes)
+    if counter_based(genomes.shape[1]):
+        return _counter_cross(genomes, idx_a, idx_b, rng, out, counter_kernels.CROSS_UNIFORM,
+                              swap_threshold=counter_kernels.rate_threshold(swap_prob))
     take_b = rng.random(out.shape) < swap_prob
     np.copyto(out, np.where(take_b, genomes[idx_b], genomes[idx_a]))
     return out
@@ -144,6 +176,8 @@ def blend_crossover(genomes, idx_a, idx_b, rng, lower, upper, out=None, *,
     Draws: an (n, dim) uniform array.
     """
     out = _output(out, len(idx_a), genomes)
+    if counter_based(genomes.shape[1]):
+        return _counter_cross(genomes, idx_a, idx_b, rng, out, counter_kernels.CROSS_BLEND, alpha=alpha)
     a, b = genomes[idx_a], genomes[idx_b]
     low = np.minimum(a, b)
     span = np.abs(a - b)
@@ -162,6 +196,8 @@ def sbx_crossover(genomes, idx_a, idx_b, rng, lower, upper, out=None, *,
     Draws: an (n, dim) uniform array (spread), then an (n, dim) one (which child).
     """
     out = _output(out, len(idx_a), genomes)
+    if counter_based(genomes.shape[1]):
+        return _counter_cross(genomes, idx_a, idx_b, rng, out, counter_kernels.CROSS_SBX, eta=eta)
     a = genomes[idx_a].astype(np.float64)
     b = genomes[idx_b].astype(np.float64)
     u = rng.random(out.shape)
@@ -169,6 +205,20 @@ def sbx_crossover(genomes, idx_a, idx_b, rng, lower, upper, out=None, *,
     beta = np.where(u <= 0.5, (2.0 * u) ** power, (0.5 / (1.0 - u)) ** power)
     beta = np.where(rng.random(out.shape) < 0.5, beta, -beta)  # -beta gives the second child
     np.copyto(out, 0.5 * ((1.0 + beta) * a + (1.0 - beta) * b), casting="same_kind")
+    return out
+
+
+def _key_words(key) -> tuple:
+    return tuple(np.uint64(k) for k in key)
+
+
+def _counter_cross(genomes, idx_a, idx_b, rng, out, kind, *, swap_threshold: int = 0,
+                   alpha: float = 0.0, eta: float = 0.0) -> np.ndarray:
+    """Counter-based crossover (large genomes), one word per gene."""
+    key, base = counter_blocks(rng, counter_kernels.gene_blocks(*out.shape))
+    dtype = genomes.dtype.type
+    counter_kernels.cross(genomes, idx_a, idx_b, kind, np.uint64(swap_threshold), dtype(alpha),
+                          dtype(1 + 2 * alpha), float(eta), _key_words(key), np.uint64(base), out)
     return out
 
 
@@ -188,8 +238,7 @@ def draw_mutation(rng: np.random.Generator, n: int, dim: int, rate: float, dtype
     """Draw what :func:`gaussian_mutation` needs: a binomial count per row, then
     positions, normals and (resample only) uniforms for each mutated gene.
     """
-    if not 0.0 <= rate <= 1.0:
-        raise ValueError(f"expected mutation rate in [0, 1], got {rate}")
+    _check_rate(rate)
     if rate >= 1.0:
         counts = np.full(n, dim, np.int64)
     else:
@@ -199,6 +248,11 @@ def draw_mutation(rng: np.random.Generator, n: int, dim: int, rate: float, dtype
     normals = rng.standard_normal(total, dtype=np.dtype(dtype).type)
     resample = rng.random(total) if bounds == "resample" else np.empty(0)
     return MutationDraws(counts, pos_uniforms, normals, resample)
+
+
+def _check_rate(rate: float) -> None:
+    if not 0.0 <= rate <= 1.0:
+        raise ValueError(f"expected mutation rate in [0, 1], got {rate}")
 
 
 def _steps_array(steps, n, dtype) -> np.ndarray:
@@ -225,14 +279,37 @@ def gaussian_mutation(x: np.ndarray, rng: np.random.Generator, lower, upper, *, 
     Returns:
         (n,) number of genes mutated in each row.
 
-    Draws: :func:`draw_mutation` (not a normal per gene: only per mutated gene).
+    Draws: :func:`draw_mutation` (not a normal per gene: only per mutated gene); large
+    genomes: the counter-based generator (see the module docstring).
     """
     code = _bound_code(bounds)
+    if counter_based(x.shape[1]):
+        return _counter_vary(x, rng, lower, upper, rate=rate, steps=steps, scale=scale, code=code)
     draws = draw_mutation(rng, x.shape[0], x.shape[1], rate, x.dtype, bounds)
     kernels.mutate_sparse(x, draws.counts, draws.pos_uniforms, draws.normals,
                           draws.resample_uniforms, _steps_array(steps, x.shape[0], x.dtype),
                           scale, lower, upper, code)
     return draws.counts
+
+
+def _counter_vary(x, rng, lower, upper, *, rate, steps, scale, code, parents=None) -> np.ndarray:
+    """Counter-based interpolation (``parents = (genomes, idx_a, idx_b, omega)``) and
+    mutation of ``x`` in place (large genomes); returns the per-row mutation counts."""
+    _check_rate(rate)
+    n, dim = x.shape
+    interpolate = parents is not None
+    if not interpolate:
+        parents = (x, np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, x.dtype))
+    threshold = counter_kernels.rate_threshold(rate)
+    inv_log_q = 1.0 / math.log1p(-rate) if 0.0 < rate < 1.0 else 0.0
+    key, base = (0, 0, 0, 0), 0
+    if threshold:
+        key, base = counter_blocks(rng, counter_kernels.mutation_blocks(n, dim, code))
+    counts = np.empty(n, np.int64)
+    counter_kernels.vary(*parents, interpolate, x, _steps_array(steps, n, x.dtype), scale,
+                         lower, upper, code, np.uint64(threshold), inv_log_q, rate >= DENSE_RATE,
+                         _key_words(key), np.uint64(base), counts)
+    return counts
 
 
 def self_adapt_steps(step, n: int, rng: np.random.Generator, *, tau: float) -> np.ndarray:
@@ -261,6 +338,10 @@ def breed(genomes, idx_a, idx_b, rng, lower, upper, out=None, *, omega: float | 
     n = len(idx_a)
     out = _output(out, n, genomes)
     w = draw_omega(rng, n, omega, genomes.dtype)
+    if counter_based(genomes.shape[1]):
+        counts = _counter_vary(out, rng, lower, upper, rate=rate, steps=steps, scale=scale, code=code,
+                               parents=(genomes, idx_a, idx_b, w))
+        return out, counts
     draws = draw_mutation(rng, n, genomes.shape[1], rate, genomes.dtype, bounds)
     kernels.breed_interpolate_mutate(
         genomes, idx_a, idx_b, w, draws.counts, draws.pos_uniforms, draws.normals,
@@ -286,6 +367,9 @@ def apply_bounds(x: np.ndarray, lower, upper, rng: np.random.Generator | None = 
     if code == kernels.BOUND_RESAMPLE:
         if rng is None:
             raise ValueError("expected a Generator for bounds mode 'resample', got None")
+        if counter_based(x.shape[1]):
+            key, base = counter_blocks(rng, counter_kernels.gene_blocks(*x.shape))
+            return int(counter_kernels.resample_outside(x, lower, upper, _key_words(key), np.uint64(base)))
         outside = ~((x >= lower) & (x <= upper))
         count = int(np.count_nonzero(outside))
         if count:

@@ -135,12 +135,14 @@ class Problem:
             ValueError: ``initial`` returned another shape or a non-finite gene.
             TypeError: ``initial`` returned something other than real numbers.
         """
-        if self.initial is None:
-            genomes = rng.uniform(self.lower, self.upper, (n, self.dim))
-        else:
-            genomes = self._check_initial(self.initial(rng, n), n)
         lower, upper = box_arrays(self.lower, self.upper, dtype)
-        return np.clip(genomes.astype(dtype), lower, upper)
+        if self.initial is None:
+            genomes = np.empty((n, self.dim), dtype)
+            for row in genomes:  # one float64 row at a time: the same draws as one (n, dim) call
+                row[...] = rng.uniform(self.lower, self.upper)
+        else:
+            genomes = self._check_initial(self.initial(rng, n), n).astype(dtype)
+        return np.clip(genomes, lower, upper, out=genomes)
 
     def _check_initial(self, genomes, n: int) -> np.ndarray:
         arr = np.asarray(genomes)

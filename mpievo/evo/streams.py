@@ -6,6 +6,10 @@ function of those four keys.
 Nothing carries generator state from one generation to the next, so a run gives
 bit-identical results whatever the rank layout, the timing of migrations or a
 checkpoint/restart in between, and checkpoints need no RNG state.
+
+Kernels that draw per gene on large genomes use the counter-based generator of
+:mod:`mpievo.kernels.random`, keyed the same way (:func:`counter_key`), and take
+their blocks from the generator they were given (:func:`counter_blocks`).
 """
 
 from __future__ import annotations
@@ -89,6 +93,54 @@ def stream(seed: int, island: int, generation: int, purpose: str | int = "breed"
     """
     key, counter = _key_and_counter(seed, island, generation, purpose)
     return np.random.Generator(np.random.Philox(counter=counter, key=key))
+
+
+_MASK32 = 2**32 - 1
+
+
+def _fold(value: int) -> int:
+    """``value`` below 2**32 unchanged; above, its high half mixed into the low one."""
+    return (value ^ ((value >> 32) * 0x9E3779B9)) & _MASK32
+
+
+def counter_key(seed: int, island: int, generation: int,
+                purpose: str | int = "breed") -> tuple[int, int, int, int]:
+    """The stream key of the counter-based generator (:mod:`mpievo.kernels.random`) for
+    the same four keys as :func:`stream`: Philox4x32 key ``(seed, island)`` and the
+    counter's high words ``(generation, purpose)``, each a 32-bit word.
+
+    Keys below 2**32 map one to one, so distinct keys never share numbers; a key
+    of 2**32 or more is folded into 32 bits (``lo ^ hi * 0x9E3779B9``) and may then
+    share its numbers with another key's.
+    """
+    key, counter = _key_and_counter(seed, island, generation, purpose)
+    return _fold(key[0]), _fold(key[1]), _fold(counter[2]), _fold(counter[3])
+
+
+def counter_blocks(rng: np.random.Generator, blocks: int) -> tuple[tuple[int, int, int, int], int]:
+    """Take the next ``blocks`` counter blocks of ``rng``'s stream for a counter-based kernel.
+
+    For a generator from :func:`stream` (numpy Philox), the stream key is
+    :func:`counter_key` of its keys and the first block is the index of the next
+    Philox block the generator would use; the generator then skips ``blocks`` blocks,
+    so later numpy draws and later kernels never see the same counters. Any other
+    generator gives a key drawn from it (four 32-bit words) and first block 0.
+
+    Returns:
+        (stream key, first block index).
+    """
+    bit_generator = rng.bit_generator
+    if not isinstance(bit_generator, np.random.Philox):
+        key = tuple(int(k) for k in rng.integers(0, _MASK32, 4, dtype=np.uint64, endpoint=True))
+        return key, 0
+    state = bit_generator.state["state"]
+    (seed, island), (position, high, generation, purpose) = (
+        (int(k) for k in state["key"]), (int(c) for c in state["counter"]))
+    if high:
+        raise ValueError(f"expected a stream position below 2**64, got {high} * 2**64 + {position}")
+    bit_generator.advance(blocks)
+    key = (_fold(seed), _fold(island), _fold(generation), _fold(purpose))
+    return key, position + 1
 
 
 def seed_int(rng: np.random.Generator) -> int:

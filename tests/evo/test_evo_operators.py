@@ -1,4 +1,8 @@
-"""Variation operators: shapes, box, determinism, statistics, fused == composed."""
+"""Variation operators: shapes, box, determinism, statistics, fused == composed.
+
+Tests taking the ``draws`` fixture run twice: with numpy's draws (small genomes) and
+with the counter-based kernels that large genomes use (``COUNTER_DIM`` lowered to 1).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mpievo.evo import operators as ops
+
+
+@pytest.fixture(params=["numpy", "counter"])
+def draws(request, monkeypatch):
+    """Which generator the operators draw from (see the module docstring)."""
+    if request.param == "counter":
+        monkeypatch.setattr(ops, "COUNTER_DIM", 1)
+    return request.param
 
 
 def setup(dim=12, members=20, dtype=np.float32, seed=0):
@@ -70,7 +82,7 @@ def test_interpolate_crossover_is_the_weighted_mean():
 @pytest.mark.parametrize("crossover", [ops.interpolate_crossover, ops.uniform_crossover,
                                        ops.blend_crossover, ops.sbx_crossover])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_crossovers_shape_dtype_determinism(crossover, dtype):
+def test_crossovers_shape_dtype_determinism(crossover, dtype, draws):
     genomes, lower, upper = setup(dtype=dtype)
     ia = np.random.default_rng(1).integers(0, 20, 40)
     ib = np.random.default_rng(2).integers(0, 20, 40)
@@ -82,7 +94,7 @@ def test_crossovers_shape_dtype_determinism(crossover, dtype):
     assert inside(a, lower, upper)
 
 
-def test_uniform_crossover_takes_each_gene_from_a_parent():
+def test_uniform_crossover_takes_each_gene_from_a_parent(draws):
     genomes, lower, upper = setup()
     ia, ib = np.zeros(200, np.int64), np.ones(200, np.int64)
     out = ops.uniform_crossover(genomes, ia, ib, np.random.default_rng(4), lower, upper, swap_prob=0.3)
@@ -91,7 +103,7 @@ def test_uniform_crossover_takes_each_gene_from_a_parent():
     assert from_b.mean() == pytest.approx(0.3, abs=0.03)
 
 
-def test_blend_and_sbx_statistics():
+def test_blend_and_sbx_statistics(draws):
     genomes, lower, upper = setup(dtype=np.float64)
     ia, ib = np.zeros(20000, np.int64), np.ones(20000, np.int64)
     a, b = genomes[0], genomes[1]
@@ -108,21 +120,23 @@ def test_blend_and_sbx_statistics():
     assert 0.45 < (np.abs(sbx - a) < np.abs(sbx - b)).mean() < 0.55
 
 
-def test_mutation_statistics_and_counts():
+@pytest.mark.parametrize("rate", [0.03, 0.25])  # counter path: geometric gaps, mask words
+def test_mutation_statistics_and_counts(draws, rate):
     dim, n = 200, 400
     x = np.zeros((n, dim))
     lower, upper = np.full(dim, -10.0), np.full(dim, 10.0)
     scale = np.full(dim, 2.0)
-    counts = ops.gaussian_mutation(x, np.random.default_rng(0), lower, upper, rate=0.05, steps=0.5, scale=scale)
+    counts = ops.gaussian_mutation(x, np.random.default_rng(0), lower, upper, rate=rate, steps=0.5,
+                                   scale=scale)
     changed = x != 0
     assert np.array_equal(changed.sum(axis=1), counts)  # distinct genes, exactly counts[i] per row
-    assert counts.mean() == pytest.approx(0.05 * dim, rel=0.05)
+    assert counts.mean() == pytest.approx(rate * dim, rel=0.05)
     assert x[changed].std() == pytest.approx(0.5 * 2.0, rel=0.05)
     assert abs(x[changed].mean()) < 0.05
     assert changed.mean(axis=0).std() < 0.03  # positions spread over all genes
 
 
-def test_mutation_rate_one_mutates_every_gene_and_zero_none():
+def test_mutation_rate_one_mutates_every_gene_and_zero_none(draws):
     x = np.zeros((5, 7), np.float32)
     box = np.full(7, -1, np.float32), np.full(7, 1, np.float32)
     counts = ops.gaussian_mutation(x, np.random.default_rng(0), *box, rate=1.0, steps=0.1, scale=np.ones(7, np.float32))
@@ -134,7 +148,7 @@ def test_mutation_rate_one_mutates_every_gene_and_zero_none():
         ops.gaussian_mutation(y, np.random.default_rng(0), *box, rate=1.5, steps=0.1, scale=np.ones(7, np.float32))
 
 
-def test_per_row_steps():
+def test_per_row_steps(draws):
     x = np.zeros((3, 500))
     box = np.full(500, -1e9), np.full(500, 1e9)
     ops.gaussian_mutation(x, np.random.default_rng(2), *box, rate=1.0, steps=[0.0, 1.0, 100.0], scale=np.ones(500))
@@ -198,8 +212,19 @@ def test_bounds_mode_values():
         ops.apply_bounds(x, lower, upper, mode="wrap")
 
 
+def test_resample_bounds_values(draws):
+    lower, upper = np.array([-1.0, 0.0, 2.0]), np.array([1.0, 0.5, 2.5])
+    x = np.array([[-5.0, 0.25, 9.0], [0.5, np.nan, 2.25]] * 50)
+    before = x.copy()
+    moved = ops.apply_bounds(x, lower, upper, np.random.default_rng(1), mode="resample")
+    outside = np.isnan(before) | (before < lower) | (before > upper)
+    assert moved == outside.sum() == 150 and inside(x, lower, upper)
+    np.testing.assert_array_equal(x[~outside], before[~outside])
+    assert len(np.unique(x[::2, 0])) == 50  # fresh uniforms, not a constant
+
+
 @pytest.mark.parametrize("mode", ["clip", "reflect", "resample"])
-def test_mutation_respects_box(mode):
+def test_mutation_respects_box(mode, draws):
     genomes, lower, upper = setup(dim=30, members=50)
     x = genomes.copy()
     ops.gaussian_mutation(x, np.random.default_rng(3), lower, upper, rate=0.5, steps=5.0,
@@ -209,7 +234,7 @@ def test_mutation_respects_box(mode):
 
 @pytest.mark.parametrize("mode", ["clip", "reflect", "resample"])
 @pytest.mark.parametrize("omega", [None, 0.3])
-def test_fused_breed_equals_crossover_then_mutation(mode, omega):
+def test_fused_breed_equals_crossover_then_mutation(mode, omega, draws):
     genomes, lower, upper = setup(dim=40, members=16)
     scale = (upper - lower).astype(np.float32)
     ia = np.random.default_rng(1).integers(0, 16, 64)
@@ -222,6 +247,32 @@ def test_fused_breed_equals_crossover_then_mutation(mode, omega):
     counts2 = ops.gaussian_mutation(composed, rng, lower, upper, rate=0.2, steps=steps, scale=scale, bounds=mode)
     assert np.array_equal(fused, composed) and np.array_equal(counts, counts2)
     assert inside(fused, lower, upper)
+
+
+@pytest.mark.parametrize("mode", ["clip", "resample"])
+def test_large_genomes_draw_from_the_counter_stream(mode):
+    from mpievo.evo.streams import counter_blocks, stream
+    from mpievo.kernels import counter_operators as co
+
+    dim = ops.COUNTER_DIM
+    assert ops.counter_based(dim) and not ops.counter_based(dim - 1)
+    genomes, lower, upper = setup(dim=dim, members=4)
+    ia, ib, steps = np.array([0, 1, 2]), np.array([3, 2, 1]), np.full(3, 2.0, np.float32)
+    scale = upper - lower
+    rng = stream(3, 1, 4)
+    children, counts = ops.breed(genomes, ia, ib, rng, lower, upper, omega=0.25, rate=1.0, steps=steps,
+                                 scale=scale, bounds=mode)
+    after = rng.random(3)
+    reference = stream(3, 1, 4)  # omega is fixed: no numpy draw before the kernel's blocks
+    blocks = 3 * (dim // 2) * (2 if mode == "resample" else 1)  # resample: a second range
+    key, base = counter_blocks(reference, blocks)
+    want, want_counts = np.empty_like(children), np.empty(3, np.int64)
+    co.vary(genomes, ia, ib, np.full(3, 0.25, np.float32), True, want, steps, scale, lower, upper,
+            ops.kernels.BOUND_MODES[mode], np.uint64(2**32), 0.0, True, tuple(np.uint64(k) for k in key),
+            np.uint64(base), want_counts)
+    np.testing.assert_array_equal(children, want)
+    np.testing.assert_array_equal(counts, want_counts)
+    np.testing.assert_array_equal(after, reference.random(3))  # the stream skipped the kernel's blocks
 
 
 def test_self_adapt_steps_log_normal():

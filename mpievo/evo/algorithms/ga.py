@@ -212,7 +212,8 @@ class GeneticAlgorithm:
     def _refill(self, rng: np.random.Generator) -> np.ndarray:
         """Uniform random genomes in the box (after a restart, while the archive has room)."""
         out = self._children
-        np.copyto(out, rng.uniform(self.lower, self.upper, out.shape), casting="same_kind")
+        for row in out:  # one float64 row at a time (no population-sized temporary): same draws
+            row[...] = rng.uniform(self.lower, self.upper)
         np.clip(out, self.lower, self.upper, out=out)
         self._steps = np.empty(0)
         self._counts = np.zeros(len(out), np.int64)
