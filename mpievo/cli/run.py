@@ -177,6 +177,7 @@ def _prepare(comm, args) -> _Prepared:
             if job.run.generations is not None and restored.generation > job.run.generations:
                 raise ConfigError([f"run.generations: expected at least the checkpoint's generation "
                                    f"{restored.generation}, got {job.run.generations}"], source)
+            restored = _load_islands(comm, args.resume, job, restored)
         return _Prepared(job, source, restored)
     except (ConfigError, ConfigMismatchError, CheckpointError) as err:
         raise _Failure(str(err)) from None
@@ -184,19 +185,29 @@ def _prepare(comm, args) -> _Prepared:
         raise _Failure(f"cannot start: {err}") from None
 
 
-def _load_checkpoint(comm, directory: Path):
+def _load_checkpoint(comm, directory: Path, islands=()):
+    """The latest checkpoint with ``islands`` of this rank (first the run state and
+    config only: which islands a rank holds depends on the resumed job's layout)."""
     from ..io import load_latest
-    from ..parallel.mapping import islands_of_rank
-
-    def mine(indices):
-        n = len(indices)
-        if n < comm.size:
-            raise ValueError(f"the checkpoint in {directory} holds {n} islands, fewer than the "
-                             f"{comm.size} ranks; start at most {n} ranks")
-        return islands_of_rank(comm.rank, n, comm.size)
 
     with comm.purpose("control"):
-        return load_latest(directory / CHECKPOINT_SUBDIR, islands=mine, comm=comm)
+        return load_latest(directory / CHECKPOINT_SUBDIR, islands=islands, comm=comm)
+
+
+def _load_islands(comm, directory: Path, job, first):
+    """``first`` (loaded without islands) again, with this rank's islands under ``job``'s layout.
+
+    Raises:
+        ValueError: a rank count or group layout that the checkpoint's islands do not fit,
+            or a newer checkpoint appeared meanwhile.
+    """
+    from ..parallel.groups import islands_to_load
+
+    mine = islands_to_load(comm, job.run, len(first.island_indices))
+    restored = _load_checkpoint(comm, directory, mine)
+    if restored.name != first.name:
+        raise ValueError(f"expected checkpoint {first.name} to stay the latest while resuming, got {restored.name}")
+    return restored
 
 
 def _agree(comm, error: str | None) -> str | None:

@@ -24,7 +24,10 @@ import numpy as np
 from ..config import ProblemConfig
 from ..evo.problems import Problem, load_object, make_problem
 from .runner import Reporter, RunLoop, RunResult, RunSettings
-from .scheme import IslandScheme
+from .groups import scheme_layout
+from .hybrid import HybridScheme
+from .replicated import ReplicatedScheme
+from .scheme import IslandScheme, Scheme
 
 
 class RowFitness:
@@ -70,11 +73,20 @@ def build_problem(problem: ProblemConfig | Problem, stack: contextlib.ExitStack 
                    name=f"{problem.name} (time limit {limit:g} s)", batched=True)
 
 
-def build_scheme(comm, job, problem: Problem | None = None) -> IslandScheme:
-    """The :class:`IslandScheme` of a validated :class:`mpievo.config.JobConfig` (its
-    resolved engines, policy and schedule, as they are)."""
-    return IslandScheme(comm, build_problem(job.problem) if problem is None else problem, job.engines,
-                        seed=job.run.seed, policy=job.policy, schedule=job.schedule, budget=job.run.budget)
+def build_scheme(comm, job, problem: Problem | None = None) -> Scheme:
+    """The scheme of a validated :class:`mpievo.config.JobConfig` (its resolved engines,
+    policy and schedule, as they are): the :class:`IslandScheme`, or the
+    :class:`HybridScheme` when ``run.ranks_per_island`` (scheme "hybrid") or the
+    "centralized" scheme make groups of several ranks (call its ``close()`` when done),
+    or the :class:`ReplicatedScheme`."""
+    problem = build_problem(job.problem) if problem is None else problem
+    common = dict(seed=job.run.seed, policy=job.policy, schedule=job.schedule, budget=job.run.budget)
+    layout = scheme_layout(comm, job.run)
+    if layout.trivial:      # one rank per group: the plain island model
+        return IslandScheme(comm, problem, job.engines, **common)
+    if job.run.scheme == "replicated":
+        return ReplicatedScheme(comm, problem, job.engines, **common)
+    return HybridScheme(comm, layout, problem, job.engines, **common)
 
 
 def run_job(job, comm, *, reporters: Sequence[Reporter] = (), checkpointer: Any = None,
@@ -95,6 +107,8 @@ def run_job(job, comm, *, reporters: Sequence[Reporter] = (), checkpointer: Any 
     """
     with contextlib.ExitStack() as stack:
         scheme = build_scheme(comm, job, build_problem(job.problem, stack))
+        if isinstance(scheme, HybridScheme):
+            stack.callback(scheme.close)
         extra = {}
         if restored is not None:
             scheme.restore(restored.islands, restored.run_state)

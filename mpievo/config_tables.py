@@ -1,0 +1,202 @@
+"""The tables of a job config: ``[run]``, ``[problem]``, ``[migration]`` (with
+``[migration.adaptive]``), as :class:`mpievo.schema.Settings` (``[engine]`` is
+:class:`mpievo.evo.config.EngineConfig`). :mod:`mpievo.config` loads and validates
+whole jobs with them. Standard library only, like :mod:`mpievo.schema`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from .schema import (Check, Settings, boolean, bounds, choice, index_lists, integer, number,
+                     optional, setting, table, text)
+
+#: rotation matrices above this many genes would not fit in memory (8 * dim**2 bytes)
+MAX_ROTATED_DIM = 10_000
+#: keys that may change when a run is resumed (everything else must match the checkpoint)
+RESUMABLE_KEYS = ("run.generations", "run.budget", "run.target", "run.log_every", "run.checkpoint_every",
+                  "run.checkpoint_seconds", "run.checkpoint_keep", "run.blas_threads", "run.ranks_per_island",
+                  "run.scheme")
+#: the parallel schemes of ``run.scheme``
+SCHEMES = ("island", "hybrid", "centralized", "replicated")
+#: run.generations without a budget, when not given
+DEFAULT_GENERATIONS = 200
+
+
+# --------------------------------------------------------------------- registries (loaded late)
+def _selection_policies():
+    from .evo.migration import SELECTION_POLICIES
+
+    return SELECTION_POLICIES
+
+
+def _replacement_policies():
+    from .evo.migration import REPLACEMENT_POLICIES
+
+    return REPLACEMENT_POLICIES
+
+
+def _topologies():
+    from .parallel.topology import TOPOLOGIES
+
+    return TOPOLOGIES
+
+
+def _time_limit_methods():
+    from .faults import TIME_LIMIT_METHODS
+
+    return TIME_LIMIT_METHODS
+
+
+def _accept_finite(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        finite.reject(value)
+    return float(value)
+
+
+finite = Check("a finite number", _accept_finite)
+
+
+def _accept_ranks_per_island(value):
+    if value == "node":
+        return value
+    if isinstance(value, bool) or not isinstance(value, int):
+        ranks_per_island.reject(value)
+    if value < 1:
+        ranks_per_island.reject(value, typed=False)
+    return value
+
+
+ranks_per_island = Check('an int >= 1 or "node"', _accept_ranks_per_island)
+
+
+# --------------------------------------------------------------------- tables
+@dataclass(frozen=True)
+class RunConfig(Settings):
+    """The ``[run]`` table: how long, how many islands, logging and checkpoints.
+
+    A run ends at the first of ``generations``, ``budget`` (every island has spent
+    its share) and ``target``; at least one of ``generations`` and ``budget`` bounds
+    it (``generations`` is 200 when neither is given).
+    """
+
+    TABLE = "run"
+
+    seed: int = setting(0, integer(0), "seed of every random stream")
+    generations: Any = setting(None, optional(integer(1)),
+                               "generations to run (in total, also after a resume); each is about the "
+                               "largest island batch of evaluations per island; none: no limit with a "
+                               f"budget, else {DEFAULT_GENERATIONS}")
+    budget: Any = setting(None, optional(integer(1)),
+                          "evaluations over all islands, initial populations included, never exceeded: "
+                          "island i gets budget // islands (+1 for the first budget % islands); none: no limit")
+    target: Any = setting(None, optional(finite),
+                          "stop once an island's best fitness is at least this good (<= when minimising, "
+                          ">= when maximising), one generation later; none: no target")
+    scheme: str = setting("island", choice(SCHEMES),
+                          "how islands use the ranks: island (islands spread over ranks), hybrid "
+                          "(islands over groups of ranks_per_island ranks), centralized (rank 0 holds "
+                          "the islands and breeds, every rank evaluates a share of each batch), "
+                          "replicated (every rank holds and breeds every island, evaluates a share "
+                          "of each batch and all-gathers the fitness)")
+    islands: int = setting(0, integer(0), "number of islands; 0: one per group of ranks "
+                           "(centralized, replicated: one)")
+    ranks_per_island: Any = setting(1, ranks_per_island,
+                                    "ranks per group: the group's first rank holds its islands and "
+                                    "breeds, all of them evaluate row blocks of each batch; \"node\": "
+                                    "the ranks of a node")
+    log_every: int = setting(10, integer(1), "generations between global-best gathers and log lines")
+    checkpoint_every: int = setting(0, integer(0), "generations between checkpoints; 0: none by count "
+                                    "(there is always one at the end and on SIGUSR1/SIGTERM)")
+    checkpoint_seconds: float = setting(600.0, number(0.0, 1e9),
+                                        "wall-clock seconds between checkpoints (rank 0's clock; lands one "
+                                        "generation later), so a node failure loses at most this much; 0: off")
+    checkpoint_keep: int = setting(3, integer(1), "checkpoints kept on disk")
+    blas_threads: int = setting(1, integer(0), "BLAS/OpenMP threads per rank; 0: the libraries' default")
+
+
+@dataclass(frozen=True)
+class ProblemConfig(Settings):
+    """The ``[problem]`` table; :func:`mpievo.parallel.build_problem` makes the Problem."""
+
+    TABLE = "problem"
+
+    name: str = setting("rastrigin", text, "built-in name or 'module:function'")
+    dim: int = setting(100, integer(1), "genes per genome")
+    shift: bool = setting(False, boolean, "built-ins: move the optimum (drawn from problem.seed)")
+    rotate: bool = setting(False, boolean, "built-ins: rotate the function (drawn from problem.seed)")
+    seed: int = setting(0, integer(0), "seed of the shift and rotation")
+    lower: Any = setting(None, bounds, "box lower bound (scalar or list); default: the built-in's")
+    upper: Any = setting(None, bounds, "box upper bound (scalar or list); default: the built-in's")
+    maximize: bool = setting(False, boolean, "larger fitness is better")
+    batched: bool = setting(True, boolean, "a user function takes a whole (n, dim) batch")
+    time_limit: float = setting(0.0, number(0.0, 1e9), "seconds per evaluation (0: no limit); "
+                                "a late evaluation counts as failed")
+    time_limit_method: str = setting("process", choice(_time_limit_methods),
+                                     "how the limit is enforced (see mpievo.faults)")
+
+    @property
+    def user_function(self) -> bool:
+        """True for a ``"module:function"`` name."""
+        return ":" in self.name
+
+    def _check_together(self, problems: list[str]) -> None:
+        from .evo.problems import BUILTIN_PROBLEMS, load_object
+
+        if not self.user_function and self.name not in BUILTIN_PROBLEMS:
+            problems.append(f"problem.name: expected a built-in among {sorted(BUILTIN_PROBLEMS)} "
+                            f"or 'module:function', got {self.name!r}")
+        if self.user_function:
+            try:
+                load_object(self.name)
+            except ValueError as err:
+                problems.append(f"problem.name: {err}")
+            for flag in ("shift", "rotate"):
+                if getattr(self, flag):
+                    problems.append(f"problem.{flag}: expected false for a user function, got true")
+            for bound in ("lower", "upper"):
+                if getattr(self, bound) is None:
+                    problems.append(f"problem.{bound}: expected a bound for user function {self.name!r}, "
+                                    f"got none")
+        if self.rotate and self.dim > MAX_ROTATED_DIM:
+            problems.append(f"problem.rotate: expected dim <= {MAX_ROTATED_DIM} with a rotation "
+                            f"(8*dim^2 bytes), got dim = {self.dim}")
+        for bound in ("lower", "upper"):
+            value = getattr(self, bound)
+            if isinstance(value, list) and len(value) != self.dim:
+                problems.append(f"problem.{bound}: expected a number or {self.dim} numbers, got {len(value)}")
+
+
+@dataclass(frozen=True)
+class AdaptiveConfig(Settings):
+    """The ``[migration.adaptive]`` table (:class:`mpievo.parallel.AdaptiveInterval`)."""
+
+    TABLE = "migration.adaptive"
+
+    enabled: bool = setting(False, boolean, "adapt the interval to measured diversity")
+    minimum: int = setting(2, integer(1), "shortest interval")
+    maximum: int = setting(50, integer(1), "longest interval")
+    collapse_below: float = setting(1e-3, number(0.0, 1e300), "diversity below which an island collapsed")
+    diverse_above: float = setting(5e-2, number(0.0, 1e300), "diversity above which all islands are diverse")
+
+
+@dataclass(frozen=True)
+class MigrationConfig(Settings):
+    """The ``[migration]`` table: the MigrationPolicy and MigrationSchedule of a job."""
+
+    TABLE = "migration"
+
+    topology: str = setting("ring", choice(_topologies), "who sends to whom")
+    interval: int = setting(10, integer(1), "generations between migrations (initial one when adaptive)")
+    emigrants: int = setting(2, integer(0), "migrants per edge")
+    selection: str = setting("best", choice(_selection_policies), "which members emigrate")
+    replacement: str = setting("better", choice(_replacement_policies), "how immigrants enter")
+    unique: bool = setting(True, boolean, "elite-unique: never send a genome the receiver holds")
+    degree: int = setting(1, integer(1), "random topology: destinations per island")
+    rows: Any = setting(None, optional(integer(1)), "torus: grid rows (default: most square)")
+    adjacency: Any = setting(None, index_lists, "graph topology: destinations of each island")
+    edges: Any = setting(None, index_lists, "graph topology: [source, destination] pairs")
+    adaptive: AdaptiveConfig = setting(AdaptiveConfig(), table(AdaptiveConfig),
+                                       "the [migration.adaptive] table")
