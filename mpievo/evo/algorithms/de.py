@@ -35,6 +35,20 @@ def distinct_others(n: int, k: int, rng: np.random.Generator) -> np.ndarray:
     return np.take_along_axis(picks, order, axis=1)
 
 
+def seed_population(archive, n: int, rng: np.random.Generator, lower, upper) -> tuple[np.ndarray, np.ndarray]:
+    """A DE population of ``n``: the archive's best members, the rest uniform in the box
+    (those unevaluated: fitness +inf). Returns (genomes, fitness)."""
+    ranked = archive.ranking()[:n]
+    x = np.empty((n, archive.dim), archive.dtype)
+    fitness = np.full(n, np.inf)
+    x[:len(ranked)] = archive.genomes[ranked]
+    fitness[:len(ranked)] = archive.fitness[ranked]
+    if n > len(ranked):
+        x[len(ranked):] = rng.uniform(lower, upper, (n - len(ranked), archive.dim))
+        np.clip(x, lower, upper, out=x)
+    return x, fitness
+
+
 class JDE:
     """jDE island algorithm (see the module docstring)."""
 
@@ -55,17 +69,9 @@ class JDE:
                    tau_cr=config.de_tau_cr, bounds=config.bounds)
 
     def init(self, problem, archive, rng) -> None:
-        n, dim = self.population, archive.dim
         self.lower, self.upper = ops.box_arrays(problem.lower, problem.upper, archive.dtype)
-        ranked = archive.ranking()[:n]
-        self.x = np.empty((n, dim), archive.dtype)
-        self.fitness = np.full(n, np.inf)
-        self.x[:len(ranked)] = archive.genomes[ranked]
-        self.fitness[:len(ranked)] = archive.fitness[ranked]
-        fill = n - len(ranked)
-        if fill:
-            self.x[len(ranked):] = rng.uniform(self.lower, self.upper, (fill, dim))
-            ops.apply_bounds(self.x, self.lower, self.upper, mode="clip")
+        self.x, self.fitness = seed_population(archive, self.population, rng, self.lower, self.upper)
+        n = self.population
         self.f_scale = np.full(n, 0.5)
         self.cr = np.full(n, 0.9)
 

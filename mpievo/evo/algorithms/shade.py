@@ -46,7 +46,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import operators as ops
-from .de import JDE
+from .de import JDE, seed_population
 
 SCALE = 0.1              # spread of the F (Cauchy) and CR (normal) samples
 SHADE_POPULATION = 100   # SHADE's N (no budget)
@@ -160,15 +160,7 @@ class SHADE:
         n, dim = self.start_size(archive.dim), archive.dim
         self.n_init = n
         self.lower, self.upper = ops.box_arrays(problem.lower, problem.upper, archive.dtype)
-        ranked = archive.ranking()[:n]
-        self.x = np.empty((n, dim), archive.dtype)
-        self.fitness = np.full(n, np.inf)
-        self.x[:len(ranked)] = archive.genomes[ranked]
-        self.fitness[:len(ranked)] = archive.fitness[ranked]
-        fill = n - len(ranked)
-        if fill:
-            self.x[len(ranked):] = rng.uniform(self.lower, self.upper, (fill, dim))
-            np.clip(self.x, self.lower, self.upper, out=self.x)
+        self.x, self.fitness = seed_population(archive, n, rng, self.lower, self.upper)
         self.external = np.empty((0, dim), archive.dtype)
         self.memory_f = np.full(self.memory, 0.5)
         self.memory_cr = np.full(self.memory, 0.5)
