@@ -178,16 +178,24 @@ def sum_squares_rows(x, out):
 
 @numba.njit(**_JIT)
 def hash_rows(bits, out):
-    """FNV-1a over each row of an unsigned-integer view of the genomes.
+    """FNV-1a over each row of an unsigned-integer view of the genomes, with an
+    xor-shift after every word.
 
     Callers pass ``(x + 0.0).view(uint32 or uint64)`` so that -0.0 and 0.0 hash
-    alike; equal rows always give equal hashes (confirm equality on a match).
+    alike; equal rows always give equal hashes (confirm equality on a match). The
+    xor-shift matters: a multiply only carries a bit upwards, so without it rows
+    that differ only in the high (exponent) bits of their words, such as float64
+    [0, 0] and [2, 2], collide.
     """
     for i in range(bits.shape[0]):
         h = np.uint64(14695981039346656037)
         for j in range(bits.shape[1]):
             h = (h ^ np.uint64(bits[i, j])) * np.uint64(1099511628211)
-        out[i] = h
+            h ^= h >> np.uint64(29)
+        # splitmix64's finaliser: every input bit reaches every output bit
+        h = (h ^ (h >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        h = (h ^ (h >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        out[i] = h ^ (h >> np.uint64(31))
 
 
 @numba.njit(**_JIT)

@@ -114,3 +114,19 @@ def test_state_round_trip_exact():
     assert other.duplicate_mask(probe).tolist() == [True]
     with pytest.raises(ValueError, match="expected archive capacity 6, got 5"):
         Archive(6, 2, "float32").load_state_dict(state)
+
+
+def test_row_hashes_tell_apart_rows_that_differ_in_high_bits_only():
+    # float64 words that differ only in exponent bits ([0, 0] vs [2, 2], ...): a plain
+    # FNV multiply carries bits upwards only, and these collided
+    from itertools import product
+
+    from mpievo.evo.archive import row_hashes
+
+    values = [0.0, 2.0, 4.0, -2.0, 0.5, 1.0]
+    for dtype in (np.float64, np.float32):
+        rows = np.array(list(product(values, repeat=2)), dtype)
+        hashes = row_hashes(rows)
+        assert len(set(hashes.tolist())) == len(rows), dtype
+    same = row_hashes(np.array([[0.0, 1.0], [-0.0, 1.0]]))
+    assert same[0] == same[1]   # -0.0 and 0.0 hash alike
