@@ -21,9 +21,13 @@ def main() -> None:
         comm.allreduce(grads[2], grads[2], op="sum")
     error = float(np.max(np.abs(grads[0] - expected[0])))
     best = comm.allreduce(np.array([error]), op="max")[0]
+    big = np.full(1 << 22, comm.rank + 1.0, np.float32)  # 16 MiB: the bandwidth regime
+    comm.allreduce(big, big)
     if comm.rank == 0:
         print(f"{comm.size} ranks: max |mean - reference| = {best:.2e}, "
               f"bytes sent by rank 0: {comm.traffic}")
+        print(f"nodes {comm.nodes}: a 16 MiB all-reduce runs {comm.algorithm_for('allreduce', big.nbytes)!r}, "
+              f"sum correct: {bool(np.all(big == comm.size * (comm.size + 1) / 2))}")
 
 
 if __name__ == "__main__":

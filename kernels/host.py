@@ -82,6 +82,18 @@ def reduce_into_swapped(dst: np.ndarray, src: np.ndarray, op: str) -> None:
     REDUCE_OPS[op](src, dst, out=dst)
 
 
+def reduce_all(dst: np.ndarray, operands, op: str) -> None:
+    """``dst = operands[0] op operands[1] op ...`` left to right, without temporaries.
+
+    ``dst`` may alias ``operands[0]`` (the first combination reads it before writing)
+    but no later operand. Needs at least two operands.
+    """
+    ufunc = REDUCE_OPS[op]
+    ufunc(operands[0], operands[1], out=dst)
+    for src in operands[2:]:
+        ufunc(dst, src, out=dst)
+
+
 def divide_into(dst: np.ndarray, divisor: int) -> None:
     """``dst /= divisor`` in place (the final step of ``mean``)."""
     np.divide(dst, dst.dtype.type(divisor), out=dst)

@@ -53,6 +53,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     coll.add_argument("--json", dest="json_path", default=None, help="write rows as JSON here")
     cal = sub.add_parser("calibrate", help="time every algorithm, print/merge selection thresholds")
     cal.add_argument("--update", default=None, help="merge the result into this tuning JSON")
+    cal.add_argument("--sizes", type=parse_sizes, default=None,
+                     help="comma-separated sizes (default 256..64M doubling)")
+    cal.add_argument("--repeats", type=int, default=3,
+                     help="sweeps over every size (candidates interleaved in each); the median wins")
+    cal.add_argument("--target-seconds", type=float, default=0.05, help="time per candidate and size")
     cal.add_argument("--json", dest="json_path", default=None, help="write the result here")
     eng = sub.add_parser("engine", help="one island vs pygmo (like for like), weak scaling, migration cost")
     eng.add_argument("--json", dest="json_path", default=None, help="write results as JSON here")
@@ -72,7 +77,7 @@ def main(args: argparse.Namespace) -> int:
                                      malloc_modes=_split(args.malloc), algorithm=args.algorithm,
                                      target_s=args.target_seconds, cases=args.cases)
         elif args.bench == "calibrate":
-            result = _calibrate(args.update, rank)
+            result = _calibrate(args, rank)
         else:
             from mpievo.parallel.bench import bench_engine
             from mpievo.comm import Communicator
@@ -99,10 +104,11 @@ def _split(text: str) -> list[str]:
     return [t.strip() for t in text.split(",") if t.strip()]
 
 
-def _calibrate(update_path, rank) -> dict:
-    from mpievo.comm.benchmark import calibrate, merge_tuning
+def _calibrate(args, rank) -> dict:
+    from mpievo.comm.calibration import calibrate, merge_tuning
 
-    result = calibrate()
+    update_path = args.update
+    result = calibrate(sizes=args.sizes, target_s=args.target_seconds, repeats=args.repeats)
     if rank == 0:
         print(json.dumps(result))
         if update_path:

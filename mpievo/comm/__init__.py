@@ -2,9 +2,10 @@
 
 ``Communicator`` wraps any mpi4py intracommunicator (on a private duplicate) and
 offers ring all-reduce (reduce-scatter + all-gather), reduce-scatter, all-gather
-(uneven counts too) and broadcast, with sum/prod/max/min/mean, a latency algorithm
-and the MPI library's own collective for small messages (chosen by a calibrated
-size table), bucketing, non-blocking variants, timeouts and a validate mode.
+(uneven counts too) and broadcast, with sum/prod/max/min/mean, a latency algorithm,
+the MPI library's own collective, shared-memory algorithms inside a node and
+hierarchical ones across nodes (chosen by a calibrated table by size, op and node
+layout), bucketing, non-blocking variants, timeouts and a validate mode.
 ``EngineComm`` (mpievo.comm.protocol) is what the layers above use of it, and
 ``SelfComm`` its one-rank implementation without MPI.
 

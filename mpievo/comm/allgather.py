@@ -1,8 +1,9 @@
 """All-gather driver (uneven counts too): checks a call, picks its wire and algorithm,
 runs the steps.
 
-Host buffers take the ring or the MPI library's own (by the table); device buffers
-take the ring through a device wire. Without ``counts`` they are learned from every
+Host buffers take the ring, the MPI library's own, the node's shared window or the
+hierarchical algorithm (by the table); device buffers take the ring through a
+device wire. Without ``counts`` they are learned from every
 rank with one small exchange.
 """
 
@@ -10,11 +11,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import devicebuf
+from . import devicebuf, hierarchical
 from .buffers import check_counts, check_dtype, check_same, flat_host, same_memory
 from .native import native_allgatherv_steps
 from .objects import allgather_object
 from .ring import allgather_steps, displacements
+from .shm_collectives import allgather_steps as shm_allgather_steps
 
 
 def gather_counts(core, own: int, counts) -> list[int]:
@@ -50,7 +52,7 @@ def run(core, sendbuf, recvbuf, counts, algorithm, timeout, blocking: bool):
         dst = flat_host(result, "recvbuf", writable=True)
         check_same("recvbuf", dst, sum(counts), src.dtype)
         dtype, wire = src.dtype, core.host_wire(src.dtype)
-        algorithm = core.select("allgather", algorithm, dst.nbytes)
+        algorithm = core.select("allgather", algorithm, dst.nbytes, blocking=blocking)
     steps = _steps(core, src, dst, dtype, counts, algorithm, wire, blocking)
     return core.execute("allgather", steps, timeout, blocking, result)
 
@@ -68,6 +70,14 @@ def _steps(core, src, dst, dtype, counts, algorithm, wire, blocking):
             core.count(src.nbytes * (core.size - 1))
             yield from native_allgatherv_steps(core.comm, None if same_memory(own, src) else src, dst,
                                                counts, displs, blocking=blocking)
+            return dst
+        if algorithm == "shm":
+            core.count(src.nbytes * (core.size - 1))
+            arena = yield from core.arena_steps()
+            yield from shm_allgather_steps(arena, src, dst, counts, displs)
+            return dst
+        if algorithm == "hierarchical":
+            yield from hierarchical.allgather_steps(core, ctx, src, dst, counts, displs, wire)
             return dst
 
         def chunk(c):

@@ -1,18 +1,32 @@
 """All-reduce driver: checks a call, picks its wire and algorithm, runs the steps.
 
-Wires: host buffers go as they are (ring, recursive doubling or the MPI library's
-own, by the table), float32 host data with ``compression`` goes fp16/bf16 (ring),
-device buffers go through a device wire (ring).
+Wires: host buffers go as they are (ring, recursive doubling, the MPI library's own,
+the node's shared window or hierarchical, by the table), float32 host data with
+``compression`` goes fp16/bf16 (ring), device buffers go through a device wire (ring).
 """
 
 from __future__ import annotations
 
-from . import devicebuf
+from mpievo.kernels import host
+
+from . import devicebuf, hierarchical
 from .buffers import check_dtype, flat_host, host_output
 from .latency import recursive_doubling_steps
 from .native import native_allreduce_steps, native_supports
 from .ring import allreduce_steps, displacements, even_counts
+from .selection import variant_of
+from .shm_collectives import reduce_steps
 from .wire import applies_to, check_format
+
+
+def resolve(core, nbytes: int, dtype, op: str, algorithm, blocking: bool) -> str:
+    """The host algorithm a call runs: forced or the table's (by size, op and layout),
+    then recursive doubling where the MPI library cannot give mpievo's result."""
+    variant = variant_of("allreduce", host.is_floating(dtype), op)
+    algorithm = core.select("allreduce", algorithm, nbytes, variant=variant, blocking=blocking)
+    if algorithm == "native" and not native_supports(dtype, op):
+        algorithm = "recursive_doubling"
+    return algorithm
 
 
 def run(core, sendbuf, recvbuf, op: str, algorithm, timeout, compression, blocking: bool):
@@ -40,9 +54,7 @@ def run(core, sendbuf, recvbuf, op: str, algorithm, timeout, compression, blocki
             wire, algorithm = core.cast_wire(compression, dtype), "ring"
         else:
             wire = core.host_wire(dtype)
-            algorithm = core.select("allreduce", algorithm, src.nbytes)
-            if algorithm == "native" and not native_supports(dtype, op):
-                algorithm = "recursive_doubling"
+            algorithm = resolve(core, src.nbytes, dtype, op, algorithm, blocking)
     steps = _steps(core, src, dst, dtype, op, algorithm, wire, blocking)
     return core.execute("allreduce", steps, timeout, blocking, result)
 
@@ -58,6 +70,14 @@ def _steps(core, src, dst, dtype, op, algorithm, wire, blocking):
         if algorithm == "native":
             core.count(2 * src.nbytes * (core.size - 1) // core.size)
             yield from native_allreduce_steps(core.comm, src, dst, op, mean=mean, blocking=blocking)
+        elif algorithm == "shm":
+            counts = even_counts(src.size, core.size)
+            core.count(2 * src.nbytes * (core.size - 1) // core.size)
+            arena = yield from core.arena_steps()
+            yield from reduce_steps(arena, src, counts, displacements(counts), op, dst=dst,
+                                    divisor=core.size if mean else 0)
+        elif algorithm == "hierarchical":
+            yield from hierarchical.allreduce_steps(core, ctx, src, dst, op, wire)
         elif algorithm == "recursive_doubling":
             scratch = core.pool.get(src.dtype, src.size, 2)
             core.count(src.nbytes * max(1, (core.size - 1).bit_length()))

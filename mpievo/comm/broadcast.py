@@ -1,15 +1,17 @@
 """Broadcast driver: checks a call, picks its wire and algorithm, runs the steps.
 
-Host buffers take the pipelined chain or the MPI library's own (by the table);
-device buffers take the chain through a device wire.
+Host buffers take the pipelined chain, the MPI library's own, the node's shared
+window or the hierarchical algorithm (by the table); device buffers take the chain
+through a device wire.
 """
 
 from __future__ import annotations
 
-from . import devicebuf
+from . import devicebuf, hierarchical
 from .buffers import check_dtype, check_root, flat_host
 from .native import native_bcast_steps
 from .ring import chain_broadcast_steps
+from .shm_collectives import broadcast_steps as shm_broadcast_steps
 
 
 def run(core, buf, root: int, algorithm, timeout, blocking: bool):
@@ -24,7 +26,7 @@ def run(core, buf, root: int, algorithm, timeout, blocking: bool):
         flat = flat_host(buf, "buf", writable=core.rank != root)
         check_dtype(flat.dtype, None)
         dtype, wire = flat.dtype, core.host_wire(flat.dtype)
-        algorithm = core.select("broadcast", algorithm, flat.nbytes)
+        algorithm = core.select("broadcast", algorithm, flat.nbytes, blocking=blocking)
     steps = _steps(core, flat, dtype, root, algorithm, wire, blocking)
     return core.execute("broadcast", steps, timeout, blocking, buf)
 
@@ -39,6 +41,13 @@ def _steps(core, flat, dtype, root, algorithm, wire, blocking):
             if core.rank == root:
                 core.count(flat.nbytes)
             yield from native_bcast_steps(core.comm, flat, root, blocking=blocking)
+        elif algorithm == "shm":
+            if core.rank == root:
+                core.count(flat.nbytes)
+            arena = yield from core.arena_steps()
+            yield from shm_broadcast_steps(arena, flat, root)
+        elif algorithm == "hierarchical":
+            yield from hierarchical.broadcast_steps(core, ctx, flat, root, wire)
         else:
             yield from chain_broadcast_steps(ctx, flat, root, wire)
         return flat

@@ -27,6 +27,7 @@ from . import reduce_scatter as reduce_scatter_driver
 from .buckets import DEFAULT_BUCKET_BYTES
 from .core import CommCore
 from .progress import Request
+from .selection import ALGORITHMS
 
 
 class Communicator:
@@ -46,6 +47,8 @@ class Communicator:
         cuda_aware: whether device buffers go to MPI directly (True) or are staged
             through pinned host memory (False); None: detected (``MPIEVO_CUDA_AWARE``,
             else ``MPIX_Query_cuda_support``).
+        shm_piece_bytes: piece of the shared-memory algorithms (default:
+            ``MPIEVO_SHM_PIECE_BYTES``, else the tuning table's).
 
     Buffers are C-contiguous numpy arrays (any shape; reduced element-wise) or
     device arrays. Pass ``recvbuf=sendbuf`` for in-place operation.
@@ -53,13 +56,14 @@ class Communicator:
 
     def __init__(self, mpi_comm: MPI.Intracomm | None = None, *, timeout: float | None = None,
                  validate: bool = False, segment_bytes: int | None = None,
-                 copy_segment_bytes: int | None = None, cuda_aware: bool | None = None):
+                 copy_segment_bytes: int | None = None, cuda_aware: bool | None = None,
+                 shm_piece_bytes: int | None = None):
         self.mpi_comm = MPI.COMM_WORLD if mpi_comm is None else mpi_comm
         if not isinstance(self.mpi_comm, MPI.Intracomm):
             raise TypeError(f"expected an mpi4py Intracomm, got {type(self.mpi_comm).__name__}")
         self._core = CommCore(self.mpi_comm, timeout=timeout, validate=validate,
                               segment_bytes=segment_bytes, copy_segment_bytes=copy_segment_bytes,
-                              cuda_aware=cuda_aware)
+                              cuda_aware=cuda_aware, shm_piece_bytes=shm_piece_bytes)
         # the direct native calls, bound once: tiny calls are timed in fractions of a microsecond
         self._direct_allreduce = self._core.fast.allreduce
         self._direct_allgather = self._core.fast.allgather
@@ -79,6 +83,36 @@ class Communicator:
         self._core.set_timeout(value)
 
     @property
+    def nodes(self) -> tuple[tuple[int, ...], ...]:
+        """The ranks of each node (nodes ordered by their lowest rank), as the MPI
+        library groups ranks that share memory (split further by ``MPIEVO_FAKE_NODES``)."""
+        return self._core.layout.nodes
+
+    def algorithm_for(self, collective: str, nbytes: int, dtype="float32", op: str | None = "sum", *,
+                      algorithm: str | None = None, blocking: bool = True) -> str:
+        """The host algorithm a call would run: ``algorithm`` if given, else forced by
+        environment, else the tuning table's for this size, op and node layout; then
+        the fallbacks the call applies (e.g. recursive doubling where the MPI library
+        cannot reduce the dtype exactly).
+
+        Args:
+            collective: "allreduce", "reduce_scatter", "allgather" or "broadcast".
+            nbytes: message bytes (all-gather: of the result).
+            dtype, op: the call's (op is ignored by all-gather and broadcast).
+
+        Raises:
+            ValueError: unknown collective, or an algorithm the call would refuse.
+        """
+        core = self._core
+        if collective == "allreduce":
+            return allreduce_driver.resolve(core, nbytes, dtype, op, algorithm, blocking)
+        if collective == "reduce_scatter":
+            return reduce_scatter_driver.resolve(core, nbytes, dtype, op, algorithm, blocking)
+        if collective not in ALGORITHMS:
+            raise ValueError(f"expected a collective in {tuple(ALGORITHMS)}, got {collective!r}")
+        return core.select(collective, algorithm, nbytes, blocking=blocking)
+
+    @property
     def validate(self) -> bool:
         """Whether every collective first checks that all ranks called the same one."""
         return self._core.validate
@@ -89,7 +123,11 @@ class Communicator:
         return self._core.broken
 
     def free(self) -> None:
-        """Release the private communicator (the object is unusable afterwards)."""
+        """Release the private communicator (the object is unusable afterwards).
+
+        Collective: call it on every rank, in the same order as other collectives
+        (releasing the node's shared window, once used, waits for the whole node).
+        """
         self._core.free()
 
     @contextlib.contextmanager

@@ -6,7 +6,8 @@ mpievo collective. The core hands out ring contexts (tag, segment), counts traff
 by purpose, runs collective generators blocking or as requests under a timeout
 (a timeout leaves messages in flight, so it breaks the communicator), checks call
 signatures in validate mode, picks algorithms and builds wires over pools kept
-between calls.
+between calls. It knows the node layout (mpievo.comm.nodes) and keeps the node's
+shared window (mpievo.comm.shm), made on the first call that needs it.
 """
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ from . import selection
 from .device_wire import make_wire
 from .errors import CollectiveTimeoutError, CommunicatorBrokenError
 from .native import FastPath
-from .progress import Request, ResultRequest, deadline_for, run_blocking, timeout_error, wait_pending
+from .nodes import NodeLayout
+from .progress import Pending, Request, ResultRequest, deadline_for, run_blocking, timeout_error, wait_pending
 from .ring import RingContext
+from .shm import Arena, piece_bytes
 from .staging import DeviceResources, StagingPool
 from .validation import signature_steps
 from .wire import HostWire, ScratchPool
@@ -60,11 +63,13 @@ class CommCore:
         pool: receive scratch of host wires and recursive doubling (slots 0-2).
         workspace: reduce-scatter work arrays (slot 0) and packed buckets (slot 1).
         forced: the algorithm forced by environment per collective, or None.
+        layout: the node layout (which ranks share memory).
         fast: the direct native calls for small messages.
     """
 
     def __init__(self, mpi_comm: MPI.Intracomm, *, timeout: float | None, validate: bool,
-                 segment_bytes: int | None, copy_segment_bytes: int | None, cuda_aware: bool | None):
+                 segment_bytes: int | None, copy_segment_bytes: int | None, cuda_aware: bool | None,
+                 shm_piece_bytes: int | None = None):
         self.comm = mpi_comm.Dup()
         self.comm.Set_name("mpievo")
         self.rank = self.comm.Get_rank()
@@ -84,10 +89,21 @@ class CommCore:
         self.forced = {name: selection.forced_algorithm(name) for name in selection.ALGORITHMS}
         self.segment_bytes = _segment_option("segment_bytes", segment_bytes, "reduce")
         self.copy_segment_bytes = _segment_option("copy_segment_bytes", copy_segment_bytes, "copy")
+        self.shm_piece_bytes = _segment_option("shm_piece_bytes", shm_piece_bytes, "shm")
+        self.layout = NodeLayout(self.comm)
+        self._arena: Arena | None = None  # the node's shared window, made on first use
         self.fast = FastPath(self)
 
     def free(self) -> None:
-        """Release the private communicator and every pool."""
+        """Release the private communicator, the node's window and every pool.
+
+        A broken communicator keeps its window: freeing it synchronises the node, and
+        a peer may never get there.
+        """
+        if self._arena is not None and self.broken is None:
+            self._arena.free()
+        self._arena = None
+        self.layout.free()
         if self.comm != MPI.COMM_NULL:
             self.comm.Free()
         self.pool.clear()
@@ -125,13 +141,39 @@ class CommCore:
             self.broken = str(err)
             self.fast.refresh()
 
-    def select(self, collective: str, algorithm: str | None, nbytes: int) -> str:
-        """The host algorithm to run: per call, else forced by environment, else the table's."""
+    def select(self, collective: str, algorithm: str | None, nbytes: int, *,
+               variant: str | None = None, blocking: bool = True) -> str:
+        """The host algorithm to run: per call, else forced by environment, else the table's.
+
+        Raises:
+            ValueError: an unknown algorithm; one that needs the shared window asked
+                for a non-blocking call, or ``shm`` on several nodes.
+        """
+        requested = algorithm
         algorithm = algorithm or self.forced[collective] or "auto"
         selection.check_algorithm(collective, algorithm)
         if algorithm == "auto":
-            algorithm = selection.choose(collective, nbytes, self.size)
+            algorithm = selection.choose(collective, nbytes, self.layout.key, variant=variant)
+        elif algorithm == "shm" and not self.layout.single:
+            raise ValueError(f"expected {collective} algorithm 'shm' only with every rank on one node, "
+                             f"got {len(self.layout.nodes)} nodes (use 'hierarchical')")
+        elif algorithm in selection.SHARED_WINDOW and not blocking and requested is not None:
+            raise ValueError(f"expected a non-blocking {collective} algorithm other than "
+                             f"{sorted(selection.SHARED_WINDOW)} (they are blocking only), got {algorithm!r}")
+        if algorithm in selection.SHARED_WINDOW and not blocking:
+            algorithm = selection.FALLBACK[collective]
         return algorithm
+
+    def arena_steps(self):
+        """(collective generator) The node's shared window. The first call makes it:
+        a node barrier first, waited for under the call's timeout, so that a rank
+        whose peers never come times out instead of hanging in the allocation."""
+        if self._arena is None:
+            layout = self.layout
+            yield [Pending(layout.node.Ibarrier(), -1, "from")]
+            self._arena = Arena(layout.node, layout.nodes[layout.node_index],
+                                piece_bytes(self.shm_piece_bytes, layout.local_size))
+        return self._arena
 
     def signature_steps(self, kind: str, count: int, dtype, op, root: int, counts):
         """In validate mode, compare the call with every rank's (a collective generator)."""

@@ -2,8 +2,10 @@
 
 The ``native`` path calls the MPI library's collective where the calibration table
 finds it faster (small messages). It keeps mpievo's NaN semantics: MPI_MAX/MPI_MIN
-are order-dependent with NaN in some libraries, so for floating max/min the NaN
-positions travel beside the data in the same call and are restored afterwards.
+are order-dependent with NaN in some libraries, so floating max/min travel as
+integers that sort like the floats with NaN at the winning end
+(mpievo.kernels.ordered), written into the output, reduced with the integer
+MAX/MIN and turned back in place: one call on the data alone, no extra buffer.
 
 :class:`FastPath` makes the direct calls for the smallest messages, before any of
 the general path's bookkeeping.
@@ -18,7 +20,7 @@ from mpievo.kernels import host
 
 from .progress import Pending
 from .ring import mpi_buf
-from .selection import native_limit
+from .selection import MAXMIN, native_limit
 
 #: dtypes with an MPI datatype of their own (float16/bfloat16 have none in MPI-4.0)
 NATIVE_TYPES = {
@@ -29,6 +31,8 @@ NATIVE_TYPES = {
     np.dtype(np.float32): MPI.FLOAT, np.dtype(np.float64): MPI.DOUBLE,
 }
 NATIVE_OPS = {"sum": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN, "mean": MPI.SUM}
+#: float dtype -> MPI type of its order-preserving integer keys
+_KEY_TYPES = {np.dtype(np.float32): MPI.INT32_T, np.dtype(np.float64): MPI.INT64_T}
 
 
 def native_supports(dtype, op: str) -> bool:
@@ -51,40 +55,25 @@ def _nan_guarded(dtype, op: str) -> bool:
 def native_allreduce_steps(comm: MPI.Intracomm, src: np.ndarray, dst: np.ndarray, op: str,
                            *, mean: bool, blocking: bool):
     """All-reduce with the MPI library's own Allreduce, keeping mpievo's NaN semantics."""
-    mpitype, mpiop = NATIVE_TYPES[src.dtype], NATIVE_OPS[op]
     if _nan_guarded(src.dtype, op):
-        yield from _native_nan_guarded(comm, src, dst, op, mpitype, mpiop, blocking)
+        from mpievo.kernels import ordered  # lazy: Numba
+
+        keys = dst.view(ordered.KEY_DTYPES[src.dtype])
+        ordered.encode(src, keys, nan_high=op == "max")
+        send, mpitype = MPI.IN_PLACE, _KEY_TYPES[src.dtype]
     else:
+        keys, mpitype = dst, NATIVE_TYPES[src.dtype]
         send = MPI.IN_PLACE if dst is src else [src, mpitype]
-        if blocking:
-            comm.Allreduce(send, [dst, mpitype], mpiop)
-        else:
-            req = comm.Iallreduce(send, [dst, mpitype], mpiop)
-            yield [Pending(req, -1, "from")]
+    if blocking:
+        comm.Allreduce(send, [keys, mpitype], NATIVE_OPS[op])
+    else:
+        req = comm.Iallreduce(send, [keys, mpitype], NATIVE_OPS[op])
+        yield [Pending(req, -1, "from")]
+    if keys is not dst:
+        ordered.decode(keys)
     if mean:
         host.divide_into(dst, comm.Get_size())
     return dst
-
-
-def _native_nan_guarded(comm, src, dst, op, mpitype, mpiop, blocking):
-    # Data with NaN replaced by the op's identity, plus a NaN flag per element that the
-    # same op combines into "NaN somewhere" (max: flag 1 -> any; min: flag -1 -> any).
-    n = src.shape[0]
-    packed = np.empty(2 * n, dtype=src.dtype)
-    nan = np.isnan(src)
-    identity = -np.inf if op == "max" else np.inf
-    np.copyto(packed[:n], src)
-    packed[:n][nan] = identity
-    packed[n:] = nan
-    if op == "min":
-        np.negative(packed[n:], out=packed[n:])
-    if blocking:
-        comm.Allreduce(MPI.IN_PLACE, [packed, mpitype], mpiop)
-    else:
-        req = comm.Iallreduce(MPI.IN_PLACE, [packed, mpitype], mpiop)
-        yield [Pending(req, -1, "from")]
-    np.copyto(dst, packed[:n])
-    dst[packed[n:] != 0] = np.nan
 
 
 def native_allgatherv_steps(comm, src, dst, counts, displs, *, blocking: bool):
@@ -132,11 +121,13 @@ def native_reduce_scatter_supports(dtype, op: str) -> bool:
     return native_supports(dtype, op) and not _nan_guarded(dtype, op)
 
 
-#: (dtype, op) pairs whose native all-reduce needs no NaN guard and no final division
-_FAST_PLANS = {(dtype, op): (mpitype, NATIVE_OPS[op])
+#: (dtype, op) -> (MPI type, MPI op, guard) of the native all-reduces without a final
+#: division; guard: None, or NaN's end of the keys (True for max) for floating max/min
+_FAST_PLANS = {(dtype, op): (_KEY_TYPES[dtype], NATIVE_OPS[op], op == "max") if _nan_guarded(dtype, op)
+               else (mpitype, NATIVE_OPS[op], None)
                for dtype, mpitype in NATIVE_TYPES.items()
                for op in ("sum", "prod", "max", "min")
-               if (dtype.kind in "iu" or op in ("sum", "prod")) and native_supports(dtype, op)}
+               if native_supports(dtype, op)}
 #: dtypes broadcast as raw bytes on the fast path (the general path checks the rest)
 _BROADCAST_DTYPES = frozenset(host.SUPPORTED_DTYPES)
 
@@ -168,9 +159,11 @@ class FastPath:
         usable = core.size > 1 and not core.validate and core.timeout is None and core.broken is None
 
         def limit(collective: str) -> int:
-            return native_limit(collective, core.size, core.forced[collective]) if usable else -1
+            return native_limit(collective, core.layout.key, core.forced[collective]) if usable else -1
 
         self._allreduce_max = limit("allreduce")
+        self._guarded_max = (native_limit("allreduce", core.layout.key, core.forced["allreduce"], variant=MAXMIN)
+                             if usable else -1)
         self._allgather_max = limit("allgather")
         self._broadcast_max = limit("broadcast")
 
@@ -180,8 +173,11 @@ class FastPath:
             return False
         plan = _FAST_PLANS.get((sendbuf.dtype, op))
         nbytes = sendbuf.nbytes
-        if plan is None or nbytes > self._allreduce_max or recvbuf.dtype is not sendbuf.dtype:
+        if (plan is None or nbytes > (self._allreduce_max if plan[2] is None else self._guarded_max)
+                or recvbuf.dtype is not sendbuf.dtype):
             return False
+        if plan[2] is not None:
+            return self._guarded_allreduce(sendbuf, recvbuf, plan)
         try:
             self._comm.Allreduce(MPI.IN_PLACE if recvbuf is sendbuf else [sendbuf, plan[0]],
                                  [recvbuf, plan[0]], plan[1])
@@ -195,13 +191,31 @@ class FastPath:
         traffic[purpose] = traffic.get(purpose, 0) + nbytes * self._ring_factor // self._size
         return True
 
+    def _guarded_allreduce(self, sendbuf, recvbuf, plan) -> bool:
+        """Floating max/min as order-preserving integer keys (see the module docstring)."""
+        from mpievo.kernels import ordered  # lazy: Numba
+
+        if (sendbuf.size != recvbuf.size or not sendbuf.flags.c_contiguous
+                or not recvbuf.flags.c_contiguous or not recvbuf.flags.writeable):
+            return False  # the general path explains what is wrong
+        keys = recvbuf.reshape(-1).view(ordered.KEY_DTYPES[sendbuf.dtype])
+        ordered.encode(sendbuf.reshape(-1), keys, plan[2])
+        self._comm.Allreduce(MPI.IN_PLACE, [keys, plan[0]], plan[1])
+        ordered.decode(keys)
+        core = self._core
+        core.seq += 1
+        traffic, purpose = core.traffic, core.purpose
+        traffic[purpose] = traffic.get(purpose, 0) + sendbuf.nbytes * self._ring_factor // self._size
+        return True
+
     def allgather(self, sendbuf, recvbuf, counts) -> bool:
         """MPI_Allgather of equal blocks (``counts`` all ``sendbuf.size``), as bytes."""
         size = self._size
         if (type(sendbuf) is not np.ndarray or type(recvbuf) is not np.ndarray
                 or recvbuf.nbytes > self._allgather_max or recvbuf.dtype is not sendbuf.dtype
                 or type(counts) not in (list, tuple) or len(counts) != size
-                or counts.count(sendbuf.size) != size or recvbuf.size != sendbuf.size * size):
+                or counts.count(sendbuf.size) != size or recvbuf.size != sendbuf.size * size
+                or np.may_share_memory(sendbuf, recvbuf)):  # in place: the general path says so to MPI
             return False
         try:
             self._comm.Allgather([sendbuf, MPI.BYTE], [recvbuf, MPI.BYTE])

@@ -6,10 +6,17 @@ result through ``StopIteration``. :func:`run_blocking` drives one to completion;
 :class:`Request` drives it step by step from ``test()``/``wait()`` (progress happens
 inside those calls, as with MPI's own non-blocking collectives without a progress
 thread).
+
+Besides MPI requests, a blocking step may wait for a :class:`Poll`: a condition MPI
+knows nothing of (a flag in a shared-memory window, mpievo.comm.shm). Polls are
+tested in turn, spinning briefly and then yielding the core, so ranks that outnumber
+the cores still let the rank they wait for run. (Non-blocking requests never wait
+for polls: the shared-window algorithms serve blocking calls only.)
 """
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Callable, Generator, NamedTuple
 
@@ -23,10 +30,25 @@ from .errors import CollectiveTimeoutError
 _SPIN_TESTS = 200
 
 
-class Pending(NamedTuple):
-    """An outstanding MPI request and the peer it involves (for timeout messages)."""
+class Poll:
+    """A condition to wait for that is not an MPI request; subclasses define ``Test()``.
 
-    request: MPI.Request
+    Attributes:
+        spin: tests in a tight loop before the waiting rank starts yielding its core
+            (0 where ranks outnumber cores: the rank being waited for needs the core).
+    """
+
+    spin = _SPIN_TESTS
+
+    def Test(self) -> bool:  # noqa: N802 - the name MPI.Request uses, so both wait alike
+        raise NotImplementedError
+
+
+class Pending(NamedTuple):
+    """An outstanding MPI request (or :class:`Poll`) and the peer it involves (for
+    timeout messages)."""
+
+    request: MPI.Request | Poll
     peer: int
     direction: str  # "from" (receive) or "to" (send)
 
@@ -53,6 +75,9 @@ def wait_pending(pending: list[Pending], deadline: float | None, describe: Calla
     Raises:
         CollectiveTimeoutError: (from ``describe``) when the deadline passes.
     """
+    if isinstance(pending[0].request, Poll):
+        _wait_polls(pending, deadline, describe)
+        return
     requests = [p.request for p in pending]
     if deadline is None:
         MPI.Request.Waitall(requests)
@@ -64,6 +89,28 @@ def wait_pending(pending: list[Pending], deadline: float | None, describe: Calla
             if time.monotonic() > deadline:
                 raise describe(_pending_peers(pending))
             time.sleep(0 if tests < 10 * _SPIN_TESTS else 1e-4)
+
+
+#: after spinning, yield the core this many times before sleeping between tests
+_YIELDS = 2000
+_SLEEP_S = 5e-5
+
+
+def _wait_polls(pending: list[Pending], deadline: float | None, describe: Callable) -> None:
+    """Wait for polls: spin ``spin`` tests, then yield the core, then sleep briefly."""
+    left = [p for p in pending if not p.request.Test()]
+    spin = left[0].request.spin if left else 0
+    tests = 0
+    while left:
+        tests += 1
+        if tests > spin:
+            if deadline is not None and time.monotonic() > deadline:
+                raise describe(sorted({(p.direction, p.peer) for p in left}))
+            if tests < spin + _YIELDS:
+                os.sched_yield()
+            else:
+                time.sleep(_SLEEP_S)
+        left = [p for p in left if not p.request.Test()]
 
 
 def deadline_for(timeout: float | None) -> float | None:

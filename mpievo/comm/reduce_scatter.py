@@ -1,7 +1,7 @@
 """Reduce-scatter driver: checks a call, picks its wire and algorithm, runs the steps.
 
-Host buffers take the ring or the MPI library's own (by the table); device buffers
-take the ring through a device wire.
+Host buffers take the ring, the MPI library's own or the node's shared window (by
+the table); device buffers take the ring through a device wire.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from . import devicebuf
 from .buffers import check_counts, check_dtype, check_same, flat_host
 from .native import native_reduce_scatter_steps, native_reduce_scatter_supports
 from .ring import displacements, even_counts, reduce_scatter_steps
+from .shm_collectives import reduce_steps
 
 
 def scatter_counts(total: int, counts, size: int) -> list[int]:
@@ -25,6 +26,15 @@ def scatter_counts(total: int, counts, size: int) -> list[int]:
         raise ValueError(f"expected counts summing to sendbuf's {total} elements, "
                          f"got {counts} (sum {sum(counts)})")
     return counts
+
+
+def resolve(core, nbytes: int, dtype, op: str, algorithm, blocking: bool) -> str:
+    """The host algorithm a call runs: forced or the table's, then the ring where the
+    MPI library cannot give mpievo's result."""
+    algorithm = core.select("reduce_scatter", algorithm, nbytes, blocking=blocking)
+    if algorithm == "native" and not native_reduce_scatter_supports(dtype, op):
+        algorithm = "ring"
+    return algorithm
 
 
 def run(core, sendbuf, recvbuf, op: str, counts, algorithm, timeout, blocking: bool):
@@ -47,9 +57,7 @@ def run(core, sendbuf, recvbuf, op: str, counts, algorithm, timeout, blocking: b
         dst = flat_host(result, "recvbuf", writable=True)
         check_same("recvbuf", dst, mine, src.dtype)
         dtype, wire = src.dtype, core.host_wire(src.dtype)
-        algorithm = core.select("reduce_scatter", algorithm, src.nbytes)
-        if algorithm == "native" and not native_reduce_scatter_supports(dtype, op):
-            algorithm = "ring"
+        algorithm = resolve(core, src.nbytes, dtype, op, algorithm, blocking)
     steps = _steps(core, src, dst, dtype, op, counts, algorithm, wire, blocking)
     return core.execute("reduce_scatter", steps, timeout, blocking, result)
 
@@ -68,6 +76,12 @@ def _steps(core, src, dst, dtype, op, counts, algorithm, wire, blocking):
                                                    mean=mean, blocking=blocking)
             return dst
         displs = displacements(counts)
+        if algorithm == "shm":
+            core.count(src.nbytes - dst.nbytes)
+            arena = yield from core.arena_steps()
+            yield from reduce_steps(arena, src, counts, displs, op, out=dst,
+                                    divisor=core.size if mean else 0)
+            return dst
         work = wire.workspace(src.size)
 
         def chunk(c):

@@ -1,11 +1,19 @@
-"""Algorithm selection by message size, from a calibration table.
+"""Algorithm selection by message size, operation and node layout, from a calibration table.
 
 The table (``tuning.json`` beside this module, written by ``mpievo bench calibrate``
-on the target machine; override with ``MPIEVO_TUNING=path``) maps each collective and
-rank count to size thresholds: the first entry whose ``max_bytes`` is at least the
-message size (or null) names the algorithm. An algorithm can be forced per call
-(``algorithm=``) or per job with ``MPIEVO_<COLLECTIVE>_ALGORITHM`` (e.g.
-``MPIEVO_ALLREDUCE_ALGORITHM=ring``).
+on the target machine; override with ``MPIEVO_TUNING=path``) maps each collective
+and layout to size thresholds: the first entry whose ``max_bytes`` is at least the
+message size (or null) names the algorithm. Layouts are keyed ``"P"`` (P ranks on
+one node) or ``"P/N"`` (on N nodes; mpievo.comm.nodes). A multi-node layout without
+an entry takes its rank count's entry with the shared-memory algorithm replaced by
+the hierarchical one. All-reduce has a second table, ``"allreduce:maxmin"``, for
+floating max/min (the native path there carries its NaN handling). An algorithm can
+be forced per call (``algorithm=``) or per job with ``MPIEVO_<COLLECTIVE>_ALGORITHM``
+(e.g. ``MPIEVO_ALLREDUCE_ALGORITHM=shm``).
+
+``shm`` (one node) and ``hierarchical`` (any layout) use the node's shared window,
+so they serve blocking calls only; a non-blocking call that the table or the
+environment sends there runs the ring instead.
 """
 
 from __future__ import annotations
@@ -17,14 +25,20 @@ from pathlib import Path
 
 #: algorithms each collective implements; "auto" selects from the table
 ALGORITHMS = {
-    "allreduce": ("ring", "recursive_doubling", "native"),
-    "reduce_scatter": ("ring", "native"),
-    "allgather": ("ring", "native"),
-    "broadcast": ("chain", "native"),
+    "allreduce": ("ring", "recursive_doubling", "native", "shm", "hierarchical"),
+    "reduce_scatter": ("ring", "native", "shm"),
+    "allgather": ("ring", "native", "shm", "hierarchical"),
+    "broadcast": ("chain", "native", "shm", "hierarchical"),
 }
-#: used when the table has no entry (never for a calibrated machine)
+#: algorithms that use the node's shared window (blocking calls only)
+SHARED_WINDOW = frozenset({"shm", "hierarchical"})
+#: used when the table has no entry, and for non-blocking calls the table sends to
+#: a shared-window algorithm
 FALLBACK = {"allreduce": "ring", "reduce_scatter": "ring", "allgather": "ring", "broadcast": "chain"}
+#: the all-reduce table variant for floating max/min
+MAXMIN = "maxmin"
 DEFAULT_SEGMENT_BYTES = 1 << 20
+DEFAULT_SHM_PIECE_BYTES = 256 << 10
 
 _TUNING_FILE = Path(__file__).with_name("tuning.json")
 
@@ -62,21 +76,52 @@ def forced_algorithm(collective: str) -> str | None:
     return check_algorithm(collective, value)
 
 
-def rules(table: dict, collective: str, nranks: int) -> list:
-    """``[[max_bytes or None, algorithm], ...]`` of ``collective`` on ``nranks`` ranks."""
-    per = table.get("collectives", {}).get(collective, {})
-    return per.get(str(nranks)) or per.get("default") or []
+def variant_of(collective: str, floating: bool, op: str | None) -> str | None:
+    """The table variant of a call: ``MAXMIN`` for floating max/min all-reduce, else None."""
+    if collective == "allreduce" and floating and op in ("max", "min"):
+        return MAXMIN
+    return None
 
 
-def choose(collective: str, nbytes: int, nranks: int, table: dict | None = None) -> str:
-    """Pick the algorithm for a ``nbytes`` message on ``nranks`` ranks from the table."""
-    for max_bytes, algorithm in rules(load_table() if table is None else table, collective, nranks):
+def _multi_node(rule_list: list, collective: str) -> list:
+    node_aware = "hierarchical" if "hierarchical" in ALGORITHMS[collective] else FALLBACK[collective]
+    return [[limit, node_aware if algorithm == "shm" else algorithm] for limit, algorithm in rule_list]
+
+
+def rules(table: dict, collective: str, layout, variant: str | None = None) -> list:
+    """``[[max_bytes or None, algorithm], ...]`` of ``collective`` on ``layout`` (a layout
+    key such as ``"4"`` or ``"8/2"``, or a rank count), for ``variant`` (None or MAXMIN):
+    the variant's rules where the table has them for this layout, else the plain ones."""
+    collectives = table.get("collectives", {})
+    if variant:
+        found = _layout_rules(collectives.get(f"{collective}:{variant}", {}), collective, str(layout))
+        if found:
+            return found
+    return _layout_rules(collectives.get(collective, {}), collective, str(layout))
+
+
+def _layout_rules(per: dict, collective: str, key: str) -> list:
+    found = per.get(key)
+    if found:
+        return found
+    if "/" in key:
+        found = per.get(key.split("/")[0])
+        if found:
+            return _multi_node(found, collective)
+    return per.get("default") or []
+
+
+def choose(collective: str, nbytes: int, layout, table: dict | None = None,
+           variant: str | None = None) -> str:
+    """Pick the algorithm for a ``nbytes`` message on ``layout`` from the table."""
+    for max_bytes, algorithm in rules(load_table() if table is None else table, collective, layout, variant):
         if max_bytes is None or nbytes <= max_bytes:
             return algorithm
     return FALLBACK[collective]
 
 
-def native_limit(collective: str, nranks: int, forced: str | None, table: dict | None = None) -> int:
+def native_limit(collective: str, layout, forced: str | None, table: dict | None = None,
+                 variant: str | None = None) -> int:
     """Largest message (bytes) of ``collective`` that runs ``native``, or -1 for none.
 
     ``forced`` is the algorithm forced by environment (None: the table decides;
@@ -86,7 +131,7 @@ def native_limit(collective: str, nranks: int, forced: str | None, table: dict |
     if forced not in (None, "native"):
         return -1
     limit = -1
-    for max_bytes, algorithm in rules(load_table() if table is None else table, collective, nranks):
+    for max_bytes, algorithm in rules(load_table() if table is None else table, collective, layout, variant):
         if algorithm != "native" and forced is None:
             break
         limit = (1 << 62) if max_bytes is None else max_bytes
@@ -94,15 +139,18 @@ def native_limit(collective: str, nranks: int, forced: str | None, table: dict |
 
 
 def segment_bytes(kind: str = "reduce", table: dict | None = None) -> int:
-    """Pipeline segment size for reducing (``"reduce"``) or copy-only (``"copy"``) rings.
+    """Pipeline segment size of reducing rings (``"reduce"``), copy-only rings
+    (``"copy"``) or shared-window pieces (``"shm"``).
 
     Reductions want cache-sized segments (the received segment is combined while
-    hot); pure copies (all-gather, broadcast) want fewer, larger messages. Order:
-    MPIEVO_SEGMENT_BYTES / MPIEVO_COPY_SEGMENT_BYTES, else the table's, else 1 MiB.
+    hot); pure copies (all-gather, broadcast) want fewer, larger messages; window
+    pieces are staged and read while in cache. Order: MPIEVO_SEGMENT_BYTES /
+    MPIEVO_COPY_SEGMENT_BYTES / MPIEVO_SHM_PIECE_BYTES, else the table's, else the
+    defaults.
     """
-    if kind not in ("reduce", "copy"):
-        raise ValueError(f"expected segment kind 'reduce' or 'copy', got {kind!r}")
-    name = "MPIEVO_SEGMENT_BYTES" if kind == "reduce" else "MPIEVO_COPY_SEGMENT_BYTES"
+    if kind not in _SEGMENT_KEYS:
+        raise ValueError(f"expected segment kind in {tuple(_SEGMENT_KEYS)}, got {kind!r}")
+    name, key, default = _SEGMENT_KEYS[kind]
     env = os.environ.get(name)
     if env:
         value = int(env)
@@ -110,5 +158,12 @@ def segment_bytes(kind: str = "reduce", table: dict | None = None) -> int:
             raise ValueError(f"expected {name} >= 1, got {value}")
         return value
     table = load_table() if table is None else table
-    key = "segment_bytes" if kind == "reduce" else "copy_segment_bytes"
-    return int(table.get(key, DEFAULT_SEGMENT_BYTES))
+    return int(table.get(key, default))
+
+
+#: segment kind -> (environment variable, table key, default)
+_SEGMENT_KEYS = {
+    "reduce": ("MPIEVO_SEGMENT_BYTES", "segment_bytes", DEFAULT_SEGMENT_BYTES),
+    "copy": ("MPIEVO_COPY_SEGMENT_BYTES", "copy_segment_bytes", DEFAULT_SEGMENT_BYTES),
+    "shm": ("MPIEVO_SHM_PIECE_BYTES", "shm_piece_bytes", DEFAULT_SHM_PIECE_BYTES),
+}

@@ -189,6 +189,19 @@ def test_direct_native_paths_give_the_same_results_and_errors(comm, world):
         comm.allgather(mine, np.empty(n * P, np.int32), counts=[n] * P)
 
 
+@pytest.mark.mpi(min_size=1)
+def test_in_place_allgather_of_equal_blocks_on_the_direct_path(monkeypatch, world):
+    # the block is a view into the result: MPI must be told IN_PLACE (MPICH refuses aliases)
+    monkeypatch.delenv("MPIEVO_COMM_TIMEOUT", raising=False)
+    comm = Communicator()
+    out = np.zeros(3 * P, np.int32)
+    own = out[3 * comm.rank:3 * comm.rank + 3]
+    own[...] = comm.rank + 1
+    got = comm.allgather(own, out, counts=[3] * P)
+    comm.free()
+    all_ranks_agree(world, got is out and np.array_equal(out, np.repeat(np.arange(1, P + 1), 3)), f"{out}")
+
+
 @pytest.mark.mpi(min_size=2)
 def test_small_calls_skip_the_drivers_unless_they_need_them(monkeypatch, world):
     # the direct MPI calls are what keeps a tiny collective within ~0.5 us of raw mpi4py
