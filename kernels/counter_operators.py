@@ -289,3 +289,24 @@ def resample_outside(x, lower, upper, key, base):
                 moved += 1
         per_task[task] = moved
     return per_task.sum()
+
+
+@numba.njit(parallel=True, **_JIT)
+def uniform_fill(x, lower, upper, key, base):
+    """Every gene ``lower + u * (upper - lower)`` (capped at ``upper``), ``u`` from the
+    gene's word as in :func:`resample_outside` (:func:`gene_blocks` blocks)."""
+    n, dim = x.shape
+    tiles = _tiles(dim)
+    quads = (dim + 3) // 4
+    for task in numba.prange(n * tiles):
+        c, t = _child_and_tile(task, n)
+        g0 = t * TILE
+        g1 = min(g0 + TILE, dim)
+        row = base + _U(c * quads)
+        for q in range(g0 >> 2, (g1 + 3) >> 2):
+            ws = block(row + _U(q), key[0], key[1], key[2], key[3])
+            for k in range(4):
+                g = 4 * q + k
+                if g < g1:
+                    x[c, g] = np.float64(ws[k]) * _TWO_M32 * (upper[g] - lower[g])  # rounded on store
+                    x[c, g] = min(lower[g] + x[c, g], upper[g])

@@ -4,15 +4,18 @@
                                                                    mpievo vs native MPI
     mpievo bench calibrate [--update mpievo/comm/tuning.json]      selection thresholds
     mpievo bench engine [--json PATH]                              engine vs pygmo, weak scaling
+    mpievo bench gpu [--check] [--json PATH]                       device kernels, all-reduce, islands
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
+import sys
 
-HELP = "benchmarks: collectives (vs native MPI), calibrate (selection table), engine"
+HELP = "benchmarks: collectives (vs native MPI), calibrate (selection table), engine, gpu"
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
@@ -61,9 +64,66 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     cal.add_argument("--json", dest="json_path", default=None, help="write the result here")
     eng = sub.add_parser("engine", help="one island vs pygmo (like for like), weak scaling, migration cost")
     eng.add_argument("--json", dest="json_path", default=None, help="write results as JSON here")
+    _add_gpu_arguments(sub)
+
+
+def _add_gpu_arguments(sub) -> None:
+    # defaults None: GpuBenchOptions holds them (importing it here would load the engine)
+    gpu = sub.add_parser("gpu", help="device reduction kernel vs copy, device all-reduce, device "
+                                     "island vs host island, device breeding (run on a GPU node)")
+    gpu.add_argument("--kernel-mib", type=_numbers(float),
+                     help="comma-separated operand sizes of the kernel section, MiB (default 64,256,1024)")
+    gpu.add_argument("--allreduce-mib", type=_numbers(float),
+                     help="comma-separated all-reduce and compression sizes, MiB (default 1,64)")
+    gpu.add_argument("--dims", type=_numbers(int),
+                     help="comma-separated genome sizes of the island section (default 1e3,1e5,1e7)")
+    gpu.add_argument("--breed-dim", type=_numbers(int, one=True),
+                     help="genes per child of the breeding section (default 1e7)")
+    gpu.add_argument("--repeats", type=_numbers(int, one=True),
+                     help="timed repetitions of kernels, collectives and breeding (median; default 10)")
+    gpu.add_argument("--island-seconds", type=_numbers(float, one=True),
+                     help="seconds each island steps per dim, at least 3 generations (default 1)")
+    gpu.add_argument("--host-threads", type=_numbers(int, one=True),
+                     help="Numba/BLAS threads of the host island (default 1, as mpievo run)")
+    gpu.add_argument("--topk-ratio", type=_numbers(float, one=True),
+                     help="fraction of entries top-k compression sends (default 0.01)")
+    gpu.add_argument("--force-direct", action="store_true",
+                     help="time the direct device path even when MPI does not report CUDA awareness")
+    gpu.add_argument("--check", action="store_true",
+                     help="tiny sizes, every section run and verified, nothing timed (also in the "
+                          "CUDA simulator)")
+    gpu.add_argument("--json", dest="json_path", default=None, help="write results as JSON here")
+
+
+def _numbers(kind, *, one: bool = False):
+    """argparse type: comma-separated positive numbers ('1e7' allowed for ints)."""
+    name = "an integer" if kind is int else "a number"
+
+    def parse(text: str):
+        values = []
+        for part in (p.strip() for p in text.split(",")):
+            try:
+                value = float(part)
+            except ValueError:
+                value = math.nan
+            if not (math.isfinite(value) and value > 0) or (kind is int and value != int(value)):
+                raise argparse.ArgumentTypeError(f"expected {name} > 0, got {part!r}")
+            values.append(kind(value))
+        if one and len(values) != 1:
+            raise argparse.ArgumentTypeError(f"expected one value, got {text!r}")
+        return values[0] if one else tuple(values)
+
+    return parse
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.bench == "gpu":
+        from mpievo.parallel.bench_gpu import EXIT_REFUSED, refusal
+
+        reason = refusal(args.check)
+        if reason:
+            print(f"mpievo bench gpu: {reason}", file=sys.stderr)
+            return EXIT_REFUSED
     from mpi4py import MPI
 
     from mpievo.comm import abort_on_error
@@ -78,6 +138,8 @@ def main(args: argparse.Namespace) -> int:
                                      target_s=args.target_seconds, cases=args.cases)
         elif args.bench == "calibrate":
             result = _calibrate(args, rank)
+        elif args.bench == "gpu":
+            result = _bench_gpu(args)
         else:
             from mpievo.parallel.bench import bench_engine
             from mpievo.comm import Communicator
@@ -88,6 +150,23 @@ def main(args: argparse.Namespace) -> int:
                 json.dump(result, f, indent=1)
             print(f"wrote {args.json_path}")
     return 0
+
+
+_GPU_OPTIONS = ("kernel_mib", "allreduce_mib", "dims", "breed_dim", "repeats", "island_seconds",
+                "host_threads", "topk_ratio")
+
+
+def _bench_gpu(args) -> dict:
+    from mpievo.comm import Communicator
+    from mpievo.parallel.bench_gpu import GpuBenchOptions, bench_gpu
+
+    given = {name: getattr(args, name) for name in _GPU_OPTIONS if getattr(args, name) is not None}
+    options = GpuBenchOptions(force_direct=args.force_direct, **given)
+    comm = Communicator()
+    try:
+        return bench_gpu(comm, options.checking() if args.check else options)
+    finally:
+        comm.free()
 
 
 def _parse_cases(text: str) -> list:

@@ -101,7 +101,7 @@ class Archive:
         self.dtype = dtype
         self.unique = bool(unique)
         self.island = int(island)
-        self._genomes = np.zeros((self.capacity, self.dim), dtype)
+        self._genomes = self._allocate()
         self._fitness = np.full(self.capacity, np.inf)
         self._ids = np.full(self.capacity, -1, np.int64)
         self._births = np.zeros(self.capacity, np.int64)
@@ -136,6 +136,46 @@ class Archive:
     def __len__(self) -> int:
         return self.size
 
+    # --- genome storage (host here; DeviceArchive keeps it on the GPU) ---------------
+    on_device = False
+
+    def _allocate(self):
+        return np.zeros((self.capacity, self.dim), self.dtype)
+
+    def as_rows(self, genomes, name: str = "genomes"):
+        """``genomes`` as rows this archive stores (validated (n, dim), cast to its dtype;
+        device rows are copied to the host)."""
+        from .device import is_device_array, to_host  # lazy: device imports problems
+
+        genomes = to_host(genomes) if is_device_array(genomes) else np.asarray(genomes)
+        if genomes.ndim != 2 or genomes.shape[1] != self.dim:
+            raise ValueError(f"expected {name} of shape (n, {self.dim}), got {genomes.shape}")
+        return genomes.astype(self.dtype, copy=False)
+
+    def take(self, slots):
+        """Copies of the members in ``slots`` (in that order), where the archive keeps them."""
+        return self.genomes[np.asarray(slots, dtype=np.intp)]
+
+    def row(self, slot: int) -> np.ndarray:
+        """A host copy of member ``slot``'s genome."""
+        return self.genomes[slot].copy()
+
+    def host_genomes(self) -> np.ndarray:
+        """A host copy of the members' genomes."""
+        return self.genomes.copy()
+
+    def _row_hashes(self, genomes) -> np.ndarray:
+        return row_hashes(genomes)
+
+    def _rows_equal(self, a, ia, b, ib) -> np.ndarray:
+        return np.all(a[ia] == b[ib], axis=1)
+
+    def _copy_rows(self, genomes, rows, slots) -> None:
+        kernels.copy_rows(genomes, rows, self._genomes, slots)
+
+    def _retain_rows(self, slots) -> None:
+        kernels.retain_rows(self._genomes, slots)  # in place: no copy of the kept genomes
+
     def ranking(self) -> np.ndarray:
         """Member slots from best to worst (ties: lower slot first)."""
         return np.lexsort((np.arange(self.size), self.fitness))
@@ -150,13 +190,13 @@ class Archive:
     def hashes(self) -> np.ndarray:
         """The :func:`row_hashes` of the members' genomes (with ``unique``, a read-only
         view of the hashes kept up to date; do not modify)."""
-        return self._hashes[:self.size] if self.unique else row_hashes(self.genomes)
+        return self._hashes[:self.size] if self.unique else self._row_hashes(self.genomes)
 
     def duplicate_mask(self, genomes: np.ndarray, hashes: np.ndarray | None = None) -> np.ndarray:
         """True for each row equal to a member's genome or to an earlier row."""
-        genomes = np.asarray(genomes)
-        hashes = row_hashes(genomes) if hashes is None else hashes
-        dup = np.zeros(len(genomes), bool)
+        genomes = self.as_rows(genomes)
+        hashes = self._row_hashes(genomes) if hashes is None else hashes
+        dup = np.zeros(genomes.shape[0], bool)
         if self.size:
             member_hashes = self.hashes()
             order = np.argsort(member_hashes, kind="stable")
@@ -164,24 +204,20 @@ class Archive:
             pos = np.minimum(np.searchsorted(sorted_hashes, hashes), self.size - 1)
             hit = np.flatnonzero(sorted_hashes[pos] == hashes)
             match = order[pos[hit]]
-            same = np.all(self._genomes[match] == genomes[hit], axis=1)
+            same = self._rows_equal(self._genomes, match, genomes, hit)
             dup[hit[same]] = True
         _, first, inverse = np.unique(hashes, return_index=True, return_inverse=True)
         representative = first[inverse.reshape(-1)]
-        later = np.flatnonzero(representative != np.arange(len(genomes)))
-        same = np.all(genomes[later] == genomes[representative[later]], axis=1)
+        later = np.flatnonzero(representative != np.arange(genomes.shape[0]))
+        same = self._rows_equal(genomes, later, genomes, representative[later])
         dup[later[same]] = True
         return dup
 
     # --- updates -----------------------------------------------------------------
     def _check_batch(self, genomes, fitness, ids, origins, births):
         """Validated columns; int columns given as scalars stay scalars (broadcast on write)."""
-        genomes = np.asarray(genomes)
-        if genomes.ndim != 2 or genomes.shape[1] != self.dim:
-            raise ValueError(f"expected genomes of shape (n, {self.dim}), got {genomes.shape}")
+        genomes = self.as_rows(genomes)
         n = genomes.shape[0]
-        if genomes.dtype != self.dtype:
-            genomes = genomes.astype(self.dtype)
         fitness, _ = sanitize_fitness(fitness)
         if fitness.shape != (n,):
             raise ValueError(f"expected fitness of shape ({n},), got {fitness.shape}")
@@ -199,7 +235,7 @@ class Archive:
     def _write(self, slots, genomes, rows, fitness, ids, origins, births, hashes):
         """Rows ``rows`` of ``genomes`` and the other columns into ``slots``; genomes are
         copied row by row (no temporary of the rows taken: genomes may be large)."""
-        kernels.copy_rows(genomes, rows, self._genomes, slots)
+        self._copy_rows(genomes, rows, slots)
         self._fitness[slots] = fitness
         self._ids[slots] = ids
         self._origins[slots] = origins
@@ -220,12 +256,13 @@ class Archive:
             :class:`Insertion` (which candidates entered, where, duplicates dropped).
         """
         genomes, fitness, ids, origins, births = self._check_batch(genomes, fitness, ids, origins, births)
-        hashes = row_hashes(genomes) if self.unique else None
-        candidates = np.arange(len(genomes))
+        hashes = self._row_hashes(genomes) if self.unique else None
+        n = genomes.shape[0]
+        candidates = np.arange(n)
         duplicates = 0
-        if self.unique and len(genomes):
+        if self.unique and n:
             keep = ~self.duplicate_mask(genomes, hashes)
-            duplicates = int(len(genomes) - np.count_nonzero(keep))
+            duplicates = int(n - np.count_nonzero(keep))
             candidates = candidates[keep]
         if duplicates:
             entered, slots = self._merge_slots(fitness[candidates])
@@ -247,13 +284,14 @@ class Archive:
         """Overwrite the given member slots unconditionally (slots < size, or == size.. to append)."""
         genomes, fitness, ids, origins, births = self._check_batch(genomes, fitness, ids, origins, births)
         slots = np.asarray(slots, dtype=np.int64)
-        ids, origins, births = (np.full(len(genomes), c) if np.ndim(c) == 0 else c for c in (ids, origins, births))
-        if slots.shape != (len(genomes),) or (len(slots) and (slots.min() < 0 or slots.max() >= self.limit)):
-            raise ValueError(f"expected {len(genomes)} slots in [0, {self.limit}), got {slots}")
+        n = genomes.shape[0]
+        ids, origins, births = (np.full(n, c) if np.ndim(c) == 0 else c for c in (ids, origins, births))
+        if slots.shape != (n,) or (len(slots) and (slots.min() < 0 or slots.max() >= self.limit)):
+            raise ValueError(f"expected {n} slots in [0, {self.limit}), got {slots}")
         if len(slots) and not np.all(np.isin(np.arange(self.size, slots.max() + 1), slots)):
             raise ValueError(f"expected slots that leave no gap after the {self.size} members, got {slots}")
-        self._write(slots, genomes, np.arange(len(genomes)), fitness, ids, origins, births,
-                    row_hashes(genomes) if self.unique else None)
+        self._write(slots, genomes, np.arange(n), fitness, ids, origins, births,
+                    self._row_hashes(genomes) if self.unique else None)
         if len(slots):
             self.size = max(self.size, int(slots.max()) + 1)
 
@@ -283,7 +321,7 @@ class Archive:
         if self.unique:
             columns.append(self._hashes)
         keep = len(slots)
-        kernels.retain_rows(self._genomes, slots)  # in place: no copy of the kept genomes
+        self._retain_rows(slots)
         for column in columns:
             column[:keep] = column[slots]  # fancy indexing copies first: overlap is safe
         self._fitness[keep:self.size] = np.inf
@@ -304,7 +342,7 @@ class Archive:
     def state_dict(self) -> dict:
         """Members as numpy arrays (copies) plus capacity/limit/unique/dtype."""
         return {
-            "genomes": self.genomes.copy(), "fitness": self.fitness.copy(), "ids": self.ids.copy(),
+            "genomes": self.host_genomes(), "fitness": self.fitness.copy(), "ids": self.ids.copy(),
             "births": self.births.copy(), "origins": self.origins.copy(),
             "capacity": self.capacity, "limit": self.limit, "unique": self.unique,
             "dtype": self.dtype.name,

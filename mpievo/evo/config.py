@@ -53,6 +53,10 @@ class EngineConfig(Settings):
     capacity: Any = _setting(64, integer(2), "archive capacity (members kept per island)")
     batch_size: Any = _setting(128, integer(1), "GA children per generation")
     dtype: Any = _setting("float32", choice(("float32", "float64")), "genome dtype")
+    device: Any = _setting("cpu", choice(("auto", "cpu", "cuda")),
+                           "where the island's genomes live and breed: cpu, cuda (the rank's GPU; GA "
+                           "only) or auto (cuda when the rank has a GPU, the algorithm is the GA and "
+                           "the problem evaluates on the device)")
     unique: Any = _setting(False, boolean, "refuse genomes the archive already holds")
     selection: Any = _setting("tournament", choice(SELECTIONS), "GA parent selection")
     tournament_size: Any = _setting(2, integer(1), "members per tournament")

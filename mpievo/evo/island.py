@@ -35,6 +35,7 @@ import numpy as np
 from ..kernels import operators as kernels
 from .algorithms.base import make_algorithm
 from .algorithms.cmaes_core import default_popsize
+from . import device
 from .archive import Archive, make_ids, sanitize_fitness
 from .config import EngineConfig
 from .migration import Migrants, admit, choose_emigrants
@@ -63,6 +64,18 @@ def planned_batch(config: EngineConfig, dim: int) -> int:
     if config.algorithm == "shade":
         return make_algorithm("shade", config).start_size(dim)
     return config.batch_size
+
+
+def _algorithm_name(spec) -> str | None:
+    """The built-in name of an algorithm spec (name, class or instance), if any."""
+    return spec if isinstance(spec, str) else getattr(spec, "name", None)
+
+
+def ops_box(problem: Problem, dtype) -> tuple[np.ndarray, np.ndarray]:
+    """The problem's box in the genome dtype (rounded inwards)."""
+    from .operators import box_arrays
+
+    return box_arrays(problem.lower, problem.upper, dtype)
 
 
 class Island:
@@ -98,11 +111,15 @@ class Island:
                     raise ValueError("expected n_islands with per-island list settings, got None")
                 n_islands = self.index + 1
             self.config = config.resolve(self.index, n_islands)
-        self.archive = Archive(self.config.capacity, self.problem.dim, self.config.dtype,
-                               unique=self.config.unique, island=self.index,
-                               limit=initial_population(self.config))
-        self.algorithm = make_algorithm(self.config.algorithm if algorithm is None else algorithm,
-                                        self.config)
+        spec = self.config.algorithm if algorithm is None else algorithm
+        self.on_device = device.resolve_device(self.config.device, _algorithm_name(spec), self.problem)
+        archive_class = Archive
+        if self.on_device:
+            from .device_archive import DeviceArchive as archive_class
+        self.archive = archive_class(self.config.capacity, self.problem.dim, self.config.dtype,
+                                     unique=self.config.unique, island=self.index,
+                                     limit=initial_population(self.config))
+        self.algorithm = make_algorithm(spec, self.config)
         self.generation = -1          # last completed generation; -1 before initialize()
         self.evaluations = 0
         self.nonfinite = 0            # evaluations that returned NaN or +-inf
@@ -113,6 +130,7 @@ class Island:
 
     def __repr__(self) -> str:
         return (f"Island({self.index}, {self.problem!r}, algorithm={self.algorithm.name!r}, "
+                f"device={'cuda' if self.on_device else 'cpu'!r}, "
                 f"generation={self.generation}, evaluations={self.evaluations})")
 
     @property
@@ -120,8 +138,18 @@ class Island:
         return self.generation >= 0
 
     # --- evolution ---------------------------------------------------------------
+    def evaluate(self, genomes) -> np.ndarray:
+        """Minimised fitness (host float64) of a batch of this island's genomes: on the
+        device for a device island (the problem's ``evaluate_device`` when it has one,
+        e.g. a group of ranks evaluating blocks on their GPUs, else
+        :func:`mpievo.evo.device.evaluate`)."""
+        if self.on_device:
+            spread = getattr(self.problem, "evaluate_device", None)
+            return spread(genomes) if spread is not None else device.evaluate(self.problem, genomes)
+        return self.problem.evaluate(genomes)
+
     def _evaluate(self, genomes: np.ndarray) -> np.ndarray:
-        fitness, bad = sanitize_fitness(self.problem.evaluate(genomes))
+        fitness, bad = sanitize_fitness(self.evaluate(genomes))
         self.evaluations += len(fitness)
         self.nonfinite += bad
         return fitness
@@ -145,9 +173,17 @@ class Island:
         if self.initialized:
             raise RuntimeError(f"island {self.index} is already initialised (generation {self.generation})")
         rng = stream(self.seed, self.index, 0, "init")
-        genomes = self.problem.initial_genomes(rng, self.archive.limit, self.archive.dtype)
+        if self.on_device and self.problem.initial is None:
+            from . import device_operators
+
+            lower, upper = (device_operators.place(a) for a in ops_box(self.problem, self.archive.dtype))
+            genomes = device_operators.uniform_genomes(
+                rng, lower, upper, device_operators.empty((self.archive.limit, self.problem.dim),
+                                                          self.archive.dtype))
+        else:
+            genomes = self.problem.initial_genomes(rng, self.archive.limit, self.archive.dtype)
         fitness = self._evaluate(genomes)
-        self.archive.insert(genomes, fitness, self._new_ids(len(genomes)), self.index, 0)
+        self.archive.insert(genomes, fitness, self._new_ids(len(fitness)), self.index, 0)
         self._init_algorithm()
         self.generation = 0
 
@@ -167,11 +203,13 @@ class Island:
         return genomes
 
     def _check_batch(self, genomes) -> np.ndarray:
-        genomes = np.asarray(genomes)
-        if genomes.ndim != 2 or genomes.shape[1] != self.problem.dim or genomes.shape[0] < 1:
+        if not self.on_device:
+            genomes = np.asarray(genomes)
+        shape = tuple(genomes.shape)
+        if len(shape) != 2 or shape[1] != self.problem.dim or shape[0] < 1:
             raise ValueError(f"expected algorithm {self.algorithm.name!r} to ask for genomes of shape "
-                             f"(n >= 1, {self.problem.dim}), got {genomes.shape}")
-        return genomes.astype(self.archive.dtype, copy=False)
+                             f"(n >= 1, {self.problem.dim}), got {shape}")
+        return self.archive.as_rows(genomes)
 
     def tell(self, fitness, *, evaluated: int | None = None) -> int:
         """Fitness (minimised) of the batch from :meth:`ask`; updates algorithm and archive.
@@ -188,14 +226,15 @@ class Island:
         if self._pending is None:
             raise RuntimeError(f"island {self.index}: expected ask() before tell(), got no pending batch")
         generation, genomes = self._pending
-        n = len(genomes) if evaluated is None else evaluated
-        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 1 <= n <= len(genomes):
-            raise ValueError(f"expected evaluated to be an int in [1, {len(genomes)}], got {evaluated!r}")
+        size = genomes.shape[0]
+        n = size if evaluated is None else evaluated
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 1 <= n <= size:
+            raise ValueError(f"expected evaluated to be an int in [1, {size}], got {evaluated!r}")
         fitness, bad = sanitize_fitness(check_fitness(fitness, n, self.problem.name))
         self._pending = None
         self.evaluations += n
         self.nonfinite += bad
-        told = fitness if n == len(genomes) else np.concatenate([fitness, np.full(len(genomes) - n, np.inf)])
+        told = fitness if n == size else np.concatenate([fitness, np.full(size - n, np.inf)])
         self.algorithm.tell(genomes, told)
         result = self.archive.insert(genomes[:n], fitness, self._new_ids(n), self.index, generation)
         self.children_accepted += len(result.entered)
@@ -210,8 +249,8 @@ class Island:
             limit: evaluate at most this many children (>= 1; default: the whole batch).
         """
         genomes = self.ask(generation)
-        n = len(genomes) if limit is None else min(limit, len(genomes))
-        return self.tell(self.problem.evaluate(genomes[:n]), evaluated=n)
+        n = genomes.shape[0] if limit is None else min(limit, genomes.shape[0])
+        return self.tell(self.evaluate(genomes[:n]), evaluated=n)
 
     def run(self, generations: int) -> "Island":
         """Convenience for one island: initialise if needed, then step ``generations`` times."""
@@ -225,7 +264,7 @@ class Island:
     def best(self) -> tuple[np.ndarray, float]:
         """(genome, fitness in the user's sense) of the best archive member."""
         i = self.archive.best_index()
-        return self.archive.genomes[i].copy(), float(self.problem.to_user(self.archive.fitness[i]))
+        return self.archive.row(i), float(self.problem.to_user(self.archive.fitness[i]))
 
     def diversity(self) -> float:
         """Mean distance of the members to their centroid, genes scaled by the box width,
@@ -234,8 +273,13 @@ class Island:
         if self.archive.size == 0:
             return 0.0
         width = self.problem.upper - self.problem.lower
-        out = np.empty(self.archive.size)
-        kernels.centroid_distances(self.archive.genomes, width, out)  # no archive-sized temporaries
+        if self.on_device:
+            from mpievo.kernels import cuda_rows
+
+            out = cuda_rows.centroid_distances(self.archive.genomes, width)
+        else:
+            out = np.empty(self.archive.size)
+            kernels.centroid_distances(self.archive.genomes, width, out)  # no archive-sized temporaries
         return float(np.mean(out) / np.sqrt(self.problem.dim))
 
     def counters(self) -> dict:
@@ -300,10 +344,10 @@ class Island:
 
     def _check_migrants(self, genomes, fitness, ids, origins, births) -> Migrants:
         """Immigrant columns validated, cast to this island's dtype, scalars broadcast."""
-        genomes = np.asarray(genomes)
-        if genomes.ndim != 2 or genomes.shape[1] != self.problem.dim:
-            raise ValueError(f"expected immigrant genomes of shape (k, {self.problem.dim}), got {genomes.shape}")
-        n = len(genomes)
+        shape = tuple(np.shape(genomes) if not device.is_device_array(genomes) else genomes.shape)
+        if len(shape) != 2 or shape[1] != self.problem.dim:
+            raise ValueError(f"expected immigrant genomes of shape (k, {self.problem.dim}), got {shape}")
+        n = shape[0]
         fitness, _ = sanitize_fitness(fitness)
         if fitness.shape != (n,):
             raise ValueError(f"expected immigrant fitness of shape ({n},), got {fitness.shape}")
@@ -315,7 +359,7 @@ class Island:
             elif column.shape != (n,):
                 raise ValueError(f"expected immigrant {name} of shape ({n},), got {column.shape}")
             columns.append(column)
-        return Migrants(genomes.astype(self.archive.dtype, copy=False), fitness, *columns)
+        return Migrants(self.archive.as_rows(genomes, "immigrant genomes"), fitness, *columns)
 
     # --- checkpoint --------------------------------------------------------------
     def state_dict(self) -> dict:

@@ -27,6 +27,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from . import device
 from .archive import Archive
 
 
@@ -34,7 +35,7 @@ class Migrants(NamedTuple):
     """Genomes leaving or entering an island, with their records (field order matches
     :meth:`Island.immigrate`, so ``island.immigrate(*migrants)`` works)."""
 
-    genomes: np.ndarray   # (k, dim)
+    genomes: np.ndarray   # (k, dim), host or device (a device island's)
     fitness: np.ndarray   # (k,) float64, minimised
     ids: np.ndarray       # (k,) int64
     origins: np.ndarray   # (k,) int64, island each genome was born on
@@ -43,14 +44,15 @@ class Migrants(NamedTuple):
     @classmethod
     def of_members(cls, archive: Archive, slots) -> "Migrants":
         """Copies of the archive members in ``slots`` (in that order)."""
-        # indexing with an integer array copies already: one copy of each emigrant, not two
+        # one copy of each emigrant (indexing copies), where the archive keeps its genomes
         slots = np.asarray(slots, dtype=np.intp)
-        return cls(archive.genomes[slots], archive.fitness[slots], archive.ids[slots],
+        return cls(archive.take(slots), archive.fitness[slots], archive.ids[slots],
                    archive.origins[slots], archive.births[slots])
 
     def take(self, indices) -> "Migrants":
         """The migrants at ``indices`` (in that order)."""
-        return Migrants(*(column[indices] for column in self))
+        indices = np.asarray(indices, dtype=np.intp)
+        return Migrants(device.take(self.genomes, indices), *(column[indices] for column in self[1:]))
 
 
 def policy_of(policies: dict, name, what: str):

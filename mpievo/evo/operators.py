@@ -292,23 +292,40 @@ def gaussian_mutation(x: np.ndarray, rng: np.random.Generator, lower, upper, *, 
     return draws.counts
 
 
-def _counter_vary(x, rng, lower, upper, *, rate, steps, scale, code, parents=None) -> np.ndarray:
-    """Counter-based interpolation (``parents = (genomes, idx_a, idx_b, omega)``) and
-    mutation of ``x`` in place (large genomes); returns the per-row mutation counts."""
+class VaryPlan(NamedTuple):
+    """Random-number plan of one counter-based mutation (see counter_operators.vary)."""
+
+    threshold: int     # round(rate * 2**32): a mask word below it mutates its gene
+    inv_log_q: float   # 1 / log1p(-rate), for geometric gaps
+    dense: bool        # mask words (True) or geometric gaps
+    key: tuple         # stream key (four uint64)
+    base: int          # first counter block
+
+
+def vary_plan(rng: np.random.Generator, n: int, dim: int, rate: float, code: int) -> VaryPlan:
+    """Take the counter blocks of a mutation of ``n`` rows of ``dim`` genes from ``rng``
+    (none when ``rate`` is 0); host and device kernels share the plan."""
     _check_rate(rate)
-    n, dim = x.shape
-    interpolate = parents is not None
-    if not interpolate:
-        parents = (x, np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, x.dtype))
     threshold = counter_kernels.rate_threshold(rate)
     inv_log_q = 1.0 / math.log1p(-rate) if 0.0 < rate < 1.0 else 0.0
     key, base = (0, 0, 0, 0), 0
     if threshold:
         key, base = counter_blocks(rng, counter_kernels.mutation_blocks(n, dim, code))
+    return VaryPlan(threshold, inv_log_q, rate >= DENSE_RATE, _key_words(key), base)
+
+
+def _counter_vary(x, rng, lower, upper, *, rate, steps, scale, code, parents=None) -> np.ndarray:
+    """Counter-based interpolation (``parents = (genomes, idx_a, idx_b, omega)``) and
+    mutation of ``x`` in place (large genomes); returns the per-row mutation counts."""
+    n, dim = x.shape
+    interpolate = parents is not None
+    if not interpolate:
+        parents = (x, np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, x.dtype))
+    plan = vary_plan(rng, n, dim, rate, code)
     counts = np.empty(n, np.int64)
     counter_kernels.vary(*parents, interpolate, x, _steps_array(steps, n, x.dtype), scale,
-                         lower, upper, code, np.uint64(threshold), inv_log_q, rate >= DENSE_RATE,
-                         _key_words(key), np.uint64(base), counts)
+                         lower, upper, code, np.uint64(plan.threshold), plan.inv_log_q, plan.dense,
+                         plan.key, np.uint64(plan.base), counts)
     return counts
 
 
@@ -379,3 +396,29 @@ def apply_bounds(x: np.ndarray, lower, upper, rng: np.random.Generator | None = 
             x[rows, cols] = np.minimum(values, upper[cols])
         return count
     return int(kernels.bound_rows(x, lower, upper, code))
+
+
+# --- storage of a host island (mpievo.evo.device_operators has the device's) ----------
+
+def place(arr) -> np.ndarray:
+    """The box or scale where this backend's kernels read it: the host, as it is."""
+    return arr
+
+
+def empty(shape, dtype) -> np.ndarray:
+    """An uninitialised array for children."""
+    return np.empty(shape, dtype)
+
+
+def uniform_genomes(rng: np.random.Generator, lower, upper, out: np.ndarray) -> np.ndarray:
+    """Uniform genomes in the box (``lower``/``upper`` in the genome dtype): one float64
+    row of numpy draws at a time (no population-sized temporary: the same draws as one
+    call), or for large genomes one counter-based word per gene (as on the device)."""
+    if counter_based(out.shape[1]):
+        key, base = counter_blocks(rng, counter_kernels.gene_blocks(*out.shape))
+        counter_kernels.uniform_fill(out, lower, upper, _key_words(key), np.uint64(base))
+        return out
+    for row in out:
+        row[...] = rng.uniform(lower, upper)
+    np.clip(out, lower, upper, out=out)
+    return out

@@ -32,7 +32,7 @@ from typing import Callable
 import numpy as np
 
 from ..kernels import operators as kernels
-from .operators import box_arrays
+from .operators import box_arrays, counter_based, uniform_genomes
 from .streams import stream
 
 
@@ -83,13 +83,18 @@ class Problem:
         initial: ``initial(rng, n) -> (n, dim)`` genomes of an island's generation 0
             (e.g. known good solutions), drawn from the island's keyed ``init``
             stream; None: uniform in the box. See :meth:`initial_genomes`.
+        device: ``func`` takes batches on the GPU (a CuPy array, or a Numba device
+            array without CuPy; anything with ``__cuda_array_interface__`` or DLPack)
+            and may return fitness on the device or the host: islands with
+            ``engine.device = "auto"`` then breed on the GPU (see :mod:`mpievo.evo.device`).
 
     Raises:
         ValueError, TypeError: bad dimension or bounds.
     """
 
     def __init__(self, func: Callable, dim: int, lower, upper, *, maximize: bool = False,
-                 name: str | None = None, batched: bool = True, initial: Callable | None = None):
+                 name: str | None = None, batched: bool = True, initial: Callable | None = None,
+                 device: bool = False):
         if not callable(func):
             raise TypeError(f"expected a callable fitness function, got {type(func).__name__}")
         if initial is not None and not callable(initial):
@@ -108,6 +113,7 @@ class Problem:
         self.name = name or getattr(func, "__name__", type(func).__name__)
         self.batched = bool(batched)
         self.initial = initial
+        self.device = bool(device)
 
     def __repr__(self) -> str:
         sense = "maximize" if self.maximize else "minimize"
@@ -128,7 +134,8 @@ class Problem:
     def initial_genomes(self, rng: np.random.Generator, n: int, dtype) -> np.ndarray:
         """An island's ``n`` generation-0 genomes, in ``dtype`` and inside the box.
 
-        ``initial(rng, n)`` when the problem has one, else uniform in the box; either
+        ``initial(rng, n)`` when the problem has one, else uniform in the box (from
+        :data:`~.operators.COUNTER_DIM` genes counter-based, as on a device island); either
         is cast to ``dtype`` and clipped to the box (in ``dtype``, rounded inwards).
 
         Raises:
@@ -137,6 +144,8 @@ class Problem:
         """
         lower, upper = box_arrays(self.lower, self.upper, dtype)
         if self.initial is None:
+            if counter_based(self.dim):  # large genomes: counter-based, as on the device
+                return uniform_genomes(rng, lower, upper, np.empty((n, self.dim), dtype))
             genomes = np.empty((n, self.dim), dtype)
             for row in genomes:  # one float64 row at a time: the same draws as one (n, dim) call
                 row[...] = rng.uniform(self.lower, self.upper)

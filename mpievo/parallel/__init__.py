@@ -15,6 +15,7 @@
 * :mod:`.output` -- progress line, per-island logs, summary.json, convergence plot.
 * :mod:`.gpu` -- bind each rank to a node-local GPU when there is one.
 * :mod:`.bench` -- the engine benchmark (``mpievo bench engine``).
+* :mod:`.bench_gpu`, :mod:`.bench_gpu_engine` -- the GPU benchmark (``mpievo bench gpu``).
 """
 
 from .adaptive import AdaptiveInterval, next_interval

@@ -128,15 +128,22 @@ class GroupProblem(Problem):
         self.group = group
 
     def evaluate(self, genomes: np.ndarray) -> np.ndarray:
-        genomes = np.ascontiguousarray(genomes)
-        n = len(genomes)
+        return self._spread(np.ascontiguousarray(genomes), False)
+
+    def evaluate_device(self, genomes) -> np.ndarray:
+        """A device island's batch: every rank of the group evaluates its block on its
+        own GPU (blocks travel on the device path of ``exchange``)."""
+        return self._spread(genomes, True)
+
+    def _spread(self, genomes, on_device: bool) -> np.ndarray:
+        n = genomes.shape[0]
         blocks = row_blocks(n, self.group.size)
         with self.group.purpose("evaluation"):
-            self.group.bcast_object(("evaluate", n, genomes.dtype.str), root=0)
+            self.group.bcast_object(("evaluate", n, np.dtype(genomes.dtype).str, on_device), root=0)
             self.group.exchange(sends=[(r, genomes[a:b]) for r, (a, b) in enumerate(blocks) if r and b > a])
             fitness = np.empty(n, np.float64)
             a, b = blocks[0]
-            fitness[a:b] = evaluate_block(self.local, genomes[a:b])
+            fitness[a:b] = evaluate_block(self.local, genomes[a:b], on_device)
             self.group.exchange(recvs=[(r, fitness[a:b]) for r, (a, b) in enumerate(blocks) if r and b > a])
         return fitness
 
@@ -154,17 +161,28 @@ def serve(problem: Problem, group):
             order = group.bcast_object(None, root=0)
             if order[0] == "release":
                 return order[1]
-            _, n, dtype = order
+            _, n, dtype, on_device = order
             a, b = row_blocks(n, group.size)[group.rank]
             if b == a:
                 continue
-            block = np.empty((b - a, problem.dim), np.dtype(dtype))
+            if on_device:
+                from numba import cuda
+
+                block = cuda.device_array((b - a, problem.dim), np.dtype(dtype))
+            else:
+                block = np.empty((b - a, problem.dim), np.dtype(dtype))
             group.exchange(recvs=[(0, block)])
-            group.exchange(sends=[(0, evaluate_block(problem, block))])
+            group.exchange(sends=[(0, evaluate_block(problem, block, on_device))])
 
 
-def evaluate_block(problem: Problem, genomes: np.ndarray) -> np.ndarray:
-    """``problem``'s fitness of a row block (maybe empty), checked, as contiguous float64."""
-    if not len(genomes):
+def evaluate_block(problem: Problem, genomes, on_device: bool = False) -> np.ndarray:
+    """``problem``'s fitness of a row block (maybe empty), checked, as contiguous float64;
+    on this rank's GPU for a device island's block."""
+    n = genomes.shape[0]
+    if not n:
         return np.empty(0, np.float64)
-    return np.ascontiguousarray(check_fitness(problem.evaluate(genomes), len(genomes), problem.name))
+    if on_device:
+        from ..evo import device
+
+        return np.ascontiguousarray(device.evaluate(problem, genomes))
+    return np.ascontiguousarray(check_fitness(problem.evaluate(genomes), n, problem.name))

@@ -160,7 +160,8 @@ class Migrator:
         sends += [(self._peer(pair), genomes_out[pair]) for pair in remote_out]
         remote_in = sorted((s, d) for s, d in edges if self._local(d) and not self._local(s))
         recvs = self._receive_buffers(remote_in, lambda s, d: self._layouts[s])
-        genomes_in = {pair: self._layouts[pair[0]].empty_genomes() for pair in remote_in}
+        genomes_in = {pair: self._layouts[pair[0]].empty_genomes(getattr(self.islands[pair[1]], "on_device", False))
+                      for pair in remote_in}
         self._exchange(sends, recvs + [(self._peer(pair[::-1]), genomes_in[pair]) for pair in remote_in])
         for (s, d), block in self._blocks(remote_in, recvs, lambda s, d: self._layouts[s]):
             arrived[(s, d)] = self._layouts[s].unpack(block, genomes_in[(s, d)])

@@ -15,13 +15,16 @@ records blocks of all edges travel in one byte buffer (ascending (source,
 destination) order), followed by each edge's genome array as its own message (same
 order). Genomes are not copied into or out of a buffer: the sender sends the
 emigrants' genome array itself (a zero-padded copy only when fewer than k leave),
-the receiver receives into the genome array it hands on.
+the receiver receives into the genome array it hands on. A device island's
+genomes stay device arrays here (``Communicator.exchange`` moves them on its device
+path), and a device island receives into a device array.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from ..evo import device
 from ..evo.migration import Migrants
 
 
@@ -42,8 +45,11 @@ def concat_migrants(batches: list[Migrants], dim: int, dtype) -> Migrants:
     if not batches:
         return empty_migrants(dim, dtype)
     if len(batches) == 1:
-        return batches[0]._replace(genomes=batches[0].genomes.astype(dtype, copy=False))
-    return Migrants(np.concatenate([b.genomes.astype(dtype, copy=False) for b in batches]),
+        genomes = batches[0].genomes
+        if device.is_device_array(genomes):
+            return batches[0]._replace(genomes=device.to_device(genomes, dtype))
+        return batches[0]._replace(genomes=genomes.astype(dtype, copy=False))
+    return Migrants(device.concat([b.genomes for b in batches], dim, dtype),
                     *(np.concatenate([b[f] for b in batches]) for f in range(1, 5)))
 
 
@@ -65,8 +71,13 @@ class EdgeLayout:
         self.k, self.dim, self.dtype = k, dim, np.dtype(dtype)
         self.nbytes = 8 + 4 * 8 * k   # a multiple of 8: blocks stay aligned one after another
 
-    def empty_genomes(self) -> np.ndarray:
-        """A genome array to receive an edge's genomes into."""
+    def empty_genomes(self, on_device: bool = False):
+        """A genome array to receive an edge's genomes into (a device array for a
+        device island)."""
+        if on_device:
+            from numba import cuda
+
+            return cuda.device_array((self.k, self.dim), self.dtype)
         return np.empty((self.k, self.dim), self.dtype)
 
     def pack(self, block: np.ndarray, migrants: Migrants) -> np.ndarray:
@@ -81,18 +92,34 @@ class EdgeLayout:
         n = migrant_count(migrants)
         if n > self.k:
             raise ValueError(f"expected at most {self.k} migrants per edge, got {n}")
-        if migrants.genomes.shape != (n, self.dim):
+        genomes = migrants.genomes
+        if tuple(genomes.shape) != (n, self.dim):
             raise ValueError(f"expected migrant genomes of shape ({n}, {self.dim}), "
-                             f"got {migrants.genomes.shape}")
+                             f"got {tuple(genomes.shape)}")
         count, fitness, ids, births, origins = self._views(block)
         count[0] = n
         fitness[:n], ids[:n] = migrants.fitness, migrants.ids
         births[:n], origins[:n] = migrants.births, migrants.origins
-        genomes = migrants.genomes
+        if device.is_device_array(genomes):
+            return self._device_genomes(genomes, n)
         if n == self.k and genomes.dtype == self.dtype and genomes.flags.c_contiguous:
             return genomes
         padded = np.zeros((self.k, self.dim), self.dtype)
         padded[:n] = genomes
+        return padded
+
+    def _device_genomes(self, genomes, n: int):
+        """A device island's emigrants as sent: as they are when k of the layout's
+        dtype (emigrants are fresh contiguous copies), else in a (k, dim) device array
+        whose rows past n are not sent data (the receiver reads the count)."""
+        genomes = device.to_device(genomes, self.dtype)
+        if n == self.k:
+            return genomes
+        from mpievo.kernels import cuda_rows
+
+        padded = self.empty_genomes(on_device=True)
+        if n:
+            cuda_rows.copy_rows(genomes, np.arange(n), padded, np.arange(n))
         return padded
 
     def unpack(self, block: np.ndarray, genomes: np.ndarray) -> Migrants:
@@ -108,9 +135,9 @@ class EdgeLayout:
         if not 0 <= n <= self.k:
             raise ValueError(f"expected a migrant count in [0, {self.k}], got {n} "
                              "(sender and receiver disagree on the layout)")
-        if genomes.shape != (self.k, self.dim) or genomes.dtype != self.dtype:
+        if tuple(genomes.shape) != (self.k, self.dim) or np.dtype(genomes.dtype) != self.dtype:
             raise ValueError(f"expected genomes of shape ({self.k}, {self.dim}) and dtype {self.dtype}, "
-                             f"got {genomes.shape} {genomes.dtype}")
+                             f"got {tuple(genomes.shape)} {genomes.dtype}")
         return Migrants(genomes[:n], *(a[:n].copy() for a in (fitness, ids, origins, births)))
 
     def _views(self, block: np.ndarray):

@@ -274,7 +274,7 @@ class IslandScheme:
             if best is None or (float(archive.fitness[slot]), i) < (best.internal, best.island):
                 internal = float(archive.fitness[slot])
                 best = BestMember(internal, i, float(self.problem.to_user(internal)),
-                                  archive.genomes[slot].copy())
+                                  archive.row(slot))
         return best
 
     def reached(self, target: float) -> bool:

@@ -1,7 +1,7 @@
 """Every example runs briefly and shows the feature it demonstrates.
 
-``custom_problem.py`` is run by tests/evo/test_evo_example_and_bench.py and
-``bench_gpu.py`` by tests/gpu/test_bench_and_imports.py.
+``custom_problem.py`` is run by tests/evo/test_evo_example_and_bench.py (the GPU
+benchmark is ``mpievo bench gpu``, run by tests/gpu/test_bench_and_imports.py).
 """
 
 import subprocess

@@ -1,9 +1,10 @@
-"""tests/gpu run under the Numba CUDA simulator (no GPU needed).
+"""tests/gpu run against the CUDA backend that is present: the Numba CUDA simulator
+(``NUMBA_ENABLE_CUDASIM=1``, as in CI) or a real GPU (numba-cuda, and CuPy where it
+is installed). Without either they are skipped with that reason.
 
 ``NUMBA_ENABLE_CUDASIM=1`` must be set before numba.cuda is first imported, so it
 is set by the caller (tests/run.sh's cudasim stages), never here: setting it from a
-conftest would switch the rest of a combined pytest run to the simulator. Without
-it these tests are skipped with that reason.
+conftest would switch the rest of a combined pytest run to the simulator.
 """
 
 from __future__ import annotations
@@ -15,10 +16,29 @@ import pytest
 SIMULATOR = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 
 
-def pytest_collection_modifyitems(config, items):
+def _real_gpu() -> bool:
     if SIMULATOR:
+        return False
+    try:
+        from numba import cuda
+
+        return bool(cuda.is_available())
+    except Exception:  # no numba-cuda, no driver: no GPU
+        return False
+
+
+REAL_GPU = _real_gpu()
+BACKEND = "simulator" if SIMULATOR else ("gpu" if REAL_GPU else None)
+
+
+def pytest_report_header(config):
+    return f"tests/gpu backend: {BACKEND or 'none (skipped)'}"
+
+
+def pytest_collection_modifyitems(config, items):
+    if BACKEND is not None:
         return
-    skip = pytest.mark.skip(reason="tests/gpu need the CUDA simulator: run them with "
+    skip = pytest.mark.skip(reason="tests/gpu need a GPU or the CUDA simulator: run them with "
                                    "NUMBA_ENABLE_CUDASIM=1 (tests/run.sh cudasim stages)")
     here = os.path.dirname(__file__)
     for item in items:

@@ -1,6 +1,7 @@
-"""The GPU benchmark script (functional run under the simulator) and lazy CUDA imports.
+"""``mpievo bench gpu`` (its --check run, its refusals) and lazy CUDA imports.
 
-Both start fresh interpreters, so they run once, from a single-rank pytest run.
+The command runs in fresh interpreters on the backend of this run (the CUDA simulator
+or the GPU), so these tests run once, from a single-rank pytest run.
 """
 
 from __future__ import annotations
@@ -11,10 +12,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from mpievo.parallel.bench_gpu import WrongResultError, expect_equal
+
 ROOT = Path(__file__).resolve().parents[2]
-BENCH = ROOT / "examples" / "bench_gpu.py"
+MPIEVO = [sys.executable, "-W", "ignore", "-m", "mpievo.cli.main"]
+SIMULATOR = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
+TIMING_WORDS = ("GB/s", " ms", "evals/s", "speed-up", "ratio")
 
 
 @pytest.fixture(autouse=True)
@@ -33,30 +39,81 @@ def _clean_env(**extra) -> dict:
     return env
 
 
-def _run(args, **env):
-    return subprocess.run([sys.executable, *args], cwd=ROOT, env=_clean_env(**env),
-                          capture_output=True, text=True, timeout=120)
+def _run(args, *, drop=(), timeout=240, **env):
+    # timeouts below pytest's: a hung child is killed here, not orphaned by pytest-timeout
+    environ = {k: v for k, v in _clean_env(**env).items() if k not in drop}
+    return subprocess.run(args, cwd=ROOT, env=environ, capture_output=True, text=True, timeout=timeout)
 
 
-def test_bench_refuses_to_report_simulator_timings_as_gpu_numbers():
-    done = _run([str(BENCH)], NUMBA_ENABLE_CUDASIM="1")
+def test_bench_refuses_to_time_the_simulator():
+    done = _run([*MPIEVO, "bench", "gpu"], timeout=120, NUMBA_ENABLE_CUDASIM="1")
     assert done.returncode == 2, done.stdout + done.stderr
-    assert "not GPU timings" in done.stderr and "GB/s" not in done.stdout
+    assert "gives no GPU timings" in done.stderr and "--check" in done.stderr
+    assert done.stdout == ""
 
 
-def test_bench_simulated_run_labels_every_number(tmp_path):
+def test_bench_refuses_without_a_gpu():
+    # no simulator and no visible device: the same answer on a GPU node
+    done = _run([*MPIEVO, "bench", "gpu"], drop=("NUMBA_ENABLE_CUDASIM",), timeout=120,
+                CUDA_VISIBLE_DEVICES="")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "expected a CUDA GPU, got none" in done.stderr and done.stdout == ""
+
+
+def _timing_keys(value, path="") -> list[str]:
+    """Keys anywhere in a result that hold a measured time or rate."""
+    if isinstance(value, list):
+        return [k for i, item in enumerate(value) for k in _timing_keys(item, f"{path}[{i}]")]
+    if not isinstance(value, dict):
+        return []
+    found = [f"{path}.{k}" for k in value
+             if k.endswith(("_s", "GBps", "per_s", "speedup")) or k in ("ratio", "met")]
+    return found + [k for key, item in value.items() for k in _timing_keys(item, f"{path}.{key}")]
+
+
+def test_bench_check_runs_every_section_and_times_nothing(tmp_path):
     out = tmp_path / "bench.json"
-    done = _run(["-W", "ignore", str(BENCH), "--simulate", "--force-direct", "--json", str(out)],
-                NUMBA_ENABLE_CUDASIM="1")
+    # the simulator's "device" memory is host memory, which any MPI takes: the direct path runs
+    # there; on a GPU it runs where MPI is CUDA-aware and is reported as not run elsewhere
+    extra = ["--force-direct"] if SIMULATOR else []
+    done = _run([*MPIEVO, "bench", "gpu", "--check", *extra, "--json", str(out)])
     assert done.returncode == 0, done.stdout + done.stderr
-    measured = [line for line in done.stdout.splitlines() if "GB/s" in line or "speed-up" in line]
-    assert len(measured) == 7  # three kernel dtypes; all-reduce and compression at two sizes
-    assert all("SIMULATED" in line for line in measured)
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("mpievo bench gpu: ") and lines[-1] == f"wrote {out}"
+    body = lines[1:-1]
+    assert not [line for line in body if any(word in line for word in TIMING_WORDS)], body
+    assert all(line.startswith("checked ") or line.startswith("allreduce direct: not run (")
+               for line in body), body
     results = json.loads(out.read_text())
-    assert results["simulated"] is True and results["gpu_timings"] is False
-    assert {row["dtype"] for row in results["kernel"]} == {"float32", "float16", "bfloat16"}
-    assert {"staged_s", "direct_s", "host_s"} <= set(results["allreduce"][0])
-    assert {"fp16_speedup", "bf16_speedup"} <= set(results["compression"][0])
+    assert results["check"] is True and results["gpu_timings"] is False
+    assert (results["device"] == "CUDA simulator") == SIMULATOR
+    assert not _timing_keys(results), _timing_keys(results)
+    assert [row["dtype"] for row in results["kernel"]] == ["float32", "bfloat16"]
+    assert len(results["allreduce"]) == len(results["compression"]) == 2
+    direct = "direct_skipped" not in results
+    assert all(("direct" in row["paths"]) == direct and {"staged", "host"} <= set(row["paths"])
+               for row in results["allreduce"])
+    assert [row["dim"] for row in results["island"]["rows"]] == [24]
+    assert [row["mode"] for row in results["breeding"]["rows"]] == ["dense", "sparse"]
+    dense = results["breeding"]["rows"][0]
+    assert dense["mutated"] == dense["dim"] * dense["batch"]
+    assert sum("checked" in line for line in body) == 2 + 2 + 2 + 1 + 2
+
+
+def test_bench_rejects_bad_sizes():
+    done = _run([*MPIEVO, "bench", "gpu", "--dims", "1e3,0"], timeout=60)
+    assert done.returncode == 2
+    assert "expected an integer > 0, got '0'" in done.stderr
+
+
+def test_a_wrong_result_is_named():
+    want = np.arange(6, dtype=np.float32)
+    expect_equal(want.copy(), want, "same")
+    got = want.copy()
+    got[4] = np.nextafter(got[4], np.float32(9))
+    with pytest.raises(WrongResultError, match=r"kernel sum: expected the numpy reference, got 1 "
+                                                r"differing of 6 elements"):
+        expect_equal(got, want, "kernel sum")
 
 
 def test_importing_the_device_modules_never_touches_cuda():
@@ -68,6 +125,18 @@ def test_importing_the_device_modules_never_touches_cuda():
             "bad = [m for m in sys.modules if m.startswith(('numba.cuda', 'cuda.', 'cupy'))"
             " or m in ('cuda', 'mpievo.evo', 'mpievo.parallel', 'mpievo.io', 'mpievo.cli')]\n"
             "print(bad)\n")
-    done = _run(["-c", code], NUMBA_ENABLE_CUDASIM="1")
+    done = _run([sys.executable, "-c", code], NUMBA_ENABLE_CUDASIM="1", timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def test_building_the_command_line_loads_neither_cuda_nor_mpi():
+    # `mpievo launch` builds the parser before MPI exists; the bench modules load CUDA lazily
+    code = ("import sys\n"
+            "from mpievo.cli.main import build_parser\n"
+            "build_parser().parse_args(['bench', 'gpu', '--check'])\n"
+            "import mpievo.parallel.bench_gpu, mpievo.parallel.bench_gpu_engine\n"
+            "print([m for m in sys.modules if m.startswith(('numba.cuda', 'cupy', 'mpi4py.MPI'))])\n")
+    done = _run([sys.executable, "-c", code], NUMBA_ENABLE_CUDASIM="1", timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"

@@ -1,6 +1,6 @@
-"""The counter-based generator's CUDA kernels (mpievo.kernels.random) against the host, in
-the simulator: the same integer words bit for bit, the same normals within 2 ulps (the
-same float operations; bit-identical expected, see the module docstring)."""
+"""The counter-based generator's CUDA kernels (mpievo.kernels.random) against the host:
+the same integer words bit for bit, the same normals within 2 ulps (the same float
+operations; bit-identical expected, see the module docstring)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
-"""Device reduction kernels (mpievo.kernels.cuda) against the host path, in the simulator."""
+"""Device reduction kernels (mpievo.kernels.cuda) against the host path."""
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 import pytest
@@ -150,7 +152,8 @@ def test_divide_rejects_integers_and_bad_divisors():
 def test_grid_stride_loop_covers_more_elements_than_threads(rng):
     from numba import cuda
 
-    n = kc.SIMULATOR_THREADS * kc.SIMULATOR_BLOCKS * 3 + 5
+    blocks, threads = kc.launch_dims(1 << 40)  # the largest grid this device launches
+    n = blocks * threads * 3 + 5
     a = rng.standard_normal(n).astype(np.float32)
     b = rng.standard_normal(n).astype(np.float32)
     d = cuda.to_device(a)
@@ -207,6 +210,15 @@ def test_launch_config_rejects_bad_arguments():
         kc.launch_config(10, threads=0)
 
 
-def test_simulator_is_detected():
-    assert kc.simulator_enabled()
-    assert kc.device_sm_count() is None
+def test_the_backend_is_detected():
+    from numba import cuda
+
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+        assert kc.simulator_enabled()
+        assert kc.device_sm_count() is None
+        assert kc.launch_dims(1 << 40) == (kc.SIMULATOR_BLOCKS, kc.SIMULATOR_THREADS)
+    else:
+        assert not kc.simulator_enabled()
+        sm_count = cuda.get_current_device().MULTIPROCESSOR_COUNT
+        assert kc.device_sm_count() == sm_count > 0
+        assert kc.launch_dims(1 << 40) == (sm_count * kc.BLOCKS_PER_SM, kc.THREADS_PER_BLOCK)

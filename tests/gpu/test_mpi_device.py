@@ -1,6 +1,6 @@
-"""Multi-rank collectives on (fake) device buffers and compressed formats.
+"""Multi-rank collectives on device buffers and compressed formats.
 
-Run under ``mpiexec -n P`` with the simulator; device results must equal the host
+Run under ``mpiexec -n P`` (simulator or GPU); device results must equal the host
 path's bit for bit, through both wires (CUDA-aware: DeviceWire, else StagedWire).
 Segments are made tiny so that every ring runs pipelined over many segments.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from gpu_support import FakeCudaArray, all_agree
+from gpu_support import CudaArrayExport, all_agree, device_array, let_mpi_read_device_memory, to_host
 
 from mpievo.comm import cast_wire, cuda_support, device_wire, devicebuf, topk, wire
 from mpievo.kernels import host
@@ -37,6 +37,8 @@ def comm(monkeypatch):
 def aware(request, monkeypatch):
     monkeypatch.setenv(cuda_support.ENV_CUDA_AWARE, "1" if request.param else "0")
     cuda_support.cuda_awareness.cache_clear()
+    if request.param:  # device buffers go to MPI as they are
+        let_mpi_read_device_memory(monkeypatch)
     yield request.param
     cuda_support.cuda_awareness.cache_clear()
 
@@ -69,23 +71,23 @@ def _bits_equal(got, want) -> bool:
 def test_device_allreduce_equals_the_host_path(comm, aware, name, op):
     x = _data(comm, name)
     want = comm.allreduce(x.copy(), op=op, algorithm="ring")
-    in_place = FakeCudaArray(x.copy().view(np.uint16) if name == "bfloat16" else x.copy())
+    in_place = CudaArrayExport(x.copy().view(np.uint16) if name == "bfloat16" else x.copy())
     if name == "bfloat16":  # a CAI cannot say bfloat16: the wire is told the logical dtype
         logical = _LogicalBF16(in_place)
         comm.allreduce(logical, logical, op)
-        got = in_place.host.view(host.BFLOAT16)
+        got = to_host(in_place).view(host.BFLOAT16)
     else:
         comm.allreduce(in_place, in_place, op)
-        got = in_place.host
+        got = to_host(in_place)
     all_agree(comm, _bits_equal(got, want), f"{name} {op}: {got[:6]} vs {want[:6]}")
 
 
 class _LogicalBF16:
     """A uint16 CAI buffer holding bfloat16 bits, adapted with its logical dtype."""
 
-    def __init__(self, fake):
-        self.fake = fake
-        self.__cuda_array_interface__ = fake.__cuda_array_interface__
+    def __init__(self, export):
+        self.export = export
+        self.__cuda_array_interface__ = export.__cuda_array_interface__
 
 
 @pytest.fixture(autouse=True)
@@ -103,65 +105,65 @@ def _bf16_adapter(monkeypatch):
 def test_out_of_place_and_allocated_results(comm, aware):
     x = _data(comm, "float32", 57)
     want = comm.allreduce(x.copy(), op="sum", algorithm="ring")
-    send = FakeCudaArray(x.copy())
-    recv = FakeCudaArray(np.zeros_like(x))
+    send = CudaArrayExport(x.copy())
+    recv = CudaArrayExport(np.zeros_like(x))
     comm.allreduce(send, recv, "sum")
-    fresh = comm.allreduce(FakeCudaArray(x.copy()), None, "sum")
-    ok = (_bits_equal(recv.host, want) and _bits_equal(fresh.copy_to_host(), want)
-          and _bits_equal(send.host, x))
+    fresh = comm.allreduce(CudaArrayExport(x.copy()), None, "sum")
+    ok = (_bits_equal(to_host(recv), want) and _bits_equal(to_host(fresh), want)
+          and _bits_equal(to_host(send), x))
     all_agree(comm, ok, "out of place / allocated result differs, or sendbuf changed")
 
 
 def test_numba_device_arrays_work_directly(comm, aware):
-    from numba import cuda
-
     x = _data(comm, "float64", 33)
     want = comm.allreduce(x.copy(), op="max", algorithm="ring")
-    d = cuda.to_device(x)
+    d = device_array(x)
     out = comm.allreduce(d, d, "max")
     all_agree(comm, out is d and _bits_equal(d.copy_to_host(), want), "numba array result")
 
 
 def test_nonblocking_device_allreduce(comm, aware):
     x = np.full(40, comm.rank + 1, np.int32)
-    buf = FakeCudaArray(x.copy())
+    buf = CudaArrayExport(x.copy())
     request = comm.iallreduce(buf, buf, "sum")
     result = request.wait()
     total = comm.size * (comm.size + 1) // 2
-    all_agree(comm, result is buf and (buf.host == total).all(), str(buf.host[:4]))
+    got = to_host(buf)
+    all_agree(comm, result is buf and (got == total).all(), str(got[:4]))
 
 
 def test_concurrent_nonblocking_device_collectives(comm, aware):
     """Two requests in flight share the communicator's pools but never their memory."""
-    a = FakeCudaArray(np.full(300, comm.rank + 1, np.float32))
-    b = FakeCudaArray(np.full(200, 2 * (comm.rank + 1), np.int64))
+    a = CudaArrayExport(np.full(300, comm.rank + 1, np.float32))
+    b = CudaArrayExport(np.full(200, 2 * (comm.rank + 1), np.int64))
     first = comm.iallreduce(a, a, "sum")
     second = comm.iallreduce(b, b, "sum")
     while not (first.test() and second.test()):
         pass
     total = comm.size * (comm.size + 1) // 2
-    all_agree(comm, (a.host == total).all() and (b.host == 2 * total).all(), f"{a.host[:3]} {b.host[:3]}")
+    got_a, got_b = to_host(a), to_host(b)
+    all_agree(comm, (got_a == total).all() and (got_b == 2 * total).all(), f"{got_a[:3]} {got_b[:3]}")
 
 
 def test_device_reduce_scatter_allgather_and_broadcast(comm, aware):
     p, r = comm.size, comm.rank
     counts = [3 + 2 * i for i in range(p)]  # uneven
     x = np.arange(sum(counts), dtype=np.float32) * (r + 1)
-    block = comm.reduce_scatter(FakeCudaArray(x), None, "sum", counts=counts)
+    block = comm.reduce_scatter(CudaArrayExport(x), None, "sum", counts=counts)
     start = sum(counts[:r])
     want = np.arange(start, start + counts[r], dtype=np.float32) * p * (p + 1) / 2
-    ok = np.array_equal(block.copy_to_host(), want)
+    ok = np.array_equal(to_host(block), want)
 
     mine = np.full(counts[r], r, np.int16)
-    gathered = comm.allgather(FakeCudaArray(mine), None, counts=counts)
-    ok &= np.array_equal(gathered.copy_to_host(), np.repeat(np.arange(p, dtype=np.int16), counts))
-    learned = comm.allgather(FakeCudaArray(mine))  # counts learned from the ranks
-    ok &= np.array_equal(learned.copy_to_host(), gathered.copy_to_host())
+    gathered = comm.allgather(CudaArrayExport(mine), None, counts=counts)
+    ok &= np.array_equal(to_host(gathered), np.repeat(np.arange(p, dtype=np.int16), counts))
+    learned = comm.allgather(CudaArrayExport(mine))  # counts learned from the ranks
+    ok &= np.array_equal(to_host(learned), to_host(gathered))
 
     root = p - 1
-    payload = FakeCudaArray(np.arange(23, dtype=np.float64) * (7 if r == root else 0))
+    payload = CudaArrayExport(np.arange(23, dtype=np.float64) * (7 if r == root else 0))
     comm.broadcast(payload, root)
-    ok &= np.array_equal(payload.host, np.arange(23, dtype=np.float64) * 7)
+    ok &= np.array_equal(to_host(payload), np.arange(23, dtype=np.float64) * 7)
     all_agree(comm, ok, f"rank {r}")
 
 
@@ -183,23 +185,23 @@ def test_staged_wire_stays_off_the_mpi_path_for_device_memory(monkeypatch, how):
 
     monkeypatch.setattr(device_wire.StagedWire, "encode", encode)
     comm = Communicator(cuda_aware=None if how == "environment" else False, segment_bytes=48)
-    x = FakeCudaArray(np.ones(200, np.float32))
+    x = CudaArrayExport(np.ones(200, np.float32))
     comm.allreduce(x, x, "sum")
     cuda_support.cuda_awareness.cache_clear()
-    all_agree(comm, seen and all(seen) and (x.host == comm.size).all(), f"{len(seen)} sends")
+    all_agree(comm, seen and all(seen) and (to_host(x) == comm.size).all(), f"{len(seen)} sends")
     comm.free()
 
 
 def test_device_errors_are_raised_on_every_rank(comm, aware):
-    bad = FakeCudaArray(np.zeros((4, 4), np.float32)[:, ::2])
+    bad = CudaArrayExport(np.zeros((4, 4), np.float32)[:, ::2])
     with pytest.raises(ValueError, match="sendbuf: expected a C-contiguous device array"):
         comm.allreduce(bad, bad, "sum")
     with pytest.raises(ValueError, match="algorithm for device buffers"):
-        comm.allreduce(FakeCudaArray(np.zeros(4, np.float32)), None, "sum", algorithm="native")
+        comm.allreduce(CudaArrayExport(np.zeros(4, np.float32)), None, "sum", algorithm="native")
     with pytest.raises(ValueError, match="floating-point"):
-        comm.allreduce(FakeCudaArray(np.zeros(4, np.int32)), None, "mean")
+        comm.allreduce(CudaArrayExport(np.zeros(4, np.int32)), None, "mean")
     with pytest.raises(ValueError, match="expected recvbuf with 4 elements"):
-        comm.allreduce(FakeCudaArray(np.zeros(4, np.float32)), FakeCudaArray(np.zeros(5, np.float32)))
+        comm.allreduce(CudaArrayExport(np.zeros(4, np.float32)), CudaArrayExport(np.zeros(5, np.float32)))
     comm.barrier()
 
 
@@ -238,7 +240,7 @@ def test_compression_leaves_other_dtypes_alone_and_refuses_device_buffers(comm):
     compressed = comm.allreduce(x, None, "sum", algorithm="ring", compression="fp16")
     all_agree(comm, np.array_equal(compressed, plain), "float64 data changed by compression")
     with pytest.raises(ValueError, match="expected compression=None for device buffers, got 'fp16'"):
-        comm.allreduce(FakeCudaArray(np.zeros(3, np.float32)), None, "sum", compression="fp16")
+        comm.allreduce(CudaArrayExport(np.zeros(3, np.float32)), None, "sum", compression="fp16")
     comm.barrier()
 
 

@@ -106,6 +106,7 @@ class GeneticAlgorithm:
         if not restart_margin >= 0.0:
             raise ValueError(f"expected restart_margin >= 0, got {restart_margin!r}")
         self.batch_size = int(batch_size)
+        self.ops = ops  # the host's operators; init() switches to the device's for a device archive
         self.select = {
             "uniform": ops.uniform_selection,
             "tournament": partial(ops.tournament_selection, size=tournament_size),
@@ -113,12 +114,9 @@ class GeneticAlgorithm:
         }[selection]
         self.crossover_name = crossover
         self.omega = omega
-        self.crossover = {
-            "interpolate": partial(ops.interpolate_crossover, omega=omega),
-            "uniform": partial(ops.uniform_crossover, swap_prob=swap_prob),
-            "blend": partial(ops.blend_crossover, alpha=blend_alpha),
-            "sbx": partial(ops.sbx_crossover, eta=sbx_eta),
-        }[crossover]
+        self._crossover_params = {"interpolate": {"omega": omega}, "uniform": {"swap_prob": swap_prob},
+                                  "blend": {"alpha": blend_alpha}, "sbx": {"eta": sbx_eta}}[crossover]
+        self._bind_operators(ops)
         self.mutation_rate = mutation_rate
         self.initial_sigma = float(mutation_sigma)
         self.sigma_tau = sigma_tau
@@ -131,6 +129,12 @@ class GeneticAlgorithm:
         self.sigma = self.initial_sigma
         self.archive = None
         self._reset_restarts()
+
+    def _bind_operators(self, module) -> None:
+        """Use the operators of ``module`` (:mod:`mpievo.evo.operators` or its device twin)."""
+        self.ops = module
+        crossover = getattr(module, f"{self.crossover_name}_crossover")
+        self.crossover = partial(crossover, **self._crossover_params)
 
     @classmethod
     def from_config(cls, config) -> "GeneticAlgorithm":
@@ -161,11 +165,18 @@ class GeneticAlgorithm:
                      else float(self.mutation_rate))
         mutated = max(1.0, self.rate * dim)
         self.tau = 1.0 / math.sqrt(2.0 * mutated) if self.sigma_tau is None else float(self.sigma_tau)
-        self.lower, self.upper = ops.box_arrays(problem.lower, problem.upper, archive.dtype)
-        self.scale = (self.upper - self.lower).astype(archive.dtype)
+        if archive.on_device:
+            from .. import device_operators
+
+            self._bind_operators(device_operators)
+        else:
+            self._bind_operators(ops)
+        lower, upper = ops.box_arrays(problem.lower, problem.upper, archive.dtype)
+        scale = (upper - lower).astype(archive.dtype)
+        self.lower, self.upper, self.scale = (self.ops.place(a) for a in (lower, upper, scale))
         self.sigma = self.initial_sigma
         self._reset_restarts()
-        self._children = np.empty((self.batch_size, dim), archive.dtype)
+        self._children = self.ops.empty((self.batch_size, dim), archive.dtype)
         self._steps = np.empty(0)
         self._counts = np.empty(0, np.int64)
 
@@ -211,10 +222,7 @@ class GeneticAlgorithm:
 
     def _refill(self, rng: np.random.Generator) -> np.ndarray:
         """Uniform random genomes in the box (after a restart, while the archive has room)."""
-        out = self._children
-        for row in out:  # one float64 row at a time (no population-sized temporary): same draws
-            row[...] = rng.uniform(self.lower, self.upper)
-        np.clip(out, self.lower, self.upper, out=out)
+        out = self.ops.uniform_genomes(rng, self.lower, self.upper, self._children)
         self._steps = np.empty(0)
         self._counts = np.zeros(len(out), np.int64)
         return out
@@ -247,13 +255,13 @@ class GeneticAlgorithm:
             steps = np.full(n, self.sigma)
         out = self._children
         if self.crossover_name == "interpolate":
-            _, counts = ops.breed(genomes, idx_a, idx_b, rng, self.lower, self.upper, out,
+            _, counts = self.ops.breed(genomes, idx_a, idx_b, rng, self.lower, self.upper, out,
                                   omega=self.omega, rate=self.rate, steps=steps,
                                   scale=self.scale, bounds=self.bounds)
         else:
             self.crossover(genomes, idx_a, idx_b, rng, self.lower, self.upper, out)
-            ops.apply_bounds(out, self.lower, self.upper, rng, mode=self.bounds)
-            counts = ops.gaussian_mutation(out, rng, self.lower, self.upper, rate=self.rate,
+            self.ops.apply_bounds(out, self.lower, self.upper, rng, mode=self.bounds)
+            counts = self.ops.gaussian_mutation(out, rng, self.lower, self.upper, rate=self.rate,
                                            steps=steps, scale=self.scale, bounds=self.bounds)
         self._steps, self._counts = steps, counts
         return out
@@ -293,7 +301,7 @@ class GeneticAlgorithm:
 
     def best(self) -> tuple[np.ndarray, float]:
         i = self.archive.best_index()
-        return self.archive.genomes[i].copy(), float(self.archive.fitness[i])
+        return self.archive.row(i), float(self.archive.fitness[i])
 
     def state_dict(self) -> dict:
         state = {"sigma": float(self.sigma), "restarts": int(self.restarts),

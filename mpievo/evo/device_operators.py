@@ -1,0 +1,152 @@
+"""Variation operators of a device island: the callables of :mod:`.operators` with
+genomes, children and the box as Numba device arrays.
+
+Same signatures and draw order as the host operators. Per-row numbers (parents,
+``omega``, step sizes) are drawn on the host from the same keyed stream; every
+per-gene number comes from the counter-based generator
+(:mod:`mpievo.kernels.random`) keyed by that stream, which the host also uses for
+genomes of :data:`~.operators.COUNTER_DIM` genes or more. So from the same parents
+a device island breeds the same children, bit for bit, as a host island at that
+size (the device kernels round every product on its own, as the host does). What
+differs is the fitness: the device sums a row in another order than the host, so
+fitness values -- and then, rarely, a selection between near-equal members -- may
+differ in the last bits; and the uniform genomes of a start or a restart come from
+:func:`uniform_genomes` (counter-based) instead of numpy's generator.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import operators as host
+from .operators import (SELECTIONS, counter_blocks, draw_omega, rank_selection,  # noqa: F401
+                        self_adapt_steps, tournament_selection, uniform_selection)
+
+CROSSOVERS = host.CROSSOVERS
+
+
+def _kernels():
+    from mpievo.kernels import cuda_counter_operators
+
+    return cuda_counter_operators
+
+
+def place(arr):
+    """A (dim,) host array of the box or scale, on the device."""
+    from numba import cuda
+
+    return cuda.to_device(np.ascontiguousarray(arr))
+
+
+def empty(shape, dtype):
+    """An uninitialised device array for children."""
+    from numba import cuda
+
+    return cuda.device_array(shape, dtype)
+
+
+def _output(out, n, genomes):
+    if out is None:
+        return empty((n, genomes.shape[1]), genomes.dtype)
+    if tuple(out.shape) != (n, genomes.shape[1]) or np.dtype(out.dtype) != np.dtype(genomes.dtype):
+        raise ValueError(f"expected out of shape {(n, genomes.shape[1])} and dtype {genomes.dtype}, "
+                         f"got {tuple(out.shape)} {out.dtype}")
+    return out
+
+
+def _vary(x, rng, lower, upper, *, rate, steps, scale, code, parents=None) -> np.ndarray:
+    n, dim = x.shape
+    interpolate = parents is not None
+    if not interpolate:
+        parents = (x, np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, x.dtype))
+    plan = host.vary_plan(rng, n, dim, rate, code)
+    return _kernels().vary(*parents, interpolate, x, host._steps_array(steps, n, x.dtype), scale,
+                           lower, upper, code, plan.threshold, plan.inv_log_q, plan.dense,
+                           plan.key, plan.base)
+
+
+def _cross(genomes, idx_a, idx_b, rng, out, kind, *, swap_threshold=0, alpha=0.0, eta=0.0):
+    from mpievo.kernels import counter_operators
+
+    key, base = counter_blocks(rng, counter_operators.gene_blocks(*out.shape))
+    dtype = np.dtype(genomes.dtype).type
+    _kernels().cross(genomes, idx_a, idx_b, kind, swap_threshold, dtype(alpha), dtype(1 + 2 * alpha),
+                     float(eta), host._key_words(key), base, out)
+    return out
+
+
+def interpolate_crossover(genomes, idx_a, idx_b, rng, lower, upper, out=None, *, omega=None):
+    """As :func:`.operators.interpolate_crossover`, on the device."""
+    out = _output(out, len(idx_a), genomes)
+    w = draw_omega(rng, len(idx_a), omega, genomes.dtype)
+    _vary(out, rng, lower, upper, rate=0.0, steps=0.0, scale=lower, code=host.kernels.BOUND_CLIP,
+          parents=(genomes, np.asarray(idx_a, np.int64), np.asarray(idx_b, np.int64), w))
+    return out
+
+
+def uniform_crossover(genomes, idx_a, idx_b, rng, lower, upper, out=None, *, swap_prob=0.5):
+    """As :func:`.operators.uniform_crossover` (counter-based draws), on the device."""
+    from mpievo.kernels import counter_operators
+
+    out = _output(out, len(idx_a), genomes)
+    return _cross(genomes, idx_a, idx_b, rng, out, counter_operators.CROSS_UNIFORM,
+                  swap_threshold=counter_operators.rate_threshold(swap_prob))
+
+
+def blend_crossover(genomes, idx_a, idx_b, rng, lower, upper, out=None, *, alpha=0.5):
+    """As :func:`.operators.blend_crossover` (counter-based draws), on the device."""
+    from mpievo.kernels import counter_operators
+
+    out = _output(out, len(idx_a), genomes)
+    return _cross(genomes, idx_a, idx_b, rng, out, counter_operators.CROSS_BLEND, alpha=alpha)
+
+
+def sbx_crossover(genomes, idx_a, idx_b, rng, lower, upper, out=None, *, eta=15.0):
+    """As :func:`.operators.sbx_crossover` (counter-based draws), on the device."""
+    from mpievo.kernels import counter_operators
+
+    out = _output(out, len(idx_a), genomes)
+    return _cross(genomes, idx_a, idx_b, rng, out, counter_operators.CROSS_SBX, eta=eta)
+
+
+def gaussian_mutation(x, rng, lower, upper, *, rate, steps, scale, bounds="clip") -> np.ndarray:
+    """As :func:`.operators.gaussian_mutation` (counter-based draws), on the device;
+    returns the host (n,) counts."""
+    return _vary(x, rng, lower, upper, rate=rate, steps=steps, scale=scale,
+                 code=host._bound_code(bounds))
+
+
+def breed(genomes, idx_a, idx_b, rng, lower, upper, out=None, *, omega=None, rate, steps, scale,
+          bounds="clip"):
+    """As :func:`.operators.breed`, on the device: (children, host per-row counts)."""
+    code = host._bound_code(bounds)
+    n = len(idx_a)
+    out = _output(out, n, genomes)
+    w = draw_omega(rng, n, omega, genomes.dtype)
+    counts = _vary(out, rng, lower, upper, rate=rate, steps=steps, scale=scale, code=code,
+                   parents=(genomes, np.asarray(idx_a, np.int64), np.asarray(idx_b, np.int64), w))
+    return out, counts
+
+
+def apply_bounds(x, lower, upper, rng=None, *, mode="clip") -> int:
+    """As :func:`.operators.apply_bounds` (resample: counter-based draws), on the device."""
+    code = host._bound_code(mode)
+    if code == host.kernels.BOUND_RESAMPLE:
+        from mpievo.kernels import counter_operators
+
+        if rng is None:
+            raise ValueError("expected a Generator for bounds mode 'resample', got None")
+        key, base = counter_blocks(rng, counter_operators.gene_blocks(*x.shape))
+        return int(_kernels().resample_outside(x, lower, upper, host._key_words(key), base))
+    from mpievo.kernels import cuda_operators
+
+    return cuda_operators.bound_rows(x, lower, upper, mode)
+
+
+def uniform_genomes(rng, lower, upper, out):
+    """Uniform genomes in the box (``lower``/``upper`` in the genome dtype), counter-based."""
+    from mpievo.kernels import counter_operators
+
+    key, base = counter_blocks(rng, counter_operators.gene_blocks(*out.shape))
+    _kernels().uniform_fill(out, lower, upper, host._key_words(key), base)
+    return out
