@@ -22,6 +22,8 @@ Nothing here imports CUDA until a device array is actually met.
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from .problems import Problem, ShiftedRotated, check_fitness
@@ -184,6 +186,22 @@ def fitness_to_host(values) -> np.ndarray:
     return np.asarray(values)
 
 
+#: built-in problem -> its shift and rotation on the device, copied once (a shift is as
+#: large as a genome: uploading it every generation would cost a genome's transfer)
+_PLACED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _placed(func: ShiftedRotated) -> tuple:
+    placed = _PLACED.get(func)
+    if placed is None:
+        from numba import cuda
+
+        placed = tuple(None if a is None else cuda.to_device(np.ascontiguousarray(a, np.float64))
+                       for a in (func.shift, func.rotation))
+        _PLACED[func] = placed
+    return placed
+
+
 def evaluate(problem: Problem, genomes) -> np.ndarray:
     """Minimised fitness (float64, host) of device ``genomes``."""
     n = genomes.shape[0]
@@ -191,7 +209,8 @@ def evaluate(problem: Problem, genomes) -> np.ndarray:
         from mpievo.kernels import cuda_problems
 
         func = problem.func
-        values = cuda_problems.evaluate(func.name, genomes, shift=func.shift, rotation=func.rotation,
+        shift, rotation = _placed(func)
+        values = cuda_problems.evaluate(func.name, genomes, shift=shift, rotation=rotation,
                                         optimum=func.benchmark.optimum)
     else:
         values = fitness_to_host(problem.func(user_batch(genomes)))

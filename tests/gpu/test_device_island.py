@@ -111,6 +111,9 @@ def test_a_checkpoint_restores_a_device_island_exactly_and_on_the_host():
     for key in ("genomes", "fitness", "ids"):
         assert np.array_equal(restored.state_dict()[f"archive/{key}"],
                               reference.state_dict()[f"archive/{key}"])
+    # the shifted problem on the device (its shift uploaded once) gives the host's values
+    members = device.to_host(restored.archive.genomes)
+    np.testing.assert_allclose(restored.archive.fitness, problem.evaluate(members), rtol=1e-9)
     on_host = _island(problem, where="cpu")
     on_host.load_state_dict(state)  # the checkpoint format does not depend on the device
     assert np.array_equal(on_host.archive.genomes, state["archive/genomes"])
