@@ -5,6 +5,7 @@
     mpievo bench calibrate [--update mpievo/comm/tuning.json]      selection thresholds
     mpievo bench engine [--json PATH]                              engine vs pygmo, weak scaling
     mpievo bench gpu [--check] [--json PATH]                       device kernels, all-reduce, islands
+    mpievo bench schemes [--p 1,2,4] [--costs 0,5ms] [--out DIR]   the schemes side by side (no mpiexec)
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import math
 import re
 import sys
 
-HELP = "benchmarks: collectives (vs native MPI), calibrate (selection table), engine, gpu"
+HELP = "benchmarks: collectives (vs native MPI), calibrate (selection table), engine, gpu, schemes"
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
@@ -65,6 +66,41 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     eng = sub.add_parser("engine", help="one island vs pygmo (like for like), weak scaling, migration cost")
     eng.add_argument("--json", dest="json_path", default=None, help="write results as JSON here")
     _add_gpu_arguments(sub)
+    _add_schemes_arguments(sub)
+
+
+def _add_schemes_arguments(sub) -> None:
+    # defaults None: SchemesOptions holds them (importing it here would load numpy)
+    sch = sub.add_parser("schemes", help="island, hybrid, centralized, replicated side by side at P = 1, "
+                                         "2, 4 (start it without mpiexec: it launches each P itself)")
+    sch.add_argument("--p", dest="ps", type=_numbers(int), help="rank counts, 1 included (default 1,2,4)")
+    sch.add_argument("--costs", dest="costs_ms", type=_costs,
+                     help="fitness costs per child, e.g. 0,5ms,50ms (default; a bare number is ms)")
+    sch.add_argument("--modes", type=lambda text: tuple(_split(text)),
+                     help="how a cost is spent: sleep, burn (CPU), vary (sleep x1..x4 per child, mean "
+                          "the cost); default sleep,burn,vary")
+    sch.add_argument("--dims", type=_numbers(int),
+                     help="genome sizes; costs and modes run at the first, the others at the first cost "
+                          "(default 1e2,1e5,1e7)")
+    sch.add_argument("--budget", type=_numbers(int, one=True),
+                     help="evaluations per run below 1e6 genes, the same for every scheme (default "
+                          "192; from 1e6 genes 32, with archives and batches of 2 instead of 8)")
+    sch.add_argument("--out", default=None, help="write schemes.csv, schemes.json, table.md, schemes.png here")
+
+
+def _costs(text: str) -> tuple:
+    """'0,5ms,0.05s' -> milliseconds."""
+    values = []
+    for part in (p.strip().lower() for p in text.split(",")):
+        scale, number = (1e3, part[:-1]) if part.endswith("s") and not part.endswith("ms") else (1.0, part)
+        try:
+            value = float(number.removesuffix("ms")) * scale
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and value >= 0):
+            raise argparse.ArgumentTypeError(f"expected a cost such as 0, 5ms or 0.05s, got {part!r}")
+        values.append(value)
+    return tuple(values)
 
 
 def _add_gpu_arguments(sub) -> None:
@@ -117,6 +153,8 @@ def _numbers(kind, *, one: bool = False):
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.bench == "schemes":
+        return _bench_schemes(args)
     if args.bench == "gpu":
         from mpievo.parallel.bench_gpu import EXIT_REFUSED, refusal
 
@@ -167,6 +205,34 @@ def _bench_gpu(args) -> dict:
         return bench_gpu(comm, options.checking() if args.check else options)
     finally:
         comm.free()
+
+
+_SCHEMES_OPTIONS = ("ps", "costs_ms", "modes", "dims", "budget")
+_LAUNCHED = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK")
+
+
+def _bench_schemes(args) -> int:
+    import os
+
+    from mpievo.parallel.bench_schemes import SchemesCheckError, SchemesOptions, bench_schemes
+
+    launched = [name for name in _LAUNCHED if name in os.environ]
+    if launched:
+        print(f"mpievo bench schemes: expected to start without mpiexec (it launches every P itself), "
+              f"got {launched[0]} set", file=sys.stderr)
+        return 2
+    given = {name: getattr(args, name) for name in _SCHEMES_OPTIONS if getattr(args, name) is not None}
+    try:
+        options = SchemesOptions(**given)
+    except ValueError as err:
+        print(f"mpievo bench schemes: {err}", file=sys.stderr)
+        return 2
+    try:
+        bench_schemes(options, args.out)
+    except SchemesCheckError as err:
+        print(err, file=sys.stderr)
+        return 1
+    return 0
 
 
 def _parse_cases(text: str) -> list:

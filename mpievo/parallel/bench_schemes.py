@@ -1,0 +1,381 @@
+"""``mpievo bench schemes``: the parallel schemes (``run.scheme``) measured side by side.
+
+Started without mpiexec: for each rank count P the driver launches one job
+(``mpievo launch -n P -- python -m mpievo.parallel.bench_schemes SPEC OUT``) that
+runs every (workload, scheme) pair in turn; more ranks than cores oversubscribe them
+(the result says so). Every run is the same job: ``islands`` islands (default the
+largest P, so the island scheme has one per rank there), the same engine, seed and
+``run.budget``, on a shifted rastrigin (also rotated up to :data:`ROTATE_MAX_DIM`
+genes) with a per-child cost added by :class:`WorkloadFitness`; from ``large_dim`` genes
+with smaller archives, batches and budget (see :class:`SchemesOptions`). At P = 1 every scheme
+is the island model (one rank makes every layout trivial), so it is measured once and
+reported for each scheme.
+
+Per run: generations, evaluations, wall time (slowest rank), evaluations/s, bytes sent
+per generation summed over ranks and over every communicator the scheme uses (the
+world's, and a hybrid scheme's group and leader communicators), by purpose,
+utilisation per rank (time inside the fitness / wall), best fitness, and the speed-up
+over the same scheme at P = 1. Checks (:func:`check_rows`): evaluations equal the
+budget, the best is finite, and every scheme at every P finds the same best for a
+workload (the fitness treats rows on their own), else :class:`SchemesCheckError`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+SCHEMES = ("island", "hybrid", "centralized", "replicated")
+NOT_BUILT = ("master_worker",)
+MODES = ("sleep", "burn", "vary")
+#: rotations above this many genes cost minutes of QR and 8*dim^2 bytes per rank
+ROTATE_MAX_DIM = 1000
+#: a vary child costs cost * factor, factor uniform in [1, 4] / 2.5 (mean 1, ratio 4)
+VARY_RANGE = (1.0, 4.0)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A fitness cost per child (``mode``: none, sleep, burn or vary) at a genome size."""
+
+    cost_ms: float
+    mode: str
+    dim: int
+
+    @property
+    def label(self) -> str:
+        cost = "cost 0" if self.mode == "none" else f"{self.cost_ms:g} ms {self.mode}"
+        power = round(math.log10(self.dim))
+        return f"{cost}, {f'1e{power}' if 10**power == self.dim and power > 3 else f'{self.dim:,}'} genes"
+
+
+@dataclass(frozen=True)
+class SchemesOptions:
+    """What to sweep; see :func:`workloads` for how costs, modes and dims combine."""
+
+    ps: tuple[int, ...] = (1, 2, 4)
+    costs_ms: tuple[float, ...] = (0.0, 5.0, 50.0)
+    modes: tuple[str, ...] = MODES
+    dims: tuple[int, ...] = (100, 100_000, 10_000_000)
+    budget: int = 192
+    islands: int = 0            # 0: the largest P
+    capacity: int = 8           # archive capacity = GA batch
+    interval: int = 2
+    seed: int = 1
+    #: from this many genes: smaller archives and budget, so that the replicated scheme
+    #: (every island on every rank) fits in memory and a run takes seconds
+    large_dim: int = 1_000_000
+    large_capacity: int = 2
+    large_budget: int = 32
+
+    def __post_init__(self):
+        if not self.ps or min(self.ps) < 1 or 1 not in self.ps:
+            raise ValueError(f"expected rank counts >= 1 including 1 (the speed-up base), got {self.ps}")
+        bad = [m for m in self.modes if m not in MODES]
+        if bad or not self.modes:
+            raise ValueError(f"expected modes among {MODES}, got {self.modes}")
+        if not self.costs_ms or min(self.costs_ms) < 0 or not self.dims or min(self.dims) < 1:
+            raise ValueError(f"expected costs >= 0 and dims >= 1, got {self.costs_ms} and {self.dims}")
+        for budget, capacity in ((self.budget, self.capacity), (self.large_budget, self.large_capacity)):
+            if budget < self.n_islands * capacity:
+                raise ValueError(f"expected a budget of at least {self.n_islands * capacity} evaluations "
+                                 f"(every island's first population), got {budget}")
+        if self.islands and self.islands < max(self.ps):
+            raise ValueError(f"expected at least {max(self.ps)} islands (one per rank), got {self.islands}")
+
+    @property
+    def n_islands(self) -> int:
+        return self.islands or max(self.ps)
+
+    def capacity_for(self, dim: int) -> int:
+        return self.large_capacity if dim >= self.large_dim else self.capacity
+
+    def budget_for(self, dim: int) -> int:
+        return self.large_budget if dim >= self.large_dim else self.budget
+
+
+def workloads(options: SchemesOptions) -> list[Workload]:
+    """The cost axis at the first dim (cost 0 once, every mode for each other cost),
+    then the genome axis: every further dim at the first cost (and first mode)."""
+    def modes(cost):
+        return options.modes if cost > 0 else ("none",)
+
+    first = options.costs_ms[0]
+    loads = [Workload(c, m, options.dims[0]) for c in options.costs_ms for m in modes(c)]
+    return loads + [Workload(first, modes(first)[0], d) for d in options.dims[1:]]
+
+
+# ---------------------------------------------------------------- the fitness
+def vary_factor(row: np.ndarray) -> float:
+    """A child's cost factor in [0.4, 1.6] (mean 1), drawn from its genome's bytes, so
+    every scheme and rank count sees the same costs."""
+    u = zlib.crc32(np.ascontiguousarray(row).view(np.uint8)) / 2.0**32
+    low, high = VARY_RANGE
+    return (low + (high - low) * u) / ((low + high) / 2)
+
+
+def burn(seconds: float) -> None:
+    """Keep this thread's CPU busy for ``seconds`` of its own CPU time."""
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+class WorkloadFitness:
+    """A batched fitness: ``base`` evaluated row by row plus the workload's cost per
+    child; ``seconds`` adds up the wall time spent inside."""
+
+    def __init__(self, base, workload: Workload):
+        self.base = base
+        self.workload = workload
+        self.seconds = 0.0
+
+    def __call__(self, genomes: np.ndarray) -> np.ndarray:
+        start = time.perf_counter()
+        values = np.empty(len(genomes), np.float64)
+        for i, row in enumerate(genomes):
+            # one row at a time: a rotation's matrix product rounds by the batch's row
+            # count, and the schemes cut batches into different row blocks
+            values[i] = self.base(row[None, :])[0]
+            self._spend(row)
+        self.seconds += time.perf_counter() - start
+        return values
+
+    def _spend(self, row: np.ndarray) -> None:
+        mode, cost = self.workload.mode, self.workload.cost_ms / 1e3
+        if mode == "none" or cost <= 0:
+            return
+        if mode == "burn":
+            burn(cost)
+        else:
+            time.sleep(cost * (vary_factor(row) if mode == "vary" else 1.0))
+
+
+def workload_problem(workload: Workload, seed: int):
+    """The shifted (rotated up to :data:`ROTATE_MAX_DIM` genes) rastrigin with the
+    workload's cost, as ``(Problem, WorkloadFitness)``."""
+    from ..evo.problems import Problem, builtin_problem
+
+    base = builtin_problem("rastrigin", workload.dim, shift=True, rotate=workload.dim <= ROTATE_MAX_DIM,
+                           seed=seed)
+    fitness = WorkloadFitness(base.func, workload)
+    return Problem(fitness, workload.dim, base.lower, base.upper, name=base.name), fitness
+
+
+# ---------------------------------------------------------------- one run (under MPI)
+def ranks_per_island(scheme: str, ranks: int) -> int:
+    """Hybrid: groups of 2 ranks (of all of them on an odd count); else 1."""
+    if scheme != "hybrid" or ranks == 1:
+        return 1
+    return 2 if ranks % 2 == 0 else ranks
+
+
+def job_table(options: SchemesOptions, scheme: str, ranks: int, dim: int, budget: int | None = None) -> dict:
+    """The job config of one run (everything but the problem)."""
+    capacity = options.capacity_for(dim)
+    return {"run": {"seed": options.seed, "budget": budget or options.budget_for(dim),
+                    "islands": options.n_islands, "scheme": scheme,
+                    "ranks_per_island": ranks_per_island(scheme, ranks)},
+            "engine": {"capacity": capacity, "batch_size": capacity},
+            "migration": {"interval": options.interval}}
+
+
+def scheme_traffic(comm, scheme) -> dict[str, int]:
+    """Bytes this rank sent by purpose over ``comm`` and the scheme's own communicators."""
+    total: dict[str, int] = {}
+    for sub in (comm, getattr(scheme, "group", None), getattr(scheme, "leaders", None)):
+        for purpose, nbytes in (sub.traffic if sub is not None else {}).items():
+            total[purpose] = total.get(purpose, 0) + int(nbytes)
+    return total
+
+
+def measure(workload: Workload, scheme_name: str, options: SchemesOptions, budget: int | None = None) -> dict:
+    """One timed run of ``scheme_name`` on every rank (collective); the row on every rank."""
+    from ..comm import Communicator
+    from ..config import validate
+    from .hybrid import HybridScheme
+    from .job import build_scheme
+    from .runner import RunLoop, RunSettings
+
+    comm = Communicator()      # a fresh duplicate: its traffic counts this run only
+    problem, fitness = workload_problem(workload, options.seed)
+    job = validate(job_table(options, scheme_name, comm.size, workload.dim, budget), comm.size,
+                   problem=problem)
+    scheme = build_scheme(comm, job, problem)
+    try:
+        comm.barrier()
+        result = RunLoop(comm, scheme, RunSettings(job.run.generations, job.run.log_every)).run()
+        traffic = scheme_traffic(comm, scheme)
+        with comm.purpose("control"):
+            gathered = comm.allgather_object((result.wall_s, fitness.seconds, traffic))
+    finally:
+        if isinstance(scheme, HybridScheme):
+            scheme.close()
+        comm.free()
+    return run_row(workload, scheme_name, job, result, gathered)
+
+
+def run_row(workload: Workload, scheme_name: str, job, result, gathered) -> dict:
+    """The measured row of one run from every rank's (wall, fitness seconds, traffic)."""
+    wall = max(w for w, _, _ in gathered)
+    by_purpose: dict[str, int] = {}
+    for _, _, traffic in gathered:
+        for purpose, nbytes in traffic.items():
+            by_purpose[purpose] = by_purpose.get(purpose, 0) + nbytes
+    generations = max(result.generations, 1)
+    utilisation = [f / wall for _, f, _ in gathered]
+    return {
+        "workload": workload.label, "cost_ms": workload.cost_ms, "mode": workload.mode, "dim": workload.dim,
+        "scheme": scheme_name, "ranks": len(gathered), "ranks_per_island": job.run.ranks_per_island,
+        "islands": job.n_islands, "capacity": job.engines[0].capacity, "budget": job.run.budget,
+        "generations": result.generations,
+        "evaluations": result.evaluations, "wall_s": wall, "evals_per_s": result.evaluations / wall,
+        "bytes_per_generation": sum(by_purpose.values()) / generations,
+        "bytes_per_generation_by_purpose": {p: n / generations for p, n in sorted(by_purpose.items())},
+        "utilisation": utilisation, "utilisation_mean": sum(utilisation) / len(utilisation),
+        "utilisation_min": min(utilisation), "utilisation_max": max(utilisation),
+        "best_fitness": float(result.best_fitness), "stop_reason": result.stop_reason,
+        "loadavg_1min": os.getloadavg()[0],     # other work on the machine shows here
+    }
+
+
+def warm_up(options: SchemesOptions, schemes: tuple[str, ...]) -> None:
+    """Untimed runs that compile the kernels and set up MPI paths before the timed ones."""
+    from ..evo.operators import COUNTER_DIM
+
+    def run(scheme, dim):
+        budget = 2 * options.n_islands * options.capacity_for(dim)
+        measure(Workload(0.0, "none", dim), scheme, options, budget)
+
+    for scheme in schemes:
+        run(scheme, min(options.dims))
+    if max(options.dims) >= COUNTER_DIM:      # the counter-based breeding kernels
+        run("island", COUNTER_DIM)
+
+
+def worker(spec_path: str, out_path: str) -> None:
+    """The launched job: every (workload, scheme) at this rank count; rank 0 writes the rows."""
+    from mpi4py import MPI
+
+    from ..comm import abort_on_error
+    from .threads import limit_blas_threads
+
+    spec = json.loads(Path(spec_path).read_text())
+    options = SchemesOptions(**{k: tuple(v) if isinstance(v, list) else v for k, v in spec.items()})
+    size = MPI.COMM_WORLD.Get_size()
+    schemes = SCHEMES if size > 1 else ("island",)
+    with abort_on_error(), contextlib.ExitStack() as stack:
+        limit_blas_threads(1, stack)
+        warm_up(options, schemes)
+        rows = []
+        for load in workloads(options):
+            for scheme in schemes:
+                rows.append(measure(load, scheme, options))
+                if MPI.COMM_WORLD.Get_rank() == 0:   # progress: a full sweep takes minutes
+                    row = rows[-1]
+                    print(f"  P={size} {scheme:<11} {load.label}: {row['evals_per_s']:.4g} evaluations/s, "
+                          f"{row['wall_s']:.2f} s", flush=True)
+    if MPI.COMM_WORLD.Get_rank() == 0:
+        library = MPI.Get_library_version().strip().splitlines()[0].split(",")[0]
+        Path(out_path).write_text(json.dumps({"rows": rows, "mpi_library": library}))
+
+
+# ---------------------------------------------------------------- the driver
+class SchemesCheckError(RuntimeError):
+    """A run reported a wrong evaluation count, a non-finite best, or schemes disagree."""
+
+
+def launch_ranks(ranks: int, options: SchemesOptions, workdir: Path) -> dict:
+    """Run :func:`worker` on ``ranks`` ranks; its rows and MPI library."""
+    from ..launch import launch_command, launch_env
+
+    spec, out = workdir / f"spec-{ranks}.json", workdir / f"rows-{ranks}.json"
+    spec.write_text(json.dumps(dataclasses.asdict(options)))
+    cmd = launch_command(ranks, ["python", "-m", "mpievo.parallel.bench_schemes", str(spec), str(out)])
+    done = subprocess.run(cmd, env=launch_env())      # its progress and errors go to our terminal
+    if done.returncode != 0 or not out.exists():
+        raise RuntimeError(f"expected the {ranks}-rank job to exit 0 and write its rows, got exit code "
+                           f"{done.returncode}")
+    return json.loads(out.read_text())
+
+
+def complete_rows(rows: list[dict]) -> list[dict]:
+    """Every scheme's P = 1 row (the one island run, see the module docstring) and each
+    row's ``speedup`` over its scheme at P = 1, in (workload, scheme, P) order."""
+    singles = [r for r in rows if r["ranks"] == 1]
+    rows = [r for r in rows if r["ranks"] > 1]
+    for single in singles:
+        rows += [{**single, "scheme": s, "note": "P=1: the island run"} for s in SCHEMES]
+    base = {(r["workload"], r["scheme"]): r["evals_per_s"] for r in rows if r["ranks"] == 1}
+    order = {s: i for i, s in enumerate(SCHEMES)}
+    for row in rows:
+        row.setdefault("note", "")
+        row["speedup"] = row["evals_per_s"] / base[row["workload"], row["scheme"]]
+    return sorted(rows, key=lambda r: (r["dim"], r["cost_ms"], r["mode"], order[r["scheme"]], r["ranks"]))
+
+
+def check_rows(rows: list[dict], options: SchemesOptions) -> None:
+    """Raise :class:`SchemesCheckError` naming every run that is wrong (see the module docstring)."""
+    problems = [f"{r['workload']}, {r['scheme']}, P={r['ranks']}: expected {options.budget_for(r['dim'])} "
+                f"evaluations and a finite best, got {r['evaluations']} and {r['best_fitness']}"
+                for r in rows
+                if r["evaluations"] != options.budget_for(r["dim"]) or not math.isfinite(r["best_fitness"])]
+    for label in dict.fromkeys(r["workload"] for r in rows):
+        bests = {(r["scheme"], r["ranks"]): r["best_fitness"] for r in rows if r["workload"] == label}
+        if len(set(bests.values())) > 1:
+            problems.append(f"{label}: expected the same best fitness from every scheme and P, got "
+                            + ", ".join(f"{s} P={p}: {b!r}" for (s, p), b in bests.items()))
+    if problems:
+        raise SchemesCheckError("mpievo bench schemes: wrong results:\n  " + "\n  ".join(problems))
+
+
+def bench_schemes(options: SchemesOptions, out_dir: str | os.PathLike | None = None) -> dict:
+    """Run the sweep (driver side, no MPI here), check it, write CSV/JSON/PNG to ``out_dir``.
+
+    Returns:
+        dict with ``rows`` (see :func:`run_row`; plus ``speedup`` and ``note``),
+        ``conditions`` and ``not_built``.
+    """
+    from .bench_schemes_report import format_table, write_outputs
+
+    start = time.perf_counter()
+    rows, libraries = [], set()
+    with tempfile.TemporaryDirectory(prefix="mpievo-schemes-") as tmp:
+        for ranks in options.ps:
+            part = launch_ranks(ranks, options, Path(tmp))
+            rows += part["rows"]
+            libraries.add(part["mpi_library"])
+    rows = complete_rows(rows)
+    check_rows(rows, options)
+    cores = len(os.sched_getaffinity(0))
+    result = {
+        "conditions": {
+            "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "cores": cores,
+            "loadavg": list(os.getloadavg()), "mpi_library": sorted(libraries),
+            "oversubscribed_p": [p for p in options.ps if p > cores], "sweep_s": time.perf_counter() - start,
+            "problem": f"shifted rastrigin, rotated up to {ROTATE_MAX_DIM} genes, float32 genomes",
+            "options": dataclasses.asdict(options),
+        },
+        "not_built": list(NOT_BUILT), "rows": rows,
+    }
+    print(format_table(result), flush=True)
+    if out_dir is not None:
+        for line in write_outputs(result, Path(out_dir)):
+            print(line, flush=True)
+    return result
+
+
+if __name__ == "__main__":
+    worker(*sys.argv[1:3])

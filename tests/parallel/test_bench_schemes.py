@@ -1,0 +1,124 @@
+"""``mpievo bench schemes``: the workloads, the checks, and a tiny sweep launched at P = 1, 2."""
+
+import csv
+import json
+import time
+
+import numpy as np
+import pytest
+
+from mpievo.cli.main import main as cli_main
+from mpievo.evo.problems import builtin_problem
+from mpievo.parallel.bench_schemes import (SCHEMES, SchemesCheckError, SchemesOptions, Workload,
+                                           WorkloadFitness, bench_schemes, check_rows, vary_factor,
+                                           workloads)
+from mpievo.parallel.bench_schemes_report import CSV_COLUMNS
+
+BUDGET = 64
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    out = tmp_path_factory.mktemp("schemes")
+    options = SchemesOptions(ps=(1, 2), costs_ms=(0.0, 1.0), modes=("vary",), dims=(100,), budget=BUDGET)
+    return bench_schemes(options, out), out
+
+
+def _row(result, scheme, ranks, mode="none"):
+    return next(r for r in result["rows"] if (r["scheme"], r["ranks"], r["mode"]) == (scheme, ranks, mode))
+
+
+def test_tiny_sweep_writes_every_column_and_row(sweep):
+    result, out = sweep
+    with open(out / "schemes.csv") as f:
+        table = list(csv.DictReader(f))
+    assert tuple(table[0]) == CSV_COLUMNS
+    assert sorted((r["mode"], r["scheme"], r["ranks"]) for r in table) == sorted(
+        (m, s, str(p)) for m in ("none", "vary") for s in SCHEMES for p in (1, 2))
+    assert json.loads((out / "schemes.json").read_text())["rows"] == result["rows"]
+    assert "| every workload | master_worker | not built" in (out / "table.md").read_text()
+    assert result["conditions"]["oversubscribed_p"] == [p for p in (1, 2) if p > result["conditions"]["cores"]]
+
+
+def test_tiny_sweep_counts_evaluations_and_agrees_on_the_best(sweep):
+    rows = sweep[0]["rows"]
+    assert all(r["evaluations"] == BUDGET and r["stop_reason"] == "budget" for r in rows)
+    assert len({r["best_fitness"] for r in rows}) == 1 and np.isfinite(rows[0]["best_fitness"])
+    assert all(r["speedup"] == 1.0 for r in rows if r["ranks"] == 1)
+    assert all(len(r["utilisation"]) == r["ranks"] and 0 < r["utilisation_mean"] <= 1 for r in rows)
+    # 1 ms per child on average: at least 64 ms inside the fitness, summed over ranks
+    vary = [r for r in rows if r["mode"] == "vary"]
+    assert all(sum(r["utilisation"]) * r["wall_s"] >= BUDGET * 1e-3 * 0.9 for r in vary)
+
+
+def test_tiny_sweep_counts_every_communicators_bytes(sweep):
+    result = sweep[0]
+    assert _row(result, "island", 1)["bytes_per_generation"] == 0
+    island = _row(result, "island", 2)["bytes_per_generation_by_purpose"]
+    assert island["migration"] > 0 and "evaluation" not in island
+    replicated = _row(result, "replicated", 2)
+    # every rank sends its row block's fitness once per batch: 8 bytes per evaluation
+    sent = replicated["bytes_per_generation_by_purpose"]["evaluation"] * replicated["generations"]
+    assert sent == pytest.approx(8 * BUDGET)
+    for scheme in ("hybrid", "centralized"):   # on the group communicator: half the genomes go out
+        row = _row(result, scheme, 2)
+        sent = row["bytes_per_generation_by_purpose"]["evaluation"] * row["generations"]
+        assert sent >= (BUDGET // 2) * (100 * 4 + 8)
+
+
+def _fake_rows(**changes):
+    rows = [{"workload": "w", "dim": 100, "scheme": s, "ranks": p, "evaluations": BUDGET, "best_fitness": 1.5}
+            for s in SCHEMES for p in (1, 2)]
+    rows[-1].update(changes)
+    return rows
+
+
+def test_check_rows_names_wrong_counts_and_disagreeing_schemes():
+    options = SchemesOptions(budget=BUDGET)
+    check_rows(_fake_rows(), options)
+    with pytest.raises(SchemesCheckError, match="replicated, P=2: expected 64 evaluations"):
+        check_rows(_fake_rows(evaluations=BUDGET - 1), options)
+    with pytest.raises(SchemesCheckError, match="finite best"):
+        check_rows(_fake_rows(best_fitness=float("nan")), options)
+    with pytest.raises(SchemesCheckError, match="w: expected the same best fitness"):
+        check_rows(_fake_rows(best_fitness=1.25), options)
+    large = [dict(r, dim=10**7, evaluations=options.large_budget) for r in _fake_rows()]
+    check_rows(large, options)      # from large_dim the smaller budget is the expected count
+
+
+def test_workloads_are_the_cost_axis_then_the_genome_axis():
+    loads = workloads(SchemesOptions(costs_ms=(0.0, 5.0), modes=("sleep", "vary"), dims=(100, 10**5)))
+    assert loads == [Workload(0.0, "none", 100), Workload(5.0, "sleep", 100), Workload(5.0, "vary", 100),
+                     Workload(0.0, "none", 10**5)]
+
+
+def test_vary_factor_is_deterministic_within_a_factor_four_and_mean_one():
+    rows = np.random.default_rng(0).standard_normal((2000, 10)).astype(np.float32)
+    factors = np.array([vary_factor(r) for r in rows])
+    assert np.array_equal(factors, [vary_factor(r.copy()) for r in rows])
+    assert factors.min() >= 0.4 and factors.max() <= 1.6 and factors.max() / factors.min() > 3.5
+    assert abs(factors.mean() - 1.0) < 0.05
+
+
+@pytest.mark.parametrize("mode", ["burn", "sleep"])
+def test_workload_fitness_is_the_rotated_problem_plus_its_cost(mode):
+    base = builtin_problem("rastrigin", 20, shift=True, rotate=True, seed=1)
+    genomes = np.random.default_rng(1).uniform(-5, 5, (3, 20)).astype(np.float32)
+    fitness = WorkloadFitness(base.func, Workload(4.0, mode, 20))
+    start = time.perf_counter()
+    values = fitness(genomes)
+    assert np.array_equal(values, [base.func(g[None, :])[0] for g in genomes])
+    assert fitness.seconds >= 3 * 4e-3 and fitness.seconds <= time.perf_counter() - start
+
+
+def test_cli_refuses_under_mpiexec_and_rejects_a_sweep_without_p1(monkeypatch, capsys):
+    for name in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "2")
+    assert cli_main(["bench", "schemes"]) == 2
+    assert "expected to start without mpiexec" in capsys.readouterr().err
+    monkeypatch.delenv("OMPI_COMM_WORLD_SIZE")
+    assert cli_main(["bench", "schemes", "--p", "2,4"]) == 2
+    assert "including 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli_main(["bench", "schemes", "--costs", "5xs"])
