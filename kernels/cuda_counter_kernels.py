@@ -28,7 +28,7 @@ import numpy as np
 
 from .counter_operators import CROSS_BLEND, CROSS_UNIFORM, TILE
 from .cuda import bind_globals, device_function, simulator_enabled
-from .cuda_operator_kernels import _arithmetic
+from .cuda_operator_kernels import arithmetic
 from .operators import BOUND_CLIP, BOUND_RESAMPLE
 from .random import device_functions
 
@@ -221,7 +221,7 @@ def _fill_kernel(x, lower, upper, k0, k1, k2, k3, base):
 def _names(dtype_str: str) -> dict:
     """Names shared by the templates for genomes of ``dtype_str`` (device functions compiled)."""
     fns = device_functions()
-    names = dict(_arithmetic(dtype_str), **_CONSTANTS, block=fns["block"], normal_pair=fns["normal_pair"],
+    names = dict(arithmetic(dtype_str), **_CONSTANTS, block=fns["block"], normal_pair=fns["normal_pair"],
                  log_unit=fns["log_unit"], uniform_word=fns["uniform_word"])
     names["mutated"] = device_function(_mutated, **names)
     names["start_value"] = device_function(_start_value, **names)

@@ -17,7 +17,7 @@ from .counter_operators import CROSSOVER_CODES, TILE
 from .cuda_counter_kernels import (cross_kernel, fill_kernel, resample_kernel, vary_dense_kernel,
                                    vary_sparse_kernel)
 from .cuda_operator_kernels import interpolate_kernel
-from .cuda_operators import (_genome_dtype, _mode_code, _parents, _require_device, _to_device,
+from .cuda_operators import (genome_dtype, mode_code, check_parents, require_device, to_device,
                              launch_dims_2d)
 from .random import check_key
 
@@ -25,12 +25,12 @@ from .random import check_key
 # ------------------------------------------------------------- arguments
 def _rows(x, name: str) -> str:
     """dtype key of the device genome array ``x`` (2-D, float32 or float64)."""
-    return _genome_dtype(_require_device(x, name), name)
+    return genome_dtype(require_device(x, name), name)
 
 
 def _vector(arr, n: int, dtype: str, name: str, stream):
     """``arr`` as an (n,) device array of ``dtype`` (host arrays are copied and cast)."""
-    arr = _to_device(arr, stream, dtype)
+    arr = to_device(arr, stream, dtype)
     if np.dtype(arr.dtype) != np.dtype(dtype):
         raise TypeError(f"expected {name} of dtype {np.dtype(dtype)}, got {np.dtype(arr.dtype)}")
     if tuple(arr.shape) != (n,):
@@ -110,7 +110,7 @@ def vary(genomes, idx_a, idx_b, omega, interpolate: bool, x, steps, scale, lower
     """
     dtype = _rows(x, "x")
     n, dim = x.shape
-    code = _mode_code(mode)
+    code = mode_code(mode)
     out = _host_counts(counts, n)
     threshold = int(threshold)
     if threshold < 0:
@@ -157,7 +157,7 @@ def cross(genomes, idx_a, idx_b, kind: int, swap_threshold: int, alpha, coef, et
     Raises:
         TypeError / ValueError: host arrays, wrong dtypes or shapes, unknown kind or bad key.
     """
-    dtype, idx_a, idx_b = _parents(genomes, idx_a, idx_b, out, stream)
+    dtype, idx_a, idx_b = check_parents(genomes, idx_a, idx_b, out, stream)
     if kind not in CROSSOVER_CODES.values():
         raise ValueError(f"expected a crossover code among {tuple(CROSSOVER_CODES.values())}, got {kind!r}")
     keys = _key_args(key, base)

@@ -142,7 +142,7 @@ def _sim_mul64(a, b):
 
 
 @functools.lru_cache(maxsize=None)
-def _arithmetic(dtype_str: str) -> dict:
+def arithmetic(dtype_str: str) -> dict:
     """Names shared by every template for genomes of ``dtype_str``."""
     from numba import types as nbt
 
@@ -162,7 +162,7 @@ def _arithmetic(dtype_str: str) -> dict:
 def _kernel(template, dtype_str: str, **extra):
     from numba import cuda
 
-    return cuda.jit(bind_globals(template, cuda=cuda, **_arithmetic(dtype_str), **extra))
+    return cuda.jit(bind_globals(template, cuda=cuda, **arithmetic(dtype_str), **extra))
 
 
 @functools.lru_cache(maxsize=None)
@@ -180,7 +180,7 @@ def uniform_kernel(dtype_str: str):
 @functools.lru_cache(maxsize=None)
 def mutate_sparse_kernel(dtype_str: str):
     """Compiled pre-drawn Gaussian mutation kernel (one thread per row)."""
-    mutate_row = device_function(_mutate_row, **_arithmetic(dtype_str))
+    mutate_row = device_function(_mutate_row, **arithmetic(dtype_str))
     return _kernel(_mutate_sparse_kernel, dtype_str, mutate_row=mutate_row)
 
 

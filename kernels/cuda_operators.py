@@ -50,21 +50,21 @@ def launch_dims_2d(rows: int, cols: int) -> tuple[tuple[int, int], tuple[int, in
     return blocks, threads
 
 
-def _is_device(arr) -> bool:
+def is_device(arr) -> bool:
     return bool(getattr(arr, "__cuda_ndarray__", False))
 
 
-def _require_device(arr, name: str):
-    if not _is_device(arr):
+def require_device(arr, name: str):
+    if not is_device(arr):
         raise TypeError(f"expected {name} to be a numba device array, got "
                         f"{type(arr).__module__}.{type(arr).__name__} "
                         "(copy it once with numba.cuda.to_device; genomes stay on the device)")
     return arr
 
 
-def _to_device(arr, stream, dtype=None):
+def to_device(arr, stream, dtype=None):
     """Small per-call inputs (indices, weights, box): device arrays pass through."""
-    if _is_device(arr):
+    if is_device(arr):
         return arr
     from numba import cuda
 
@@ -72,7 +72,7 @@ def _to_device(arr, stream, dtype=None):
     return cuda.to_device(host, stream=stream)
 
 
-def _genome_dtype(arr, name: str) -> str:
+def genome_dtype(arr, name: str) -> str:
     dtype = np.dtype(arr.dtype)
     if dtype not in GENOME_DTYPES:
         raise TypeError(f"expected {name} of dtype float32 or float64, got {dtype}")
@@ -87,26 +87,26 @@ def _check_len(arr, n: int, name: str) -> None:
 
 
 def _box(lower, upper, dim: int, dtype, stream):
-    lower, upper = _to_device(lower, stream, dtype), _to_device(upper, stream, dtype)
+    lower, upper = to_device(lower, stream, dtype), to_device(upper, stream, dtype)
     _check_len(lower, dim, "lower")
     _check_len(upper, dim, "upper")
     return lower, upper
 
 
-def _parents(genomes, idx_a, idx_b, out, stream):
-    dtype = _genome_dtype(_require_device(genomes, "genomes"), "genomes")
-    _require_device(out, "out")
+def check_parents(genomes, idx_a, idx_b, out, stream):
+    dtype = genome_dtype(require_device(genomes, "genomes"), "genomes")
+    require_device(out, "out")
     if np.dtype(out.dtype) != np.dtype(dtype) or out.shape[1] != genomes.shape[1]:
         raise ValueError(f"expected out of shape (n, {genomes.shape[1]}) and dtype {np.dtype(dtype)}, "
                          f"got {tuple(out.shape)} {out.dtype}")
     n = out.shape[0]
-    idx_a, idx_b = _to_device(idx_a, stream, np.int64), _to_device(idx_b, stream, np.int64)
+    idx_a, idx_b = to_device(idx_a, stream, np.int64), to_device(idx_b, stream, np.int64)
     _check_len(idx_a, n, "idx_a")
     _check_len(idx_b, n, "idx_b")
     return dtype, idx_a, idx_b
 
 
-def _mode_code(mode) -> int:
+def mode_code(mode) -> int:
     if isinstance(mode, str):
         if mode not in BOUND_MODES:
             raise ValueError(f"expected bounds mode among {tuple(BOUND_MODES)}, got {mode!r}")
@@ -130,8 +130,8 @@ def interpolate_rows(genomes, idx_a, idx_b, omega, lower, upper, out, *, stream=
     Raises:
         TypeError / ValueError: host genomes or out, wrong dtypes or shapes.
     """
-    dtype, idx_a, idx_b = _parents(genomes, idx_a, idx_b, out, stream)
-    omega = _to_device(omega, stream, dtype)
+    dtype, idx_a, idx_b = check_parents(genomes, idx_a, idx_b, out, stream)
+    omega = to_device(omega, stream, dtype)
     _check_len(omega, out.shape[0], "omega")
     lower, upper = _box(lower, upper, out.shape[1], dtype, stream)
     if out.shape[0] and out.shape[1]:
@@ -148,8 +148,8 @@ def uniform_rows(genomes, idx_a, idx_b, uniforms, swap_prob: float, out, *, stre
             or device ones).
         swap_prob: probability of taking a gene from parent b.
     """
-    dtype, idx_a, idx_b = _parents(genomes, idx_a, idx_b, out, stream)
-    uniforms = _to_device(uniforms, stream, np.float64)
+    dtype, idx_a, idx_b = check_parents(genomes, idx_a, idx_b, out, stream)
+    uniforms = to_device(uniforms, stream, np.float64)
     if tuple(uniforms.shape) != tuple(out.shape):
         raise ValueError(f"expected uniforms of shape {tuple(out.shape)}, got {tuple(uniforms.shape)}")
     if out.shape[0] and out.shape[1]:
@@ -169,10 +169,10 @@ def mutate_sparse(x, counts, pos_uniforms, normals, resample_uniforms, steps, sc
     Raises:
         TypeError / ValueError: ``x`` not a device array, bad shapes or mode.
     """
-    dtype = _genome_dtype(_require_device(x, "x"), "x")
+    dtype = genome_dtype(require_device(x, "x"), "x")
     n, dim = x.shape
-    code = _mode_code(mode)
-    counts_host = counts.copy_to_host() if _is_device(counts) else np.asarray(counts, np.int64)
+    code = mode_code(mode)
+    counts_host = counts.copy_to_host() if is_device(counts) else np.asarray(counts, np.int64)
     if counts_host.shape != (n,) or (n and (counts_host.min() < 0 or counts_host.max() > dim)):
         raise ValueError(f"expected counts of shape ({n},) with values in [0, {dim}], got "
                          f"shape {counts_host.shape}")
@@ -184,11 +184,11 @@ def mutate_sparse(x, counts, pos_uniforms, normals, resample_uniforms, steps, sc
         return
     from numba import cuda
 
-    args = (_to_device(counts_host, stream), _to_device(starts, stream),
-            _to_device(_nonempty(pos_uniforms, np.float64), stream, np.float64),
-            _to_device(normals, stream, dtype),
-            _to_device(_nonempty(resample_uniforms, np.float64), stream, np.float64),
-            _to_device(steps, stream, dtype), _to_device(scale, stream, dtype),
+    args = (to_device(counts_host, stream), to_device(starts, stream),
+            to_device(_nonempty(pos_uniforms, np.float64), stream, np.float64),
+            to_device(normals, stream, dtype),
+            to_device(_nonempty(resample_uniforms, np.float64), stream, np.float64),
+            to_device(steps, stream, dtype), to_device(scale, stream, dtype),
             *_box(lower, upper, dim, dtype, stream))
     _check_len(args[5], n, "steps")
     _check_len(args[6], dim, "scale")
@@ -199,7 +199,7 @@ def mutate_sparse(x, counts, pos_uniforms, normals, resample_uniforms, steps, sc
 
 def _nonempty(arr, dtype):
     # a zero-length draw array still needs a valid device allocation
-    if not _is_device(arr) and np.asarray(arr).size == 0:
+    if not is_device(arr) and np.asarray(arr).size == 0:
         return np.zeros(1, dtype)
     return arr
 
@@ -236,8 +236,8 @@ def bound_rows(x, lower, upper, mode, *, stream=0) -> int:
         ValueError: mode "resample" (it needs one host draw per gene outside, in
             row-major order: use mpievo.evo.operators.apply_bounds on the host).
     """
-    dtype = _genome_dtype(_require_device(x, "x"), "x")
-    code = _mode_code(mode)
+    dtype = genome_dtype(require_device(x, "x"), "x")
+    code = mode_code(mode)
     if code not in (BOUND_CLIP, BOUND_REFLECT):
         raise ValueError(f"expected bounds mode 'clip' or 'reflect' on the device, got {mode!r}")
     lower, upper = _box(lower, upper, x.shape[1], dtype, stream)
@@ -280,15 +280,15 @@ def gaussian_mutation_rng(x, states, rate: float, steps, scale, lower, upper, mo
     Returns:
         ``counts`` (device).
     """
-    dtype = _genome_dtype(_require_device(x, "x"), "x")
+    dtype = genome_dtype(require_device(x, "x"), "x")
     if not 0.0 <= rate <= 1.0:
         raise ValueError(f"expected mutation rate in [0, 1], got {rate}")
     n, dim = x.shape
     if states.shape[0] < n:
         raise ValueError(f"expected at least {n} generator states, got {states.shape[0]}")
-    steps = _to_device(steps, stream, dtype)
+    steps = to_device(steps, stream, dtype)
     _check_len(steps, n, "steps")
-    scale = _to_device(scale, stream, dtype)
+    scale = to_device(scale, stream, dtype)
     _check_len(scale, dim, "scale")
     lower, upper = _box(lower, upper, dim, dtype, stream)
     from numba import cuda
@@ -300,5 +300,5 @@ def gaussian_mutation_rng(x, states, rate: float, steps, scale, lower, upper, mo
         blocks, threads = launch_dims(n)
         kernel = mutate_rng_kernel(dtype)
         kernel[blocks, threads, stream](x, states, np.float64(rate), steps, scale, lower, upper,
-                                        _mode_code(mode), counts)
+                                        mode_code(mode), counts)
     return counts

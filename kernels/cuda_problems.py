@@ -22,7 +22,7 @@ import numpy as np
 
 from . import cuda_row_reduce
 from .cuda import device_function
-from .cuda_operators import GENOME_DTYPES, _is_device, _require_device, _to_device
+from .cuda_operators import GENOME_DTYPES, is_device, require_device, to_device
 from .cuda_rows import describe
 
 #: problems :func:`evaluate` runs (mpievo.evo.problems.BUILTIN_PROBLEMS)
@@ -157,11 +157,11 @@ def _rotation_kernels():
 
 # ------------------------------------------------------------- evaluation
 def _float64_input(arr, shape: tuple, name: str, stream):
-    if not _is_device(arr):
+    if not is_device(arr):
         arr = np.asarray(arr)
         if arr.dtype.kind not in "fiu":
             raise TypeError(f"expected {name} of real numbers, got dtype {arr.dtype}")
-    dev = _to_device(arr, stream, np.float64)
+    dev = to_device(arr, stream, np.float64)
     if tuple(dev.shape) != shape or np.dtype(dev.dtype) != np.float64:
         raise ValueError(f"expected {name} of shape {shape} and dtype float64, got "
                          f"{tuple(dev.shape)} {dev.dtype}")
@@ -192,7 +192,7 @@ def evaluate(name: str, genomes, *, shift=None, rotation=None, optimum: float = 
 
     if name not in _PROBLEMS:
         raise ValueError(f"expected a device problem among {DEVICE_PROBLEMS}, got {name!r}")
-    _require_device(genomes, "genomes")
+    require_device(genomes, "genomes")
     if np.dtype(genomes.dtype) not in GENOME_DTYPES or len(genomes.shape) != 2:
         raise TypeError(f"expected genomes: a 2-D float32 or float64 array, got "
                         f"{genomes.dtype} of shape {tuple(genomes.shape)}")

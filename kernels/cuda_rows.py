@@ -23,7 +23,7 @@ import numpy as np
 
 from . import cuda_row_reduce
 from .cuda import launch_dims
-from .cuda_operators import _genome_dtype, _is_device, _require_device, _to_device, launch_dims_2d
+from .cuda_operators import genome_dtype, is_device, require_device, to_device, launch_dims_2d
 from .cuda_row_kernels import distance_kernels, hash_kernel, row_kernel
 
 #: default bound of one chunk of :func:`to_host` / :func:`from_host` and of the
@@ -53,10 +53,10 @@ def _host_index(idx, n: int, name: str, *, distinct: bool = False) -> np.ndarray
 
 def _rows_index(idx, n: int, name: str, stream, *, distinct: bool = False):
     """Index array on the device; host ones are checked first (device ones are trusted)."""
-    if _is_device(idx):
+    if is_device(idx):
         _check_index_type(idx, name)
         return idx
-    return _to_device(_host_index(idx, n, name, distinct=distinct), stream)
+    return to_device(_host_index(idx, n, name, distinct=distinct), stream)
 
 
 def _same_length(a, b, names: str) -> None:
@@ -65,7 +65,7 @@ def _same_length(a, b, names: str) -> None:
 
 
 def _genomes(arr, name: str) -> np.dtype:
-    return np.dtype(_genome_dtype(_require_device(arr, name), name))
+    return np.dtype(genome_dtype(require_device(arr, name), name))
 
 
 def _same_genes(a, b, names: str) -> None:
@@ -147,7 +147,7 @@ def retain_rows(genomes, slots, *, scratch_bytes: int = CHUNK_BYTES, stream=0) -
 
     dtype = _genomes(genomes, "genomes")
     n, dim = genomes.shape
-    host = _host_index(slots.copy_to_host() if _is_device(slots) else slots, n, "slots",
+    host = _host_index(slots.copy_to_host() if is_device(slots) else slots, n, "slots",
                        distinct=True)
     batch = max(1, int(scratch_bytes) // max(1, dim * dtype.itemsize))
     plan = retain_plan(host, batch)
@@ -157,7 +157,7 @@ def retain_rows(genomes, slots, *, scratch_bytes: int = CHUNK_BYTES, stream=0) -
     scratch = cuda.device_array((scratch_rows, dim), dtype, stream=stream)
     copy = row_kernel("copy")
     for into_scratch, rows, scratch_slots in plan:
-        rows, scratch_slots = _to_device(rows, stream), _to_device(scratch_slots, stream)
+        rows, scratch_slots = to_device(rows, stream), to_device(scratch_slots, stream)
         if into_scratch:
             _launch_2d(copy, rows.shape[0], dim, stream, genomes, rows, scratch, scratch_slots)
         else:
@@ -278,7 +278,7 @@ def centroid_distances(genomes, width, *, stream=0) -> np.ndarray:
 
     _genomes(genomes, "genomes")
     m, dim = genomes.shape
-    width = _to_device(width, stream, np.float64)
+    width = to_device(width, stream, np.float64)
     if tuple(width.shape) != (dim,) or np.dtype(width.dtype) != np.float64:
         raise ValueError(f"expected width of shape ({dim},) float64, got {tuple(width.shape)} "
                          f"{width.dtype}")
@@ -296,7 +296,7 @@ def centroid_distances(genomes, width, *, stream=0) -> np.ndarray:
 def _flat_chunks(arr, chunk_bytes: int, name: str):
     if chunk_bytes < 1:
         raise ValueError(f"expected chunk_bytes >= 1, got {chunk_bytes}")
-    contiguous = (arr.is_c_contiguous() if _is_device(arr) else arr.flags.c_contiguous)
+    contiguous = (arr.is_c_contiguous() if is_device(arr) else arr.flags.c_contiguous)
     if not contiguous:
         raise ValueError(f"expected {name} to be C-contiguous, got strides {tuple(arr.strides)}")
     step = max(1, chunk_bytes // np.dtype(arr.dtype).itemsize)
@@ -318,7 +318,7 @@ def to_host(src, out=None, *, chunk_bytes: int = CHUNK_BYTES, stream=0) -> np.nd
     Returns:
         ``out``, complete.
     """
-    _require_device(src, "src")
+    require_device(src, "src")
     if out is None:
         out = np.empty(tuple(src.shape), np.dtype(src.dtype))
     elif (not isinstance(out, np.ndarray) or out.shape != tuple(src.shape)
@@ -347,12 +347,12 @@ def from_host(src, dst=None, *, chunk_bytes: int = CHUNK_BYTES, stream=0):
     """
     from numba import cuda
 
-    if _is_device(src) or not isinstance(src, np.ndarray):
+    if is_device(src) or not isinstance(src, np.ndarray):
         raise TypeError(f"expected src to be a numpy array, got {type(src).__module__}."
                         f"{type(src).__name__}")
     if dst is None:
         dst = cuda.device_array(src.shape, src.dtype, stream=stream)
-    elif tuple(_require_device(dst, "dst").shape) != src.shape or np.dtype(dst.dtype) != src.dtype:
+    elif tuple(require_device(dst, "dst").shape) != src.shape or np.dtype(dst.dtype) != src.dtype:
         raise ValueError(f"expected dst of shape {src.shape} and dtype {src.dtype}, got "
                          f"{tuple(dst.shape)} {dst.dtype}")
     chunks = _flat_chunks(src, chunk_bytes, "src")

@@ -60,7 +60,7 @@ def _vary(x, rng, lower, upper, *, rate, steps, scale, code, parents=None) -> np
     if not interpolate:
         parents = (x, np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, x.dtype))
     plan = host.vary_plan(rng, n, dim, rate, code)
-    return _kernels().vary(*parents, interpolate, x, host._steps_array(steps, n, x.dtype), scale,
+    return _kernels().vary(*parents, interpolate, x, host.steps_array(steps, n, x.dtype), scale,
                            lower, upper, code, plan.threshold, plan.inv_log_q, plan.dense,
                            plan.key, plan.base)
 
@@ -71,7 +71,7 @@ def _cross(genomes, idx_a, idx_b, rng, out, kind, *, swap_threshold=0, alpha=0.0
     key, base = counter_blocks(rng, counter_operators.gene_blocks(*out.shape))
     dtype = np.dtype(genomes.dtype).type
     _kernels().cross(genomes, idx_a, idx_b, kind, swap_threshold, dtype(alpha), dtype(1 + 2 * alpha),
-                     float(eta), host._key_words(key), base, out)
+                     float(eta), host.key_words(key), base, out)
     return out
 
 
@@ -113,13 +113,13 @@ def gaussian_mutation(x, rng, lower, upper, *, rate, steps, scale, bounds="clip"
     """As :func:`.operators.gaussian_mutation` (counter-based draws), on the device;
     returns the host (n,) counts."""
     return _vary(x, rng, lower, upper, rate=rate, steps=steps, scale=scale,
-                 code=host._bound_code(bounds))
+                 code=host.bound_code(bounds))
 
 
 def breed(genomes, idx_a, idx_b, rng, lower, upper, out=None, *, omega=None, rate, steps, scale,
           bounds="clip"):
     """As :func:`.operators.breed`, on the device: (children, host per-row counts)."""
-    code = host._bound_code(bounds)
+    code = host.bound_code(bounds)
     n = len(idx_a)
     out = _output(out, n, genomes)
     w = draw_omega(rng, n, omega, genomes.dtype)
@@ -130,14 +130,14 @@ def breed(genomes, idx_a, idx_b, rng, lower, upper, out=None, *, omega=None, rat
 
 def apply_bounds(x, lower, upper, rng=None, *, mode="clip") -> int:
     """As :func:`.operators.apply_bounds` (resample: counter-based draws), on the device."""
-    code = host._bound_code(mode)
+    code = host.bound_code(mode)
     if code == host.kernels.BOUND_RESAMPLE:
         from mpievo.kernels import counter_operators
 
         if rng is None:
             raise ValueError("expected a Generator for bounds mode 'resample', got None")
         key, base = counter_blocks(rng, counter_operators.gene_blocks(*x.shape))
-        return int(_kernels().resample_outside(x, lower, upper, host._key_words(key), base))
+        return int(_kernels().resample_outside(x, lower, upper, host.key_words(key), base))
     from mpievo.kernels import cuda_operators
 
     return cuda_operators.bound_rows(x, lower, upper, mode)
@@ -148,5 +148,5 @@ def uniform_genomes(rng, lower, upper, out):
     from mpievo.kernels import counter_operators
 
     key, base = counter_blocks(rng, counter_operators.gene_blocks(*out.shape))
-    _kernels().uniform_fill(out, lower, upper, host._key_words(key), base)
+    _kernels().uniform_fill(out, lower, upper, host.key_words(key), base)
     return out

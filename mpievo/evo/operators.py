@@ -59,7 +59,7 @@ def counter_based(dim: int) -> bool:
     return dim >= COUNTER_DIM
 
 
-def _bound_code(mode: str) -> int:
+def bound_code(mode: str) -> int:
     if mode not in kernels.BOUND_MODES:
         raise ValueError(f"expected bounds mode among {BOUND_MODES}, got {mode!r}")
     return kernels.BOUND_MODES[mode]
@@ -208,7 +208,7 @@ def sbx_crossover(genomes, idx_a, idx_b, rng, lower, upper, out=None, *,
     return out
 
 
-def _key_words(key) -> tuple:
+def key_words(key) -> tuple:
     return tuple(np.uint64(k) for k in key)
 
 
@@ -218,7 +218,7 @@ def _counter_cross(genomes, idx_a, idx_b, rng, out, kind, *, swap_threshold: int
     key, base = counter_blocks(rng, counter_kernels.gene_blocks(*out.shape))
     dtype = genomes.dtype.type
     counter_kernels.cross(genomes, idx_a, idx_b, kind, np.uint64(swap_threshold), dtype(alpha),
-                          dtype(1 + 2 * alpha), float(eta), _key_words(key), np.uint64(base), out)
+                          dtype(1 + 2 * alpha), float(eta), key_words(key), np.uint64(base), out)
     return out
 
 
@@ -255,7 +255,7 @@ def _check_rate(rate: float) -> None:
         raise ValueError(f"expected mutation rate in [0, 1], got {rate}")
 
 
-def _steps_array(steps, n, dtype) -> np.ndarray:
+def steps_array(steps, n, dtype) -> np.ndarray:
     arr = np.asarray(steps, dtype=dtype)
     if arr.ndim == 0:
         return np.full(n, arr, dtype=dtype)
@@ -282,12 +282,12 @@ def gaussian_mutation(x: np.ndarray, rng: np.random.Generator, lower, upper, *, 
     Draws: :func:`draw_mutation` (not a normal per gene: only per mutated gene); large
     genomes: the counter-based generator (see the module docstring).
     """
-    code = _bound_code(bounds)
+    code = bound_code(bounds)
     if counter_based(x.shape[1]):
         return _counter_vary(x, rng, lower, upper, rate=rate, steps=steps, scale=scale, code=code)
     draws = draw_mutation(rng, x.shape[0], x.shape[1], rate, x.dtype, bounds)
     kernels.mutate_sparse(x, draws.counts, draws.pos_uniforms, draws.normals,
-                          draws.resample_uniforms, _steps_array(steps, x.shape[0], x.dtype),
+                          draws.resample_uniforms, steps_array(steps, x.shape[0], x.dtype),
                           scale, lower, upper, code)
     return draws.counts
 
@@ -311,7 +311,7 @@ def vary_plan(rng: np.random.Generator, n: int, dim: int, rate: float, code: int
     key, base = (0, 0, 0, 0), 0
     if threshold:
         key, base = counter_blocks(rng, counter_kernels.mutation_blocks(n, dim, code))
-    return VaryPlan(threshold, inv_log_q, rate >= DENSE_RATE, _key_words(key), base)
+    return VaryPlan(threshold, inv_log_q, rate >= DENSE_RATE, key_words(key), base)
 
 
 def _counter_vary(x, rng, lower, upper, *, rate, steps, scale, code, parents=None) -> np.ndarray:
@@ -323,7 +323,7 @@ def _counter_vary(x, rng, lower, upper, *, rate, steps, scale, code, parents=Non
         parents = (x, np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, x.dtype))
     plan = vary_plan(rng, n, dim, rate, code)
     counts = np.empty(n, np.int64)
-    counter_kernels.vary(*parents, interpolate, x, _steps_array(steps, n, x.dtype), scale,
+    counter_kernels.vary(*parents, interpolate, x, steps_array(steps, n, x.dtype), scale,
                          lower, upper, code, np.uint64(plan.threshold), plan.inv_log_q, plan.dense,
                          plan.key, np.uint64(plan.base), counts)
     return counts
@@ -351,7 +351,7 @@ def breed(genomes, idx_a, idx_b, rng, lower, upper, out=None, *, omega: float | 
     Returns:
         (children, per-row number of mutated genes).
     """
-    code = _bound_code(bounds)
+    code = bound_code(bounds)
     n = len(idx_a)
     out = _output(out, n, genomes)
     w = draw_omega(rng, n, omega, genomes.dtype)
@@ -362,7 +362,7 @@ def breed(genomes, idx_a, idx_b, rng, lower, upper, out=None, *, omega: float | 
     draws = draw_mutation(rng, n, genomes.shape[1], rate, genomes.dtype, bounds)
     kernels.breed_interpolate_mutate(
         genomes, idx_a, idx_b, w, draws.counts, draws.pos_uniforms, draws.normals,
-        draws.resample_uniforms, _steps_array(steps, n, genomes.dtype), scale, lower, upper, code, out)
+        draws.resample_uniforms, steps_array(steps, n, genomes.dtype), scale, lower, upper, code, out)
     return out, draws.counts
 
 
@@ -380,13 +380,13 @@ def apply_bounds(x: np.ndarray, lower, upper, rng: np.random.Generator | None = 
     Returns:
         Number of genes that were outside the box.
     """
-    code = _bound_code(mode)
+    code = bound_code(mode)
     if code == kernels.BOUND_RESAMPLE:
         if rng is None:
             raise ValueError("expected a Generator for bounds mode 'resample', got None")
         if counter_based(x.shape[1]):
             key, base = counter_blocks(rng, counter_kernels.gene_blocks(*x.shape))
-            return int(counter_kernels.resample_outside(x, lower, upper, _key_words(key), np.uint64(base)))
+            return int(counter_kernels.resample_outside(x, lower, upper, key_words(key), np.uint64(base)))
         outside = ~((x >= lower) & (x <= upper))
         count = int(np.count_nonzero(outside))
         if count:
@@ -416,7 +416,7 @@ def uniform_genomes(rng: np.random.Generator, lower, upper, out: np.ndarray) -> 
     call), or for large genomes one counter-based word per gene (as on the device)."""
     if counter_based(out.shape[1]):
         key, base = counter_blocks(rng, counter_kernels.gene_blocks(*out.shape))
-        counter_kernels.uniform_fill(out, lower, upper, _key_words(key), np.uint64(base))
+        counter_kernels.uniform_fill(out, lower, upper, key_words(key), np.uint64(base))
         return out
     for row in out:
         row[...] = rng.uniform(lower, upper)
