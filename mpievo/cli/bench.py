@@ -6,17 +6,19 @@
     mpievo bench engine [--json PATH]                              engine vs pygmo, weak scaling
     mpievo bench gpu [--check] [--json PATH]                       device kernels, all-reduce, islands
     mpievo bench schemes [--p 1,2,4] [--costs 0,5ms] [--out DIR]   the schemes side by side (no mpiexec)
+    mpievo bench bbob [JOB.toml ...] [--functions 1,3] [--peers] [--out DIR]   COCO's BBOB suite
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import re
 import sys
 
-HELP = "benchmarks: collectives (vs native MPI), calibrate (selection table), engine, gpu, schemes"
+HELP = "benchmarks: collectives (vs native MPI), calibrate (selection table), engine, gpu, schemes, bbob"
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
@@ -67,6 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     eng.add_argument("--json", dest="json_path", default=None, help="write results as JSON here")
     _add_gpu_arguments(sub)
     _add_schemes_arguments(sub)
+    _add_bbob_arguments(sub)
 
 
 def _add_schemes_arguments(sub) -> None:
@@ -153,6 +156,8 @@ def _numbers(kind, *, one: bool = False):
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.bench == "bbob":
+        return _bench_bbob(args)
     if args.bench == "schemes":
         return _bench_schemes(args)
     if args.bench == "gpu":
@@ -267,3 +272,73 @@ def _calibrate(args, rank) -> dict:
                 f.write("\n")
             print(f"merged into {update_path}")
     return result
+
+
+# ---------------------------------------------------------------- bench bbob
+_BBOB_OPTIONS = ("functions", "dims", "instances", "seeds", "budget_per_dim", "islands")
+
+
+def _add_bbob_arguments(sub) -> None:
+    # defaults None: BbobOptions holds them (the issue's grid)
+    bbob = sub.add_parser("bbob", help="mpievo jobs (and pygmo) on COCO's BBOB suite: CSV, table of median "
+                                       "log10(f - f_opt) and targets hit, ECDF (needs coco-experiment)")
+    bbob.add_argument("jobs", nargs="*", metavar="JOB.toml",
+                      help="mpievo jobs, one solver each; 'default' (also without any): the library's defaults "
+                           "with float64 genomes")
+    bbob.add_argument("--functions", type=_numbers(int), help="BBOB functions (default 1,2,3,8,10,12,15,16,21)")
+    bbob.add_argument("--dims", type=_numbers(int), help="dimensions (default 10,40)")
+    bbob.add_argument("--instances", type=_numbers(int), help="instances (default 1,2,3)")
+    bbob.add_argument("--seeds", type=_seeds, help="seeds of every (function, dim, instance) (default 0,1,2)")
+    bbob.add_argument("--budget-per-dim", type=_numbers(int, one=True),
+                      help="evaluations per dimension of every run (default 1e4)")
+    bbob.add_argument("--islands", type=_numbers(int, one=True), help="islands of every job (default 4)")
+    bbob.add_argument("--set", dest="assignments", action="append", default=[], metavar="TABLE.KEY=VALUE",
+                      help="set a key of every job (TOML value), repeatable")
+    bbob.add_argument("--peers", action="store_true",
+                      help="also run pygmo's sade archipelago and cmaes (IPOP) when pygmo is installed")
+    bbob.add_argument("--out", default=None, help="write runs.csv, table.md, bbob.json, ecdf.png here")
+
+
+def _seeds(text: str) -> tuple:
+    """'0,1,2' -> (0, 1, 2): integers >= 0."""
+    parts = [p.strip() for p in text.split(",")]
+    if not all(p.isdigit() for p in parts):
+        raise argparse.ArgumentTypeError(f"expected integers >= 0, got {text!r}")
+    return tuple(int(p) for p in parts)
+
+
+def _bench_bbob(args) -> int:
+    from mpievo.config import ConfigError
+    from mpievo.parallel.bench_bbob import BbobCheckError, BbobOptions, bench_bbob
+    from mpievo.parallel.world import world_comm
+
+    try:
+        import cocoex  # noqa: F401
+    except ImportError:
+        print("mpievo bench bbob: expected cocoex (pip install coco-experiment, the bench extra), "
+              "got an ImportError", file=sys.stderr)
+        return 2
+    given = {name: getattr(args, name) for name in _BBOB_OPTIONS if getattr(args, name) is not None}
+    try:
+        options = BbobOptions(jobs=tuple(args.jobs), assignments=tuple(args.assignments), peers=args.peers,
+                              **given)
+    except ValueError as err:
+        print(f"mpievo bench bbob: {err}", file=sys.stderr)
+        return 2
+    comm = world_comm()
+    guard = contextlib.nullcontext()
+    if comm.size > 1:
+        from mpievo.comm import abort_on_error
+
+        guard = abort_on_error()
+    with guard:
+        try:
+            bench_bbob(comm, options, args.out)
+        except ConfigError as err:
+            if comm.rank == 0:
+                print(err, file=sys.stderr)
+            return 2
+        except BbobCheckError as err:
+            print(err, file=sys.stderr)
+            return 1
+    return 0

@@ -1,0 +1,127 @@
+"""The files of ``mpievo bench bbob``: ``runs.csv``, ``table.md``, ``ecdf.png``, ``bbob.json``.
+
+The table has one line per (function, dim, solver): runs, the median over runs of
+log10(f - f_opt) of the best value found, (run, target) pairs reached out of all, and
+runs that reached the final target 1e-8. The ECDF is what COCO plots: for each solver
+the fraction of (run, target) pairs, targets 1e1 .. 1e-8, reached within a number of
+evaluations per dimension (log axis), one panel per dimension.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from .bench_bbob import TARGETS
+
+TARGET_COLUMNS = tuple(f"evals_1e{round(math.log10(t))}" for t in TARGETS)
+CSV_COLUMNS = ("function", "dim", "instance", "seed", "solver", "budget", "evaluations", "stop", "df_best",
+               "log10_df", *TARGET_COLUMNS, "wall_s")
+
+
+def csv_rows(rows: list[dict]) -> list[dict]:
+    """The rows as the CSV holds them (one column per target; empty: not reached)."""
+    out = []
+    for row in rows:
+        flat = {k: row[k] for k in CSV_COLUMNS if k in row}
+        flat.update({col: ("" if e is None else e) for col, e in zip(TARGET_COLUMNS, row["evals_to_target"])})
+        out.append(flat)
+    return out
+
+
+def read_csv(path: Path) -> list[dict]:
+    """``runs.csv`` back as rows like :func:`mpievo.parallel.bench_bbob.bench_bbob`'s."""
+    rows = []
+    with open(path, newline="") as f:
+        for raw in csv.DictReader(f):
+            row = {k: int(raw[k]) for k in ("function", "dim", "instance", "seed", "budget", "evaluations")}
+            row.update(solver=raw["solver"], stop=raw["stop"], df_best=float(raw["df_best"]),
+                       log10_df=float(raw["log10_df"]), wall_s=float(raw["wall_s"]),
+                       evals_to_target=[int(raw[c]) if raw[c] else None for c in TARGET_COLUMNS])
+            rows.append(row)
+    return rows
+
+
+def summary(rows: list[dict]) -> dict:
+    """{(function, dim, solver): {runs, median_log10, pairs_hit, pairs, final_hit}} in first-seen order."""
+    groups: dict = {}
+    for row in rows:
+        groups.setdefault((row["function"], row["dim"], row["solver"]), []).append(row)
+    return {key: {"runs": len(group),
+                  "median_log10": float(np.median([r["log10_df"] for r in group])),
+                  "pairs_hit": sum(e is not None for r in group for e in r["evals_to_target"]),
+                  "pairs": len(group) * len(TARGETS),
+                  "final_hit": sum(r["evals_to_target"][-1] is not None for r in group)}
+            for key, group in groups.items()}
+
+
+def format_table(result: dict) -> str:
+    o = result["options"]
+    lines = [f"BBOB, budget {o['budget_per_dim']} x dim evaluations, {o['islands']} islands on "
+             f"{result['ranks']} rank(s), instances {list(o['instances'])} x seeds {list(o['seeds'])}; "
+             f"targets f - f_opt = 1e1 .. 1e-8",
+             "",
+             "| function | dim | solver | runs | median log10(f - f_opt) | targets hit | runs at 1e-8 |",
+             "|---|---|---|---|---|---|---|"]
+    for (function, dim, solver), s in sorted(summary(result["rows"]).items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        lines.append(f"| f{function} | {dim} | {solver} | {s['runs']} | {s['median_log10']:.2f} | "
+                     f"{s['pairs_hit']}/{s['pairs']} | {s['final_hit']}/{s['runs']} |")
+    lines.extend(f"\nnote: {note}" for note in result["notes"])
+    return "\n".join(lines) + "\n"
+
+
+def ecdf(rows: list[dict], grid: np.ndarray) -> np.ndarray:
+    """Fraction of (run, target) pairs reached within ``grid`` evaluations per dimension."""
+    per_dim = [e / r["dim"] for r in rows for e in r["evals_to_target"] if e is not None]
+    pairs = len(rows) * len(TARGETS)
+    reached = np.sort(np.asarray(per_dim, dtype=np.float64))
+    return np.searchsorted(reached, grid, side="right") / pairs
+
+
+def write_ecdf(result: dict, path: Path) -> str | None:
+    """The ECDF PNG; a note instead without matplotlib (the ``plot`` extra)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib not importable (the plot extra): no ecdf.png"
+    rows = result["rows"]
+    dims = sorted({r["dim"] for r in rows})
+    top = result["options"]["budget_per_dim"]
+    grid = np.logspace(0, np.log10(top), 200)
+    fig, axes = plt.subplots(1, len(dims), figsize=(5 * len(dims), 4), squeeze=False)
+    for ax, dim in zip(axes[0], dims):
+        mine = [r for r in rows if r["dim"] == dim]
+        for solver in dict.fromkeys(r["solver"] for r in mine):
+            ax.step(grid, ecdf([r for r in mine if r["solver"] == solver], grid), where="post", label=solver)
+        functions = ",".join(f"f{f}" for f in sorted({r['function'] for r in mine}))
+        ax.set(xscale="log", xlabel="evaluations / dimension", ylabel="fraction of (run, target) pairs",
+               ylim=(0, 1), title=f"{functions}, {dim}-D, targets 1e1..1e-8")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(loc="upper left", fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return None
+
+
+def write_report(result: dict, out: Path, *, log=print) -> None:
+    """runs.csv, table.md, bbob.json and ecdf.png under ``out``; a missing plot goes to the notes."""
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "runs.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
+        writer.writeheader()
+        writer.writerows(csv_rows(result["rows"]))
+    notes = [note for note in [write_ecdf(result, out / "ecdf.png")] if note]
+    result["notes"].extend(notes)
+    (out / "table.md").write_text(format_table(result))
+    with open(out / "bbob.json", "w") as f:
+        json.dump(result, f, indent=1, default=list)
+    log(format_table(result), end="")
+    log(f"wrote {out}/runs.csv, table.md, bbob.json" + ("" if notes else ", ecdf.png"))
