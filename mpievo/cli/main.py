@@ -19,6 +19,7 @@ SUBCOMMANDS = {
     "bench": "mpievo.cli.bench",
     "inspect": "mpievo.cli.inspect",
     "launch": "mpievo.cli.launch",
+    "plan": "mpievo.cli.plan",
 }
 
 

@@ -341,15 +341,23 @@ def check_rows(rows: list[dict], options: SchemesOptions) -> None:
         raise SchemesCheckError("mpievo bench schemes: wrong results:\n  " + "\n  ".join(problems))
 
 
-def bench_schemes(options: SchemesOptions, out_dir: str | os.PathLike | None = None) -> dict:
+def bench_schemes(options: SchemesOptions, out_dir: str | os.PathLike | None = None, constants=None) -> dict:
     """Run the sweep (driver side, no MPI here), check it, write CSV/JSON/PNG to ``out_dir``.
 
+    ``constants``: the cost model's (:class:`mpievo.parallel.plan_time.Constants`);
+    None: calibrated here first (``mpievo plan --calibrate``, a few seconds).
+
     Returns:
-        dict with ``rows`` (see :func:`run_row`; plus ``speedup`` and ``note``),
-        ``conditions`` and ``not_built``.
+        dict with ``rows`` (see :func:`run_row`; plus ``speedup``, ``note`` and the
+        model's ``model_*`` fields), ``conditions`` and ``not_built``.
     """
     from .bench_schemes_report import format_table, write_outputs
+    from .plan_calibrate import calibrate
+    from .plan_time import Constants, model_rows
 
+    if constants is None:
+        small = [d for d in options.dims if d < options.large_dim] or [min(options.dims)]
+        constants = Constants.from_dict(calibrate(dims=sorted(set(small))))
     start = time.perf_counter()
     rows, libraries = [], set()
     with tempfile.TemporaryDirectory(prefix="mpievo-schemes-") as tmp:
@@ -359,6 +367,10 @@ def bench_schemes(options: SchemesOptions, out_dir: str | os.PathLike | None = N
             libraries.add(part["mpi_library"])
     rows = complete_rows(rows)
     check_rows(rows, options)
+    wrong = model_rows(rows, options.interval, constants)
+    if wrong:
+        raise SchemesCheckError("mpievo bench schemes: the cost model's bytes are wrong:\n  "
+                                + "\n  ".join(wrong))
     cores = len(os.sched_getaffinity(0))
     result = {
         "conditions": {
@@ -366,7 +378,7 @@ def bench_schemes(options: SchemesOptions, out_dir: str | os.PathLike | None = N
             "loadavg": list(os.getloadavg()), "mpi_library": sorted(libraries),
             "oversubscribed_p": [p for p in options.ps if p > cores], "sweep_s": time.perf_counter() - start,
             "problem": f"shifted rastrigin, rotated up to {ROTATE_MAX_DIM} genes, float32 genomes",
-            "options": dataclasses.asdict(options),
+            "options": dataclasses.asdict(options), "model_constants": constants.source,
         },
         "not_built": list(NOT_BUILT), "rows": rows,
     }

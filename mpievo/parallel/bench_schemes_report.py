@@ -2,8 +2,10 @@
 
 The table has one line per (workload, scheme): evaluations/s at each P with the
 speed-up over P = 1, utilisation at the largest P (mean over ranks, min-max), bytes
-sent per generation at each P > 1 and the best fitness (the same on every line of a
-workload: the bench checks it). Schemes that do not exist yet get one "not built" line.
+sent per generation at each P > 1, the best fitness (the same on every line of a
+workload: the bench checks it) and the cost model's time error at each P (predicted /
+measured - 1, :mod:`.plan_time`; its evaluation and migration bytes are exact, checked).
+Schemes that do not exist yet get one "not built" line.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ CSV_COLUMNS = ("workload", "cost_ms", "mode", "dim", "scheme", "ranks", "ranks_p
                "capacity", "budget", "generations", "evaluations", "wall_s", "evals_per_s", "speedup",
                "bytes_per_generation", "bytes_per_generation_by_purpose", "utilisation_mean",
                "utilisation_min", "utilisation_max", "utilisation", "best_fitness", "stop_reason",
-               "loadavg_1min", "note")
+               "loadavg_1min", "note", "model_bytes_per_generation", "model_wall_s", "model_time_error")
 
 
 def _bytes(n: float) -> str:
@@ -24,6 +26,11 @@ def _bytes(n: float) -> str:
         if n >= size:
             return f"{n / size:.3g} {unit}"
     return f"{n:.0f} B"
+
+
+def _error(row: dict) -> str:
+    error = row.get("model_time_error")
+    return "-" if error is None else f"{100 * error:+.0f} %"
 
 
 def _by_key(rows: list[dict]) -> dict:
@@ -46,12 +53,12 @@ def format_table(result: dict) -> str:
              f"{c['problem']}; {c['options']['islands'] or top} islands, GA, archive capacity = batch = "
              f"{o['capacity']} and a budget of {o['budget']} evaluations per run (from {o['large_dim']:,} "
              f"genes: {o['large_capacity']} and {o['large_budget']}), migration every {o['interval']} "
-             f"generations",
+             f"generations; cost model: {c.get('model_constants', 'none')}",
              "",
              "| workload | scheme | " + " | ".join(f"evals/s P={p}" for p in ps)
              + f" | util. P={top} mean (min-max) | " + " | ".join(f"bytes/gen P={p}" for p in multi)
-             + " | best |",
-             "|" + "---|" * (4 + len(ps) + len(multi))]
+             + " | best | " + " | ".join(f"model time err P={p}" for p in ps) + " |",
+             "|" + "---|" * (4 + 2 * len(ps) + len(multi))]
     for (workload, scheme), by_p in _by_key(result["rows"]).items():
         cells = []
         for p in ps:
@@ -61,9 +68,10 @@ def format_table(result: dict) -> str:
         cells.append(f"{u['utilisation_mean']:.2f} ({u['utilisation_min']:.2f}-{u['utilisation_max']:.2f})")
         cells += [_bytes(by_p[p]["bytes_per_generation"]) for p in multi]
         cells.append(f"{by_p[ps[0]]['best_fitness']:.6g}")
+        cells += [_error(by_p[p]) for p in ps]
         lines.append(f"| {workload} | {scheme} | " + " | ".join(cells) + " |")
     for scheme in result["not_built"]:
-        cells = ["not built"] * (2 + len(ps) + len(multi))
+        cells = ["not built"] * (2 + 2 * len(ps) + len(multi))
         lines.append(f"| every workload | {scheme} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -1,0 +1,100 @@
+"""``mpievo plan``: the parallel schemes' cost model (no MPI in this process).
+
+    mpievo plan --calibrate [--out cal.json]          measure the constants here (< 30 s)
+    mpievo plan --constants cal.json --ranks 4 ...    each scheme's bytes and time per generation
+    mpievo plan --scenario design [--inter-node-gbps 25]   the design study's table recomputed
+
+Bytes come from :mod:`mpievo.parallel.plan` (exact for GA runs: every message the schemes
+send), time from :mod:`mpievo.parallel.plan_time` with the calibrated constants.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+HELP = "cost model of the parallel schemes: bytes and time per generation, the design study's scenario"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--calibrate", action="store_true",
+                        help="measure the model's constants on this machine (engine per child, link latency "
+                             "and bandwidth by a 2-rank ping-pong) and print them as JSON")
+    parser.add_argument("--out", default=None, help="with --calibrate: also write the JSON here")
+    parser.add_argument("--constants", default=None,
+                        help="a --calibrate JSON file (the intra-node link and the engine costs)")
+    parser.add_argument("--scenario", choices=("design",), default=None,
+                        help="print the design study's scenario recomputed (4 nodes x 8 GPUs, 1.5B bf16)")
+    parser.add_argument("--inter-node-gbps", type=float, default=25.0, help="inter-node bandwidth, Gb/s")
+    parser.add_argument("--inter-node-latency-us", type=float, default=5.0, help="inter-node latency, us")
+    parser.add_argument("--intra-node-gbps", type=float, default=None,
+                        help="scenario: intra-node bandwidth, Gb/s (default: --constants', else 80)")
+    parser.add_argument("--breed-gbytes-per-s", type=float, default=141.0,
+                        help="scenario: device breeding rate, GB of child per second (H100, README)")
+    layout = parser.add_argument_group("a layout (with --constants)")
+    layout.add_argument("--ranks", type=int, default=4)
+    layout.add_argument("--ranks-per-node", type=int, default=0, help="0: one node")
+    layout.add_argument("--islands", type=int, default=4)
+    layout.add_argument("--dim", type=int, default=100)
+    layout.add_argument("--capacity", type=int, default=8, help="archive capacity = GA batch")
+    layout.add_argument("--itemsize", type=int, default=4, help="bytes per gene")
+    layout.add_argument("--budget", type=int, default=192)
+    layout.add_argument("--interval", type=int, default=2, help="generations between migrations")
+    layout.add_argument("--ranks-per-island", type=int, default=2, help="hybrid group size")
+    layout.add_argument("--cost-ms", type=float, default=0.0, help="workload cost per child")
+    layout.add_argument("--mode", choices=("none", "sleep", "burn", "vary"), default="sleep")
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.calibrate:
+        from mpievo.parallel.plan_calibrate import calibrate, write
+
+        result = calibrate()
+        print(json.dumps(result, indent=1))
+        if args.out:
+            write(args.out, result)
+        return 0
+    if args.scenario:
+        print(_scenario(args))
+        return 0
+    if not args.constants:
+        print("mpievo plan: expected --calibrate, --scenario or --constants FILE, got none", file=sys.stderr)
+        return 2
+    print(_layouts(args))
+    return 0
+
+
+def _scenario(args) -> str:
+    from mpievo.parallel.plan_scenario import Scenario, format_scenario
+    from mpievo.parallel.plan_time import Constants, Link
+
+    intra = Scenario().intra
+    if args.constants:
+        intra = Constants.load(args.constants).intra
+    if args.intra_node_gbps is not None:
+        intra = Link(intra.latency_s, args.intra_node_gbps * 1e9 / 8)
+    return format_scenario(Scenario(args.inter_node_gbps, args.inter_node_latency_us * 1e-6, intra,
+                                    args.breed_gbytes_per_s * 1e9))
+
+
+def _layouts(args) -> str:
+    from mpievo.parallel.plan import SCHEMES, Layout, traffic
+    from mpievo.parallel.plan_time import Constants, Cost, Link, predict_seconds
+
+    inter = Link(args.inter_node_latency_us * 1e-6, args.inter_node_gbps * 1e9 / 8)
+    constants = Constants.load(args.constants, inter)
+    lines = [f"{args.ranks} ranks, {args.islands} islands, {args.dim} genes x {args.itemsize} B, "
+             f"capacity = batch = {args.capacity}, budget {args.budget}, migration every {args.interval}, "
+             f"cost {args.cost_ms:g} ms {args.mode}; constants: {constants.source or args.constants}",
+             "", "| scheme | bytes/gen by purpose | inter-node bytes/gen | time/gen |", "|---|---|---|---|"]
+    for scheme in SCHEMES:
+        lay = Layout(scheme, args.ranks, args.islands, args.dim, args.capacity, args.capacity,
+                     itemsize=args.itemsize, interval=args.interval, ranks_per_node=args.ranks_per_node,
+                     ranks_per_island=args.ranks_per_island if scheme == "hybrid" else 1, budget=args.budget)
+        plan = traffic(lay)
+        purposes = ", ".join(f"{p} {n:.0f} B" for p, n in plan.per_generation().items()) or "none"
+        seconds = predict_seconds(lay, constants, Cost(args.cost_ms / 1e3, args.mode))["per_generation_s"]
+        lines.append(f"| {scheme} | {purposes} | {plan.by_link()['inter'] / plan.generations:.0f} B | "
+                     f"{seconds * 1e3:.3g} ms |")
+    return "\n".join(lines)
