@@ -36,11 +36,19 @@ class ReplicaProblem(Problem):
         self.comm = comm
 
     def evaluate(self, genomes: np.ndarray) -> np.ndarray:
-        blocks = row_blocks(len(genomes), self.comm.size)
+        return self._share(genomes, False)
+
+    def evaluate_device(self, genomes) -> np.ndarray:
+        """A device island's batch: this rank's block evaluated on its own GPU."""
+        return self._share(genomes, True)
+
+    def _share(self, genomes, on_device: bool) -> np.ndarray:
+        n = genomes.shape[0]
+        blocks = row_blocks(n, self.comm.size)
         a, b = blocks[self.comm.rank]
-        fitness = np.empty(len(genomes), np.float64)
+        fitness = np.empty(n, np.float64)
         with self.comm.purpose("evaluation"):
-            self.comm.allgather(evaluate_block(self.local, genomes[a:b]), fitness,
+            self.comm.allgather(evaluate_block(self.local, genomes[a:b], on_device), fitness,
                                 counts=[stop - start for start, stop in blocks])
         return fitness
 

@@ -57,18 +57,33 @@ def test_a_device_island_run_differs_from_the_host_run_only_by_its_draws(world):
 
 
 @pytest.mark.mpi(min_size=2)
-def test_device_islands_over_groups_of_ranks_give_the_one_rank_result(world):
-    # the hybrid scheme: each group's ranks evaluate row blocks of the leader's device
-    # batch on their own GPU (blocks move on the device path of exchange)
-    if world.size % 2:
+@pytest.mark.parametrize("scheme", [{"scheme": "hybrid", "ranks_per_island": 2}, {"scheme": "replicated"}],
+                         ids=["hybrid", "replicated"])
+def test_device_islands_over_groups_of_ranks_give_the_one_rank_result(world, scheme, monkeypatch):
+    # hybrid: each group's ranks evaluate row blocks of the leader's device batch on their
+    # own GPU (blocks move on the device path of exchange); replicated: every rank breeds
+    # every device island and evaluates its block on its GPU
+    if world.size % 2 and scheme["scheme"] == "hybrid":
         pytest.skip("groups of 2 ranks need an even rank count")
+    from mpievo.parallel import groups, replicated
+
+    blocks = []  # (rows, on the device) of every block this rank evaluated
+
+    def spy(problem, genomes, on_device=False, _real=groups.evaluate_block):
+        blocks.append((genomes.shape[0], on_device))
+        return _real(problem, genomes, on_device)
+
+    monkeypatch.setattr(groups, "evaluate_block", spy)
+    monkeypatch.setattr(replicated, "evaluate_block", spy)
     comm = Communicator(world)
-    grouped = validate({**_raw(), "run": {**_raw()["run"], "scheme": "hybrid", "ranks_per_island": 2}},
-                       comm.size)
+    grouped = validate({**_raw(), "run": {**_raw()["run"], **scheme}}, comm.size)
     hybrid = run_job(grouped, comm)
+    monkeypatch.undo()
+    # every rank evaluated blocks of fewer rows than a batch, all on its device
+    split = bool(blocks) and all(on for _, on in blocks) and max(rows for rows, _ in blocks) < 5
     serial = run_job(_job(1, "cuda"), SelfComm())
-    ok = comm.rank != 0 or (best_genome_bytes(hybrid) == best_genome_bytes(serial)
-                            and hybrid.evaluations == serial.evaluations)
+    ok = split and (comm.rank != 0 or (best_genome_bytes(hybrid) == best_genome_bytes(serial)
+                                       and hybrid.evaluations == serial.evaluations))
     flags = world.allgather(bool(ok))
     comm.free()
     assert all(flags)
