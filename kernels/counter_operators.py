@@ -266,6 +266,15 @@ def cross(genomes, idx_a, idx_b, kind, swap_threshold, alpha, coef, eta, key, ba
                                             alpha, coef, power)
 
 
+@numba.njit(inline="always")
+def _in_box(x, c, g, lo, hi, w):
+    """``x[c, g] = min(lo + u * (hi - lo), hi)`` with ``u`` = word ``w`` times 2**-32; the
+    product is rounded to the genome dtype on store, then added to ``lo`` in that dtype
+    (as the device's twin in cuda_counter_kernels)."""
+    x[c, g] = np.float64(w) * _TWO_M32 * (hi - lo)
+    x[c, g] = min(lo + x[c, g], hi)
+
+
 @numba.njit(parallel=True, **_JIT)
 def resample_outside(x, lower, upper, key, base):
     """Genes outside the box (or NaN) become ``lower + u * (upper - lower)`` (capped at
@@ -283,9 +292,7 @@ def resample_outside(x, lower, upper, key, base):
             v = x[c, g]
             if not (v >= lower[g] and v <= upper[g]):
                 ws = block(row + _U(g >> 2), key[0], key[1], key[2], key[3])
-                u = np.float64(ws[g & 3]) * _TWO_M32
-                x[c, g] = u * (upper[g] - lower[g])  # rounded to the genome dtype on store
-                x[c, g] = min(lower[g] + x[c, g], upper[g])
+                _in_box(x, c, g, lower[g], upper[g], ws[g & 3])
                 moved += 1
         per_task[task] = moved
     return per_task.sum()
@@ -308,5 +315,4 @@ def uniform_fill(x, lower, upper, key, base):
             for k in range(4):
                 g = 4 * q + k
                 if g < g1:
-                    x[c, g] = np.float64(ws[k]) * _TWO_M32 * (upper[g] - lower[g])  # rounded on store
-                    x[c, g] = min(lower[g] + x[c, g], upper[g])
+                    _in_box(x, c, g, lower[g], upper[g], ws[k])

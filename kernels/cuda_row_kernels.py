@@ -28,15 +28,6 @@ def _copy_kernel(src, rows, dst, slots):
             dst[s, j] = src[r, j]
 
 
-def _take_kernel(src, rows, dst):
-    j0, k0 = cuda.grid(2)  # noqa: F821
-    sj, sk = cuda.gridsize(2)  # noqa: F821
-    for k in range(k0, rows.shape[0], sk):
-        r = rows[k]
-        for j in range(j0, dst.shape[1], sj):
-            dst[k, j] = src[r, j]
-
-
 def _equal_kernel(a, ia, b, ib, equal):
     # ``equal`` starts all ones; any thread that sees a differing gene clears its
     # row (every writer stores the same 0, so the result does not depend on order)
@@ -103,10 +94,10 @@ def _jit(template, **names):
 
 @functools.lru_cache(maxsize=None)
 def row_kernel(name: str):
-    """Kernel "copy", "take", "equal" or "centroid" (numba specialises it per argument type)."""
+    """Kernel "copy", "equal" or "centroid" (numba specialises it per argument type)."""
     from numba import types as nbt
 
-    return _jit({"copy": _copy_kernel, "take": _take_kernel, "equal": _equal_kernel,
+    return _jit({"copy": _copy_kernel, "equal": _equal_kernel,
                  "centroid": _centroid_kernel}[name], float64=nbt.float64)
 
 

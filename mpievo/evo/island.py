@@ -39,6 +39,7 @@ from . import device
 from .archive import Archive, make_ids, sanitize_fitness
 from .config import EngineConfig
 from .migration import Migrants, admit, choose_emigrants
+from .operators import box_arrays
 from .problems import Problem, check_fitness, make_problem
 from .streams import stream
 
@@ -69,13 +70,6 @@ def planned_batch(config: EngineConfig, dim: int) -> int:
 def _algorithm_name(spec) -> str | None:
     """The built-in name of an algorithm spec (name, class or instance), if any."""
     return spec if isinstance(spec, str) else getattr(spec, "name", None)
-
-
-def ops_box(problem: Problem, dtype) -> tuple[np.ndarray, np.ndarray]:
-    """The problem's box in the genome dtype (rounded inwards)."""
-    from .operators import box_arrays
-
-    return box_arrays(problem.lower, problem.upper, dtype)
 
 
 class Island:
@@ -176,7 +170,8 @@ class Island:
         if self.on_device and self.problem.initial is None:
             from . import device_operators
 
-            lower, upper = (device_operators.place(a) for a in ops_box(self.problem, self.archive.dtype))
+            box = box_arrays(self.problem.lower, self.problem.upper, self.archive.dtype)
+            lower, upper = (device_operators.place(a) for a in box)
             genomes = device_operators.uniform_genomes(
                 rng, lower, upper, device_operators.empty((self.archive.limit, self.problem.dim),
                                                           self.archive.dtype))

@@ -71,12 +71,14 @@ def choose_device(local: int, n_devices: int) -> int | None:
 
 def cuda_device_count() -> int:
     """Number of CUDA devices numba sees (0 without CUDA; imports numba.cuda lazily)."""
-    try:
-        from numba import cuda
-    except ImportError:
+    from ..evo.device import cuda_usable
+
+    if not cuda_usable():
         return 0
+    from numba import cuda
+
     try:
-        return len(cuda.gpus) if cuda.is_available() else 0
+        return len(cuda.gpus)
     except Exception:  # noqa: BLE001 - a broken driver means "no usable GPU"
         return 0
 
