@@ -4,8 +4,8 @@ A job config has four tables (every key optional; ``mpievo run --help-config`` l
 every key with its type, default and meaning)::
 
     [run]        seed, generations, budget, target, scheme (island, hybrid,
-                 centralized, replicated), islands (0: one per group), ranks_per_island
-                 (hybrid: K or "node"),
+                 centralized, replicated, master_worker), islands (0: one per group),
+                 ranks_per_island (hybrid: K or "node"),
                  log_every, checkpoint_every, checkpoint_seconds (default 600),
                  checkpoint_keep, blas_threads                     (RunConfig)
     [problem]    name (built-in or "module:function"), dim, shift, rotate, seed,
@@ -45,8 +45,8 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .config_tables import (DEFAULT_GENERATIONS, MAX_ROTATED_DIM, RESUMABLE_KEYS, SCHEMES,  # noqa: F401
-                            AdaptiveConfig, MigrationConfig, ProblemConfig, RunConfig)
+from .config_tables import (DEFAULT_GENERATIONS, MAX_ROTATED_DIM, ONE_GROUP_SCHEMES,  # noqa: F401
+                            RESUMABLE_KEYS, SCHEMES, AdaptiveConfig, MigrationConfig, ProblemConfig, RunConfig)
 from .schema import ConfigError, Settings, shown, unknown_keys
 
 if TYPE_CHECKING:
@@ -206,6 +206,8 @@ def validate(config: dict, nranks: int, source: str = "config", *, problem: Prob
             engines = engine.resolve_all(run.islands)
         except ConfigError as err:
             problems += err.problems
+    if engines:
+        _check_evaluation(run, engines, problems)
     if engines and run.budget is not None:
         _check_budget(run.budget, engines, problems)
     if run is not None and migration is not None:
@@ -232,7 +234,7 @@ def _island_count(run: RunConfig, nranks: int, problems: list[str]) -> int:
         problems.append(f"run.ranks_per_island: expected 1 with run.scheme = {run.scheme!r} (groups of "
                         f"ranks are the hybrid scheme), got {per!r}")
         per = 1
-    if run.scheme in ("centralized", "replicated"):
+    if run.scheme in ONE_GROUP_SCHEMES:
         per = nranks    # one group of every rank
     if per != "node" and nranks % per:
         problems.append(f"run.ranks_per_island: expected a divisor of the {nranks} ranks, got {per}")
@@ -252,6 +254,21 @@ def _generations(run: RunConfig) -> int | None:
     if run.generations is None and run.budget is None:
         return DEFAULT_GENERATIONS
     return run.generations
+
+
+def _check_evaluation(run: RunConfig, engines, problems: list[str]) -> None:
+    """engine.evaluation and engine.device against the scheme: blocks of rows pulled
+    by workers (master_worker) are host arrays, and only that scheme evaluates "steady"."""
+    modes = sorted({e.evaluation for e in engines})
+    if run.scheme != "master_worker" and modes != ["generational"]:
+        problems.append(f'engine.evaluation: expected "generational" with run.scheme = {run.scheme!r} '
+                        f'("steady" is the master_worker scheme\'s), got {modes[-1]!r}')
+    elif len(modes) > 1:
+        problems.append(f"engine.evaluation: expected one value for every island, got {modes}")
+    devices = sorted({e.device for e in engines} - {"cpu"})
+    if run.scheme == "master_worker" and devices:
+        problems.append(f'engine.device: expected "cpu" with run.scheme = \'master_worker\' (workers '
+                        f"evaluate host rows), got {devices[0]!r}")
 
 
 def _check_budget(budget: int, engines, problems: list[str]) -> None:

@@ -18,9 +18,11 @@ MAX_ROTATED_DIM = 10_000
 #: keys that may change when a run is resumed (everything else must match the checkpoint)
 RESUMABLE_KEYS = ("run.generations", "run.budget", "run.target", "run.log_every", "run.checkpoint_every",
                   "run.checkpoint_seconds", "run.checkpoint_keep", "run.blas_threads", "run.ranks_per_island",
-                  "run.scheme")
+                  "run.scheme", "engine.evaluation")
 #: the parallel schemes of ``run.scheme``
-SCHEMES = ("island", "hybrid", "centralized", "replicated")
+SCHEMES = ("island", "hybrid", "centralized", "replicated", "master_worker")
+#: the schemes that run as one group of every rank (rank 0 holds the islands or speaks for them)
+ONE_GROUP_SCHEMES = ("centralized", "replicated", "master_worker")
 #: run.generations without a budget, when not given
 DEFAULT_GENERATIONS = 200
 
@@ -48,6 +50,21 @@ def _time_limit_methods():
     from .faults import TIME_LIMIT_METHODS
 
     return TIME_LIMIT_METHODS
+
+
+def _bases_problems(path: str, dim: int) -> list[str]:
+    """What is wrong with ``problem.bases`` (a .npy file of (count, dim) or (dim,) floats)."""
+    import numpy as np
+
+    try:
+        peek = np.load(path, mmap_mode="r")
+    except (OSError, ValueError) as err:
+        return [f"problem.bases: expected a readable .npy file, got {path!r} ({err})"]
+    shape = peek.shape if peek.ndim == 2 else (1,) + peek.shape
+    if len(shape) != 2 or shape[1] != dim or peek.dtype not in (np.float32, np.float64):
+        return [f"problem.bases: expected float32/float64 bases of shape (count, {dim}) or ({dim},), "
+                f"got {peek.dtype} {peek.shape} in {path!r}"]
+    return []
 
 
 def _accept_finite(value):
@@ -100,9 +117,11 @@ class RunConfig(Settings):
                           "(islands over groups of ranks_per_island ranks), centralized (rank 0 holds "
                           "the islands and breeds, every rank evaluates a share of each batch), "
                           "replicated (every rank holds and breeds every island, evaluates a share "
-                          "of each batch and all-gathers the fitness)")
+                          "of each batch and all-gathers the fitness), master_worker (rank 0 holds "
+                          "the islands and breeds, the other ranks pull blocks of rows to evaluate; "
+                          "see engine.evaluation)")
     islands: int = setting(0, integer(0), "number of islands; 0: one per group of ranks "
-                           "(centralized, replicated: one)")
+                           "(centralized, replicated, master_worker: one)")
     ranks_per_island: Any = setting(1, ranks_per_island,
                                     "ranks per group: the group's first rank holds its islands and "
                                     "breeds, all of them evaluate row blocks of each batch; \"node\": "
@@ -136,6 +155,9 @@ class ProblemConfig(Settings):
                                 "a late evaluation counts as failed")
     time_limit_method: str = setting("process", choice(_time_limit_methods),
                                      "how the limit is enforced (see mpievo.faults)")
+    bases: Any = setting(None, optional(text),
+                         "delta/seeded genomes: a .npy file of the base models, shape (count, dim) or "
+                         "(dim,), loaded once per node; none: the problem object's own")
 
     @property
     def user_function(self) -> bool:
@@ -160,6 +182,8 @@ class ProblemConfig(Settings):
                 if getattr(self, bound) is None:
                     problems.append(f"problem.{bound}: expected a bound for user function {self.name!r}, "
                                     f"got none")
+        if self.bases is not None:
+            problems += _bases_problems(self.bases, self.dim)
         if self.rotate and self.dim > MAX_ROTATED_DIM:
             problems.append(f"problem.rotate: expected dim <= {MAX_ROTATED_DIM} with a rotation "
                             f"(8*dim^2 bytes), got dim = {self.dim}")

@@ -30,6 +30,8 @@ _EXPORTS = {
     "SelfComm": "protocol",
     "abort_on_error": "abort",
     "report_and_abort": "abort",
+    "SharedArray": "shared_array",
+    "node_shared_array": "shared_array",
     "CommError": "errors",
     "CollectiveTimeoutError": "errors",
     "CollectiveMismatchError": "errors",

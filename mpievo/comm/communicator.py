@@ -289,3 +289,12 @@ class Communicator:
     def gather_object(self, obj, root: int = 0):
         """Gather a picklable object from every rank on ``root`` (None elsewhere)."""
         return objects.gather_object(self._core, obj, root)
+
+    def send_object(self, obj, dest: int, *, timeout: float | None = None) -> None:
+        """Send a picklable object to rank ``dest`` (point to point; see :meth:`recv_object`)."""
+        objects.send_object(self._core, obj, dest, timeout)
+
+    def recv_object(self, source: int | None = None, *, timeout: float | None = None):
+        """Receive the next object sent to this rank with :meth:`send_object` from
+        ``source``, or from any rank when None; returns ``(sender, object)``."""
+        return objects.recv_object(self._core, source, timeout)

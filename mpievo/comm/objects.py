@@ -1,4 +1,5 @@
-"""Control-plane collectives: barrier and pickled-object broadcast/gather.
+"""Control-plane collectives: barrier and pickled-object broadcast/gather; pickled
+point-to-point messages (:func:`send_object`, :func:`recv_object`, from any source).
 
 For small control messages (configs, votes, summaries); arrays belong in the
 collectives proper or in point-to-point exchange. Pickles of any size work: a
@@ -18,9 +19,11 @@ from mpi4py import MPI
 
 from . import chunking
 from .buffers import check_root
-from .progress import Pending
+from .progress import Pending, Poll
 
 OBJECT_TAG = 31001   # pickles too large for one Gatherv (exchange uses 31000)
+MESSAGE_TAG = 31002       # a point-to-point pickle's length (what recv_object probes for)
+MESSAGE_BODY_TAG = 31003  # its bytes, in pieces (a separate tag: an any-source probe sees lengths only)
 
 
 def barrier(core, timeout: float | None) -> None:
@@ -110,3 +113,45 @@ def _gather_pieces(core, mine: np.ndarray, out, lengths: list, displs: list, roo
                                           OBJECT_TAG)
     if pending:
         core.wait("allgather_object" if root is None else "gather_object", pending, None)
+
+
+def send_object(core, obj, dest: int, timeout: float | None) -> None:
+    """Send a picklable object to ``dest``: its length, then the pickle in pieces;
+    returns when both left this rank (a large one once ``dest`` receives it)."""
+    core.check_usable()
+    dest = check_root(dest, core.size)
+    body = np.frombuffer(_dumps(obj), np.uint8)
+    length = np.array([body.nbytes], np.int64)
+    pending = [Pending(core.comm.Isend([length, MPI.INT64_T], dest, MESSAGE_TAG), dest, "to")]
+    pending += chunking.post_send(core.comm, dest, body, MESSAGE_BODY_TAG)
+    core.count(length.nbytes + body.nbytes)
+    core.wait("send_object", pending, timeout)
+
+
+class _Probe(Poll):
+    """A matched probe for a message's length from ``source`` (or any source)."""
+
+    def __init__(self, comm, source: int):
+        self.comm, self.source = comm, source
+        self.status = MPI.Status()
+        self.message = None
+
+    def Test(self) -> bool:  # noqa: N802 - polled like an MPI request
+        if self.message is None:
+            self.message = self.comm.Improbe(self.source, MESSAGE_TAG, self.status)
+        return self.message is not None
+
+
+def recv_object(core, source: int | None, timeout: float | None):
+    """The next object :func:`send_object` sent to this rank from ``source`` (None: from
+    any rank, whichever message is matched first), as ``(sender, object)``."""
+    core.check_usable()
+    source = MPI.ANY_SOURCE if source is None else check_root(source, core.size)
+    probe = _Probe(core.comm, source)
+    core.wait("recv_object", [Pending(probe, source, "from")], timeout)
+    length = np.empty(1, np.int64)
+    probe.message.Recv([length, MPI.INT64_T])
+    sender = probe.status.Get_source()
+    body = np.empty(int(length[0]), np.uint8)
+    core.wait("recv_object", chunking.post_recv(core.comm, sender, body, MESSAGE_BODY_TAG), timeout)
+    return sender, pickle.loads(body)

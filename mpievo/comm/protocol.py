@@ -9,6 +9,8 @@ does not import mpi4py.
 from __future__ import annotations
 
 import contextlib
+import pickle
+from collections import deque
 from typing import Any, Iterable, Protocol, runtime_checkable
 
 import numpy as np
@@ -59,6 +61,13 @@ class EngineComm(Protocol):
     def iallreduce(self, sendbuf, recvbuf=None, op: str = "sum") -> EngineRequest:
         """Start an element-wise reduction over all ranks; ``wait()`` returns the result."""
 
+    def send_object(self, obj: Any, dest: int) -> None:
+        """Send a picklable object to rank ``dest`` (point to point)."""
+
+    def recv_object(self, source: int | None = None) -> tuple[int, Any]:
+        """``(sender, object)`` of the next :meth:`send_object` to this rank from
+        ``source`` (None: from any rank)."""
+
 
 #: the member names of EngineComm (what a duck-typed communicator must have)
 ENGINE_COMM_MEMBERS = tuple(EngineComm.__annotations__) + tuple(
@@ -98,6 +107,7 @@ class SelfComm:
     def __init__(self):
         self.traffic: dict[str, int] = {}
         self._purpose = "collective"
+        self._messages: deque[bytes] = deque()   # pickles sent to itself, not yet received
 
     @contextlib.contextmanager
     def purpose(self, name: str):
@@ -155,3 +165,23 @@ class SelfComm:
         if dst is not src:
             np.copyto(dst, src)
         return FinishedRequest(result)
+
+    def send_object(self, obj: Any, dest: int) -> None:
+        """Queue a copy of ``obj`` (its pickle) for :meth:`recv_object`; counted as a
+        Communicator counts it (8 bytes of length and the pickle)."""
+        check_root(dest, 1)
+        data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+        self._count(8 + len(data))
+        self._messages.append(data)
+
+    def recv_object(self, source: int | None = None) -> tuple[int, Any]:
+        """``(0, object)`` of the oldest object sent to itself.
+
+        Raises:
+            ValueError: nothing was sent (one rank alone would wait forever).
+        """
+        if source is not None:
+            check_root(source, 1)
+        if not self._messages:
+            raise ValueError("expected an object sent to rank 0 before recv_object, got none")
+        return 0, pickle.loads(self._messages.popleft())

@@ -27,6 +27,10 @@ from .operators import BOUND_MODES, CROSSOVERS, SELECTIONS
 from .params import PerIsland, check_island_index, is_per_island, resolve_param
 
 _SOURCE = "[engine] settings"
+#: genome encodings of ``engine.genome`` (mpievo.evo.genomes)
+GENOMES = ("dense", "delta", "seeded")
+#: evaluation modes of ``engine.evaluation``
+EVALUATIONS = ("generational", "steady")
 
 
 def _setting(default, check, doc: str):
@@ -58,6 +62,22 @@ class EngineConfig(Settings):
                            "only) or auto (cuda when the rank has a GPU, the algorithm is the GA and "
                            "the problem evaluates on the device)")
     unique: Any = _setting(False, boolean, "refuse genomes the archive already holds")
+    genome: Any = _setting("dense", choice(GENOMES),
+                           "genome encoding: dense (every gene a row entry), delta (rows are differences "
+                           "from the problem's base model, held once per node) or seeded (rows are "
+                           "recipes: merge weights over the problem's base models and the (seed, step) of "
+                           "each mutation; GA with interpolation crossover); the same on every island")
+    materialize_budget: Any = _setting(1 << 30, integer(1),
+                                       "delta/seeded: bytes of whole genomes an island materialises at once "
+                                       "(evaluation blocks and its cache of materialised members); at least "
+                                       "one genome")
+    recipe_terms: Any = _setting(32, integer(1),
+                                 "seeded: mutation terms a recipe keeps; a child whose parents' terms and "
+                                 "its own exceed it drops the smallest (see mpievo.evo.genomes.seeded)")
+    evaluation: Any = _setting("generational", choice(EVALUATIONS),
+                               "master_worker scheme: generational (islands one after another) or steady "
+                               "(every island's batch in flight at once; workers wait only at generation "
+                               "ends); the same result either way")
     selection: Any = _setting("tournament", choice(SELECTIONS), "GA parent selection")
     tournament_size: Any = _setting(2, integer(1), "members per tournament")
     rank_pressure: Any = _setting(1.5, number(1.0, 2.0), "linear ranking pressure in [1, 2]")

@@ -35,7 +35,7 @@ import numpy as np
 from ..kernels import operators as kernels
 from .algorithms.base import make_algorithm
 from .algorithms.cmaes_core import default_popsize
-from . import device
+from . import device, genomes
 from .archive import Archive, make_ids, sanitize_fitness
 from .config import EngineConfig
 from .migration import Migrants, admit, choose_emigrants
@@ -96,7 +96,7 @@ class Island:
         self.index = int(index)
         self.seed = int(seed)
         stream(self.seed, self.index, 0)  # validates seed and index early
-        self.problem = problem if isinstance(problem, Problem) else make_problem(problem)
+        problem = problem if isinstance(problem, Problem) else make_problem(problem)
         if not config.is_heterogeneous():
             self.config = config  # plain already (IslandScheme passes resolve_all's configs)
         else:
@@ -106,11 +106,14 @@ class Island:
                 n_islands = self.index + 1
             self.config = config.resolve(self.index, n_islands)
         spec = self.config.algorithm if algorithm is None else algorithm
+        genomes.check_encoding(self.config, _algorithm_name(spec))
+        self.problem = genomes.encode(problem, self.config)  # dense: the problem itself
         self.on_device = device.resolve_device(self.config.device, _algorithm_name(spec), self.problem)
         archive_class = Archive
         if self.on_device:
             from .device_archive import DeviceArchive as archive_class
-        self.archive = archive_class(self.config.capacity, self.problem.dim, self.config.dtype,
+        row_dtype = getattr(self.problem, "row_dtype", self.config.dtype)
+        self.archive = archive_class(self.config.capacity, self.problem.dim, row_dtype,
                                      unique=self.config.unique, island=self.index,
                                      limit=initial_population(self.config))
         self.algorithm = make_algorithm(spec, self.config)
@@ -259,7 +262,11 @@ class Island:
     def best(self) -> tuple[np.ndarray, float]:
         """(genome, fitness in the user's sense) of the best archive member."""
         i = self.archive.best_index()
-        return self.archive.row(i), float(self.problem.to_user(self.archive.fitness[i]))
+        genome = self.archive.row(i)
+        encoded = genomes.encoding_of(self.problem)
+        if encoded is not None:
+            genome = encoded.decode(genome)   # the whole genome, not its row
+        return genome, float(self.problem.to_user(self.archive.fitness[i]))
 
     def diversity(self) -> float:
         """Mean distance of the members to their centroid, genes scaled by the box width,
@@ -267,6 +274,9 @@ class Island:
         """
         if self.archive.size == 0:
             return 0.0
+        encoded = genomes.encoding_of(self.problem)
+        if encoded is not None:
+            return encoded.diversity(self.archive.genomes)
         width = self.problem.upper - self.problem.lower
         if self.on_device:
             from mpievo.kernels import cuda_rows
@@ -371,6 +381,9 @@ class Island:
             "island/next_id": self._next_id, "algorithm/name": str(self.algorithm.name),
         }
         state.update({f"island/{k}": v for k, v in self.counters().items()})
+        encoded = genomes.encoding_of(self.problem)
+        if encoded is not None:
+            state.update(encoded.metadata())
         state.update({f"archive/{k}": v for k, v in self.archive.state_dict().items()})
         state.update({f"algorithm/state/{k}": v for k, v in self.algorithm.state_dict().items()})
         return state
@@ -382,13 +395,18 @@ class Island:
             ValueError: the state belongs to another index/seed/dim/algorithm or format.
         """
         def expect(key, value):
-            got = state[key]
+            got = state.get(key)
             got = got.item() if isinstance(got, np.ndarray) else got
             if isinstance(got, bytes):
                 got = got.decode()
             if got != value:
                 raise ValueError(f"expected {key} = {value!r} in the island state, got {got!r}")
         expect("format", STATE_FORMAT)
+        encoded = genomes.encoding_of(self.problem)
+        if encoded is not None or "genome/encoding" in state:     # dense states may lack it
+            expect("genome/encoding", "dense" if encoded is None else encoded.genome)
+        if encoded is not None:
+            encoded.check_metadata(state)
         expect("island/index", self.index)
         expect("island/seed", self.seed)
         expect("island/dim", self.problem.dim)

@@ -87,6 +87,9 @@ class Problem:
             array without CuPy; anything with ``__cuda_array_interface__`` or DLPack)
             and may return fitness on the device or the host: islands with
             ``engine.device = "auto"`` then breed on the GPU (see :mod:`mpievo.evo.device`).
+        bases: base models for ``engine.genome = "delta"`` or ``"seeded"``: a
+            :class:`~mpievo.evo.genomes.BaseModels`, an array ``(count, dim)`` or ``(dim,)``,
+            or a path to a ``.npy`` file (see :mod:`mpievo.evo.genomes`).
 
     Raises:
         ValueError, TypeError: bad dimension or bounds.
@@ -94,7 +97,7 @@ class Problem:
 
     def __init__(self, func: Callable, dim: int, lower, upper, *, maximize: bool = False,
                  name: str | None = None, batched: bool = True, initial: Callable | None = None,
-                 device: bool = False):
+                 device: bool = False, bases=None):
         if not callable(func):
             raise TypeError(f"expected a callable fitness function, got {type(func).__name__}")
         if initial is not None and not callable(initial):
@@ -114,6 +117,9 @@ class Problem:
         self.batched = bool(batched)
         self.initial = initial
         self.device = bool(device)
+        from .genomes.bases import as_bases  # lazy: genomes builds on this module
+
+        self.bases = as_bases(bases)
 
     def __repr__(self) -> str:
         sense = "maximize" if self.maximize else "minimize"

@@ -9,7 +9,8 @@ largest P, so the island scheme has one per rank there), the same engine, seed a
 genes) with a per-child cost added by :class:`WorkloadFitness`; from ``large_dim`` genes
 with smaller archives, batches and budget (see :class:`SchemesOptions`). At P = 1 every scheme
 is the island model (one rank makes every layout trivial), so it is measured once and
-reported for each scheme.
+reported for each scheme. ``master_worker`` runs with ``engine.evaluation =
+"generational"``, ``master_worker_steady`` with ``"steady"`` (:func:`run_scheme`).
 
 Per run: generations, evaluations, wall time (slowest rank), evaluations/s, bytes sent
 per generation summed over ranks and over every communicator the scheme uses (the
@@ -37,8 +38,9 @@ from pathlib import Path
 
 import numpy as np
 
-SCHEMES = ("island", "hybrid", "centralized", "replicated")
-NOT_BUILT = ("master_worker",)
+SCHEMES = ("island", "hybrid", "centralized", "replicated", "master_worker", "master_worker_steady")
+#: a bench scheme with this suffix is its run.scheme with engine.evaluation = "steady"
+STEADY = "_steady"
 MODES = ("sleep", "burn", "vary")
 #: rotations above this many genes cost minutes of QR and 8*dim^2 bytes per rank
 ROTATE_MAX_DIM = 1000
@@ -175,6 +177,13 @@ def workload_problem(workload: Workload, seed: int):
 
 
 # ---------------------------------------------------------------- one run (under MPI)
+def run_scheme(scheme: str) -> tuple[str, str]:
+    """(run.scheme, engine.evaluation) of a bench scheme (see :data:`SCHEMES`)."""
+    if scheme.endswith(STEADY):
+        return scheme[:-len(STEADY)], "steady"
+    return scheme, "generational"
+
+
 def ranks_per_island(scheme: str, ranks: int) -> int:
     """Hybrid: groups of 2 ranks (of all of them on an odd count); else 1."""
     if scheme != "hybrid" or ranks == 1:
@@ -185,10 +194,11 @@ def ranks_per_island(scheme: str, ranks: int) -> int:
 def job_table(options: SchemesOptions, scheme: str, ranks: int, dim: int, budget: int | None = None) -> dict:
     """The job config of one run (everything but the problem)."""
     capacity = options.capacity_for(dim)
+    run_name, evaluation = run_scheme(scheme)
     return {"run": {"seed": options.seed, "budget": budget or options.budget_for(dim),
-                    "islands": options.n_islands, "scheme": scheme,
+                    "islands": options.n_islands, "scheme": run_name,
                     "ranks_per_island": ranks_per_island(scheme, ranks)},
-            "engine": {"capacity": capacity, "batch_size": capacity},
+            "engine": {"capacity": capacity, "batch_size": capacity, "evaluation": evaluation},
             "migration": {"interval": options.interval}}
 
 
@@ -349,7 +359,7 @@ def bench_schemes(options: SchemesOptions, out_dir: str | os.PathLike | None = N
 
     Returns:
         dict with ``rows`` (see :func:`run_row`; plus ``speedup``, ``note`` and the
-        model's ``model_*`` fields), ``conditions`` and ``not_built``.
+        model's ``model_*`` fields) and ``conditions``.
     """
     from .bench_schemes_report import format_table, write_outputs
     from .plan_calibrate import calibrate
@@ -380,7 +390,7 @@ def bench_schemes(options: SchemesOptions, out_dir: str | os.PathLike | None = N
             "problem": f"shifted rastrigin, rotated up to {ROTATE_MAX_DIM} genes, float32 genomes",
             "options": dataclasses.asdict(options), "model_constants": constants.source,
         },
-        "not_built": list(NOT_BUILT), "rows": rows,
+        "rows": rows,
     }
     print(format_table(result), flush=True)
     if out_dir is not None:

@@ -5,7 +5,6 @@ speed-up over P = 1, utilisation at the largest P (mean over ranks, min-max), by
 sent per generation at each P > 1, the best fitness (the same on every line of a
 workload: the bench checks it) and the cost model's time error at each P (predicted /
 measured - 1, :mod:`.plan_time`; its evaluation and migration bytes are exact, checked).
-Schemes that do not exist yet get one "not built" line.
 """
 
 from __future__ import annotations
@@ -70,9 +69,6 @@ def format_table(result: dict) -> str:
         cells.append(f"{by_p[ps[0]]['best_fitness']:.6g}")
         cells += [_error(by_p[p]) for p in ps]
         lines.append(f"| {workload} | {scheme} | " + " | ".join(cells) + " |")
-    for scheme in result["not_built"]:
-        cells = ["not built"] * (2 + 2 * len(ps) + len(multi))
-        lines.append(f"| every workload | {scheme} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

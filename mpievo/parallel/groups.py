@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..config_tables import ONE_GROUP_SCHEMES
 from ..evo.problems import Problem, check_fitness
 from .mapping import islands_of_rank
 
@@ -92,7 +93,7 @@ def scheme_layout(comm, run) -> GroupLayout:
     "centralized" (rank 0 holds the islands and breeds, all ranks evaluate) and
     "replicated" (every rank holds every island: see :func:`islands_to_load`), else
     :func:`group_layout` of ``ranks_per_island`` (1 for "island")."""
-    if run.scheme in ("centralized", "replicated"):
+    if run.scheme in ONE_GROUP_SCHEMES:
         return GroupLayout((tuple(range(comm.size)),), comm.rank)
     return group_layout(comm, run.ranks_per_island)
 

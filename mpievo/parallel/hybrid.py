@@ -116,7 +116,7 @@ class HybridScheme:
         return self.inner is not None and self.inner.reached(target)
 
     def genome_shape(self, island: int) -> tuple[int, np.dtype]:
-        return self.problem.dim, np.dtype(self.engines[island].dtype)
+        return self.problem.dim, np.dtype(getattr(self.problem, "row_dtype", self.engines[island].dtype))
 
     # ------------------------------------------------------------ checkpoints
     def island_states(self) -> dict[int, dict]:

@@ -16,16 +16,21 @@ Example (on every rank, e.g. under ``mpiexec -n 2``)::
 from __future__ import annotations
 
 import contextlib
+import copy
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
 from ..config import ProblemConfig
+from ..evo import genomes
+from ..evo.genomes import BaseModels
 from ..evo.problems import Problem, load_object, make_problem
+from .bases import share_bases
 from .runner import Reporter, RunLoop, RunResult, RunSettings
 from .groups import scheme_layout
 from .hybrid import HybridScheme
+from .master_worker import MasterWorkerScheme
 from .replicated import ReplicatedScheme
 from .scheme import IslandScheme, Scheme
 
@@ -45,10 +50,19 @@ def build_problem(problem: ProblemConfig | Problem, stack: contextlib.ExitStack 
 
     With ``time_limit > 0`` each genome is evaluated under
     :class:`mpievo.faults.TimeLimitedFitness` (a late evaluation counts as failed, +inf);
-    its worker is closed when ``stack`` closes.
+    its worker is closed when ``stack`` closes. ``bases`` (a .npy path) become the
+    problem's base models (replacing a problem object's own, on a copy of it).
     """
     if isinstance(problem, Problem):
         return problem
+    built = _problem_of_table(problem, stack)
+    if problem.bases is not None:
+        built = copy.copy(built)          # a problem object named by the job stays as it is
+        built.bases = BaseModels(problem.bases)
+    return built
+
+
+def _problem_of_table(problem: ProblemConfig, stack: contextlib.ExitStack | None) -> Problem:
     limit = problem.time_limit
     common = dict(lower=problem.lower, upper=problem.upper, maximize=problem.maximize)
     if not problem.user_function:
@@ -78,9 +92,14 @@ def build_scheme(comm, job, problem: Problem | None = None) -> Scheme:
     policy and schedule, as they are): the :class:`IslandScheme`, or the
     :class:`HybridScheme` when ``run.ranks_per_island`` (scheme "hybrid") or the
     "centralized" scheme make groups of several ranks (call its ``close()`` when done),
-    or the :class:`ReplicatedScheme`."""
+    or the :class:`ReplicatedScheme`, or the :class:`MasterWorkerScheme` ("master_worker"
+    on several ranks)."""
     problem = build_problem(job.problem) if problem is None else problem
+    genomes.check_shared(job.engines)
+    problem = genomes.encode(problem, job.engines[0])     # dense: the problem itself
     common = dict(seed=job.run.seed, policy=job.policy, schedule=job.schedule, budget=job.run.budget)
+    if job.run.scheme == "master_worker" and comm.size > 1:
+        return MasterWorkerScheme(comm, problem, job.engines, **common)
     layout = scheme_layout(comm, job.run)
     if layout.trivial:      # one rank per group: the plain island model
         return IslandScheme(comm, problem, job.engines, **common)
@@ -106,7 +125,14 @@ def run_job(job, comm, *, reporters: Sequence[Reporter] = (), checkpointer: Any 
         The :class:`RunResult` (genome and per-island list on rank 0).
     """
     with contextlib.ExitStack() as stack:
-        scheme = build_scheme(comm, job, build_problem(job.problem, stack))
+        problem = build_problem(job.problem, stack)
+        if job.engines[0].genome != "dense" and problem.bases is not None and not problem.bases.attached:
+            stack.callback(share_bases(comm, problem.bases))    # one copy per node, freed at the end
+            stack.callback(problem.bases.detach)                # (callbacks run last-in first-out)
+        genomes.check_shared(job.engines)
+        problem = genomes.encode(problem, job.engines[0])    # build_scheme takes it as it is
+        encoded = genomes.encoding_of(problem)
+        scheme = build_scheme(comm, job, problem)
         if isinstance(scheme, HybridScheme):
             stack.callback(scheme.close)
         extra = {}
@@ -117,7 +143,8 @@ def run_job(job, comm, *, reporters: Sequence[Reporter] = (), checkpointer: Any 
         settings = RunSettings(run.generations if generations is None else generations, run.log_every,
                                run.checkpoint_every, run.checkpoint_seconds, run.target)
         loop = RunLoop(comm, scheme, settings, reporters=reporters, checkpointer=checkpointer,
-                       config=job.config, stop=stop, extra_run_state=extra)
+                       config=job.config, stop=stop, extra_run_state=extra,
+                       decode=None if encoded is None else encoded.decode)
         return loop.run()
 
 

@@ -14,7 +14,13 @@ bytes, for what purpose -- from the layout alone, the way the schemes send them:
   pickled ``("release", run_state)``; the pickles are made here from the same objects,
   so their sizes are exact (:mod:`.groups`);
 * **evaluation** (replicated): the all-gather of every batch's fitness, each rank's
-  block counted once per other rank (:mod:`.replicated`).
+  block counted once per other rank (:mod:`.replicated`);
+* **evaluation** (master_worker): per block of a batch (:func:`.master_worker.block_bounds`)
+  the pickled ``("evaluate", rows)`` to a worker and the pickled fitness back, and after
+  every generation the pickled ``("release", run_state)`` to every worker, each message
+  with its 8-byte length (:mod:`.master_worker`); which worker takes a block is decided
+  at run time, so its messages are put on the link from rank 0 to rank 1 (their bytes
+  are exact, their link class is not); generational and steady send the same bytes.
 
 Summed over ranks this is what ``mpievo bench schemes`` counts for these purposes. Not
 modelled: the run loop's reporting (purposes ``control`` and ``global_best``: pickled
@@ -29,13 +35,18 @@ from __future__ import annotations
 import pickle
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from .budget import budget_rounds, evaluation_shares
 from .groups import row_blocks
 from .mapping import rank_of_island
+from .master_worker import block_bounds
 from .scheme import SCHEME_FORMAT, IslandScheme
 from .topology import build_topology
 
-SCHEMES = ("island", "hybrid", "centralized", "replicated")
+SCHEMES = ("island", "hybrid", "centralized", "replicated", "master_worker")
+#: bytes before a point-to-point pickle (``send_object``'s length)
+LENGTH_BYTES = 8
 
 
 @dataclass(frozen=True)
@@ -44,7 +55,8 @@ class Layout:
 
     ``ranks_per_island`` is the hybrid group size (``ranks_per_node`` for "node");
     ``ranks_per_node`` splits ranks into nodes for the link classes. ``generations``
-    bounds the run when ``budget`` is None.
+    bounds the run when ``budget`` is None. ``evaluation`` is master_worker's
+    ``engine.evaluation``.
     """
 
     scheme: str
@@ -64,6 +76,7 @@ class Layout:
     generations: int | None = None
     dtype: str = "<f4"
     wire_row_bytes: int = 0       # bytes a genome travels as (0: dim * itemsize; 8: a seed)
+    evaluation: str = "generational"
 
     def __post_init__(self):
         if self.scheme not in SCHEMES:
@@ -79,7 +92,8 @@ class Layout:
 
     @property
     def group_size(self) -> int:
-        """Ranks per evaluating group: 1 (island), K (hybrid), every rank (centralized, replicated)."""
+        """Ranks per evaluating group: 1 (island), K (hybrid), every rank (centralized,
+        replicated, master_worker)."""
         return {"island": 1, "hybrid": self.ranks_per_island}.get(self.scheme, self.ranks)
 
     @property
@@ -167,9 +181,22 @@ def run_states(layout: Layout, generations: int) -> tuple[list[int], list[dict]]
     return migrations, states
 
 
+class _Counter:
+    """A file that only counts what a pickler writes (a large array's data arrives as
+    one buffer, never copied nor read)."""
+
+    def __init__(self):
+        self.nbytes = 0
+
+    def write(self, data) -> None:
+        self.nbytes += memoryview(data).nbytes
+
+
 def pickled(obj) -> int:
-    """The bytes ``bcast_object`` sends of ``obj`` to each other rank."""
-    return len(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
+    """The bytes of ``obj``'s pickle as the object calls send it (``pickle.dumps``)."""
+    counter = _Counter()
+    pickle.Pickler(counter, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
+    return counter.nbytes
 
 
 # ---------------------------------------------------------------- messages
@@ -206,6 +233,8 @@ def batch_messages(layout: Layout, leader: int, rows: int) -> list[Message]:
     if layout.scheme == "replicated":     # every rank's fitness block to every other rank
         return [Message(r, o, 8 * (b - a), "evaluation")
                 for r, (a, b) in zip(group, blocks) for o in group if o != r and b > a]
+    if layout.scheme == "master_worker":
+        return pulled_messages(layout, rows)
     order = pickled(("evaluate", rows, layout.dtype, False))
     out = [Message(leader, r, order, "evaluation") for r in group[1:]]
     for r, (a, b) in zip(group[1:], blocks[1:]):
@@ -215,10 +244,22 @@ def batch_messages(layout: Layout, leader: int, rows: int) -> list[Message]:
     return out
 
 
+def pulled_messages(layout: Layout, rows: int) -> list[Message]:
+    """One batch of ``rows`` evaluated by master_worker's workers, block by block."""
+    out = []
+    for a, b in block_bounds(rows, layout.ranks - 1):
+        block = np.empty((b - a, layout.dim), layout.dtype)     # never touched: only its pickle's size
+        out.append(Message(0, 1, LENGTH_BYTES + pickled(("evaluate", block)), "evaluation"))
+        out.append(Message(1, 0, LENGTH_BYTES + pickled(np.empty(b - a, np.float64)), "evaluation"))
+    return out
+
+
 def release_messages(layout: Layout, leader: int, state: dict) -> list[Message]:
-    if layout.scheme not in ("hybrid", "centralized") or layout.group_size == 1:
+    if layout.scheme not in ("hybrid", "centralized", "master_worker") or layout.group_size == 1:
         return []
     size = pickled(("release", state))
+    if layout.scheme == "master_worker":
+        size += LENGTH_BYTES
     return [Message(leader, r, size, "evaluation") for r in group_of(layout, leader)[1:]]
 
 
@@ -241,7 +282,10 @@ def traffic(layout: Layout) -> Traffic:
 
 def bench_layout(row: dict, *, interval: int) -> Layout:
     """The :class:`Layout` of one ``mpievo bench schemes`` row (float32 genomes, default
-    migration policy and ring)."""
-    return Layout(scheme=row["scheme"], ranks=row["ranks"], islands=row["islands"], dim=row["dim"],
+    migration policy and ring, the default block rows)."""
+    from .bench_schemes import run_scheme
+
+    scheme, evaluation = run_scheme(row["scheme"])
+    return Layout(scheme=scheme, ranks=row["ranks"], islands=row["islands"], dim=row["dim"],
                   capacity=row["capacity"], batch=row["capacity"], interval=interval,
-                  ranks_per_island=row["ranks_per_island"], budget=row["budget"])
+                  ranks_per_island=row["ranks_per_island"], budget=row["budget"], evaluation=evaluation)

@@ -8,6 +8,8 @@ A run is simulated generation by generation on its critical path:
   (Open MPI ranks spin while they wait, so a waiting rank still holds its core);
 * a batch cut into row blocks waits for its slowest block; an island-scheme rank
   waits for the slowest rank only where ranks synchronise (migrations, log lines);
+* master_worker's blocks go to whichever worker is free first: generational waits
+  for each island's batch, steady only for the generation's blocks of every island;
 * a message costs its link's latency plus bytes / bandwidth (intra- or inter-node);
   a leader sends its blocks one after another; collectives take ``ceil(log2 P)`` latencies.
 
@@ -18,6 +20,7 @@ A child's cost in "vary" mode is drawn like the bench's (uniform factor in
 
 from __future__ import annotations
 
+import heapq
 import json
 import math
 from dataclasses import dataclass
@@ -28,6 +31,7 @@ import numpy as np
 from .bench_schemes import VARY_RANGE
 from .groups import row_blocks
 from .mapping import rank_of_island
+from .master_worker import block_bounds
 from .plan import Layout, Traffic, migration_messages, traffic
 
 SAMPLES = 32
@@ -135,6 +139,29 @@ def _batch_seconds(layout, constants, cost, rng, leader: int, rows: int) -> floa
     return finish
 
 
+def _pulled_seconds(layout, constants, cost, rng, batches: list[int]) -> float:
+    """master_worker: the blocks of these batches pulled by the workers, first come first
+    served; when the last result is back (a block costs its genomes' and its fitness's
+    messages and its rows' evaluation)."""
+    workers = layout.ranks - 1
+    free = [0.0] * workers
+    for rows in batches:
+        seconds = _rows_seconds(layout, constants, cost, rng, rows)
+        for a, b in block_bounds(rows, workers):
+            start = heapq.heappop(free)
+            link = constants.intra.seconds((b - a) * layout.row_bytes()) + constants.intra.seconds(8 * (b - a))
+            heapq.heappush(free, start + link + seconds[a:b].sum())
+    return max(free)
+
+
+def _generation_seconds(layout, constants, cost, rng, per_island: list[int]) -> float:
+    """master_worker: one generation's batches (one after another unless steady)."""
+    batches = [rows for rows in per_island if rows]
+    if layout.evaluation == "steady":
+        return _pulled_seconds(layout, constants, cost, rng, batches)
+    return sum(_pulled_seconds(layout, constants, cost, rng, [rows]) for rows in batches)
+
+
 def _migration_seconds(layout, constants, generation: int) -> float:
     """The busiest rank's migration messages (sent and received)."""
     per_rank: dict[int, float] = {}
@@ -154,12 +181,16 @@ def _one_run(layout, constants, cost, plan: Traffic, rng) -> float:
             for i in range(n)]
     wall, pending = 0.0, {r: 0.0 for r in leaders}   # per holder: work since the last sync
     last = plan.generations
+    pulled = layout.scheme == "master_worker" and layout.ranks > 1
     for g, per_island in enumerate(plan.batches):
-        for i, rows in enumerate(per_island):
-            if not rows:
-                continue
-            work = breed * rows if g else 0.0
-            pending[home[i]] += work + _batch_seconds(layout, constants, cost, rng, home[i], rows)
+        if pulled:      # every island on rank 0, its workers released every generation
+            pending[0] += ((breed * sum(per_island) if g else 0.0) + constants.intra.latency_s
+                           + _generation_seconds(layout, constants, cost, rng, per_island))
+        else:
+            for i, rows in enumerate(per_island):
+                if rows:
+                    work = breed * rows if g else 0.0
+                    pending[home[i]] += work + _batch_seconds(layout, constants, cost, rng, home[i], rows)
         if layout.scheme in ("hybrid", "centralized") and layout.group_size > 1:
             for r in leaders:      # the release broadcast
                 pending[r] += constants.intra.latency_s * 2 * math.ceil(math.log2(layout.group_size))

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -134,13 +134,17 @@ class RunLoop:
         config: the effective config stored in checkpoints.
         stop: a flag object with a ``requested`` attribute (mpievo.faults.StopRequest), or None.
         extra_run_state: merged into the saved run state (e.g. elapsed time before a resume).
+        decode: turns the best member's row into its whole genome on rank 0 (the
+            encoded problem's ``decode`` for delta/seeded genomes); None: rows are genomes.
     """
 
     def __init__(self, comm, scheme: Scheme, settings: RunSettings, *,
                  reporters: Sequence[Reporter] = (), checkpointer: Any = None,
                  config: Mapping[str, Any] | None = None, stop: Any = None,
-                 extra_run_state: Mapping[str, Any] | None = None):
+                 extra_run_state: Mapping[str, Any] | None = None,
+                 decode: Callable[[np.ndarray], np.ndarray] | None = None):
         self.comm = comm
+        self.decode = decode       # an encoded row -> its whole genome (delta/seeded genomes)
         self.scheme = scheme
         self.settings = settings
         self.reporters = list(reporters) if comm.rank == 0 else []
@@ -292,6 +296,8 @@ class RunLoop:
             owner = min((b, rank) for rank, b in enumerate(best) if b is not None)[1]
             _, island, fitness = best[owner]
             genome = self._best_genome_to_root(owner, island)
+            if genome is not None and self.decode is not None:
+                genome = self.decode(genome)    # rows travel (a recipe: bytes), rank 0 decodes
             records = comm.gather_object(self.scheme.records(), root=0)
         traffic = dict(comm.traffic)
         with comm.purpose("control"):

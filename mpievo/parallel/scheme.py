@@ -193,7 +193,9 @@ class IslandScheme:
         self.local_indices = islands_of_rank(comm.rank, self.n_islands, comm.size)
         self.islands = {i: Island(i, problem, engines[i], seed=self.seed, n_islands=self.n_islands)
                         for i in self.local_indices}
-        shapes = [IslandShape(problem.dim, np.dtype(e.dtype), e.capacity) for e in engines]
+        # rows as the islands keep them (seeded genomes: float64 recipes, whatever engine.dtype)
+        shapes = [IslandShape(problem.dim, np.dtype(getattr(problem, "row_dtype", e.dtype)), e.capacity)
+                  for e in engines]
         self.migrator = Migrator(comm, self.islands, shapes, self.policy, self.seed)
         self.plan = plan(engines, problem.dim, budget)
         self.budget_generation = self.plan.budget_generation

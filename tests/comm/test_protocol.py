@@ -3,6 +3,8 @@ and give the same results on one rank; mpievo.io resolves None to a SelfComm."""
 
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pytest
 from mpi4py import MPI
@@ -39,6 +41,13 @@ def _iallreduce(comm):
     return fresh, done.wait() is in_place, done.done, in_place
 
 
+def _objects(comm):
+    comm.send_object({"block": np.arange(3)}, 0)
+    comm.send_object("second", 0)
+    first = comm.recv_object()
+    return first[0], first[1]["block"], comm.recv_object(0)
+
+
 #: every EngineComm member, exercised the way the engine uses it
 CALLS = {
     "rank": lambda c: c.rank,
@@ -50,6 +59,8 @@ CALLS = {
     "gather_object": lambda c: c.gather_object(("best", 1.5), root=0),
     "allgather_object": lambda c: c.allgather_object([1, 2]),
     "iallreduce": _iallreduce,
+    "send_object": _objects,
+    "recv_object": _objects,
     "traffic": lambda c: dict(c.traffic),  # last: what the calls above counted
 }
 
@@ -74,7 +85,9 @@ def test_every_member_gives_the_same_result_on_one_rank(one_rank):
     for name, call in CALLS.items():
         got, want = call(alone), call(one_rank)
         assert _same(got, want), f"{name}: SelfComm gave {got!r}, Communicator {want!r}"
-    assert alone.traffic == {"migration": 24, "collective": 0}
+    pickles = sum(8 + len(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
+                  for obj in ({"block": np.arange(3)}, "second"))
+    assert alone.traffic == {"migration": 24, "collective": 2 * pickles}   # _objects runs twice
 
 
 def test_self_comm_refuses_what_a_one_rank_communicator_refuses(one_rank):
@@ -88,6 +101,11 @@ def test_self_comm_refuses_what_a_one_rank_communicator_refuses(one_rank):
         alone.exchange(sends=[(0, np.zeros(2))])
     with pytest.raises(ValueError, match="expected a receive array of at least 16 bytes, got 8"):
         alone.exchange(sends=[(0, np.zeros(2))], recvs=[(0, np.zeros(1))])
+    with pytest.raises(ValueError, match="expected an object sent to rank 0 before recv_object, got none"):
+        alone.recv_object()
+    for comm in (SelfComm(), one_rank):
+        with pytest.raises(ValueError, match=r"expected root in \[0, 0\], got 1"):
+            comm.send_object("x", 1)
 
 
 def test_io_resolves_none_to_a_self_comm_and_checks_the_protocol(one_rank):

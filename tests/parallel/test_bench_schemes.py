@@ -36,7 +36,7 @@ def test_tiny_sweep_writes_every_column_and_row(sweep):
     assert sorted((r["mode"], r["scheme"], r["ranks"]) for r in table) == sorted(
         (m, s, str(p)) for m in ("none", "vary") for s in SCHEMES for p in (1, 2))
     assert json.loads((out / "schemes.json").read_text())["rows"] == result["rows"]
-    assert "| every workload | master_worker | not built" in (out / "table.md").read_text()
+    assert "| cost 0, 100 genes | master_worker_steady |" in (out / "table.md").read_text()
     assert result["conditions"]["oversubscribed_p"] == [p for p in (1, 2) if p > result["conditions"]["cores"]]
 
 
@@ -64,6 +64,10 @@ def test_tiny_sweep_counts_every_communicators_bytes(sweep):
         row = _row(result, scheme, 2)
         sent = row["bytes_per_generation_by_purpose"]["evaluation"] * row["generations"]
         assert sent >= (BUDGET // 2) * (100 * 4 + 8)
+    for scheme in ("master_worker", "master_worker_steady"):   # rank 0 evaluates nothing
+        row = _row(result, scheme, 2)
+        sent = row["bytes_per_generation_by_purpose"]["evaluation"] * row["generations"]
+        assert sent >= BUDGET * (100 * 4 + 8) and row["utilisation"][0] == 0
 
 
 def _fake_rows(**changes):
@@ -76,7 +80,7 @@ def _fake_rows(**changes):
 def test_check_rows_names_wrong_counts_and_disagreeing_schemes():
     options = SchemesOptions(budget=BUDGET)
     check_rows(_fake_rows(), options)
-    with pytest.raises(SchemesCheckError, match="replicated, P=2: expected 64 evaluations"):
+    with pytest.raises(SchemesCheckError, match=f"{SCHEMES[-1]}, P=2: expected 64 evaluations"):
         check_rows(_fake_rows(evaluations=BUDGET - 1), options)
     with pytest.raises(SchemesCheckError, match="finite best"):
         check_rows(_fake_rows(best_fitness=float("nan")), options)

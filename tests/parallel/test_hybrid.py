@@ -51,7 +51,8 @@ def test_groups_of_k_ranks_and_their_islands():
     ({"scheme": "centralized", "ranks_per_island": "node"}, 4,
      "run.ranks_per_island: expected 1 with run.scheme = 'centralized'"),
     ({"scheme": "ring"}, 4,
-     r"run.scheme: expected one of \['island', 'hybrid', 'centralized', 'replicated'\], got str 'ring'"),
+     r"run.scheme: expected one of \['island', 'hybrid', 'centralized', 'replicated', 'master_worker'\], "
+     "got str 'ring'"),
     ({"scheme": "hybrid", "ranks_per_island": 3}, 4,
      "run.ranks_per_island: expected a divisor of the 4 ranks, got 3"),
     ({"ranks_per_island": 0}, 4, 'run.ranks_per_island: expected an int >= 1 or "node", got 0'),

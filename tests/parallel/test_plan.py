@@ -1,13 +1,15 @@
 """``mpievo plan``: the cost model's bytes against real runs, its time, and the design scenario."""
 
 import json
+import pickle
 
+import numpy as np
 import pytest
 
 from mpievo.cli.main import main as cli_main
-from mpievo.parallel.bench_schemes import SchemesOptions, bench_schemes
+from mpievo.parallel.bench_schemes import SCHEMES, SchemesOptions, bench_schemes
 from mpievo.parallel.bench_schemes_report import format_table
-from mpievo.parallel.plan import Layout, traffic
+from mpievo.parallel.plan import Layout, run_states, traffic
 from mpievo.parallel.plan_scenario import GPUS, ITEMSIZE, NODES, PARAMS, Scenario, layout
 from mpievo.parallel.plan_time import Constants, Cost, Link, predict_seconds
 
@@ -24,9 +26,7 @@ def sweep(tmp_path_factory):
 
 def test_bytes_are_exact_for_every_scheme_and_p(sweep):
     rows = sweep["rows"]
-    assert {(r["scheme"], r["ranks"]) for r in rows} == {(s, p) for s in
-                                                        ("island", "hybrid", "centralized", "replicated")
-                                                        for p in (1, 2, 4)}
+    assert {(r["scheme"], r["ranks"]) for r in rows} == {(s, p) for s in SCHEMES for p in (1, 2, 4)}
     for row in rows:
         measured = sum(n for p, n in row["bytes_per_generation_by_purpose"].items()
                        if p in ("evaluation", "migration"))
@@ -62,6 +62,31 @@ def test_centralized_sends_every_block_but_the_leaders():
     genomes = sum(m.nbytes for m in traffic(lay).messages if m.nbytes % 40 == 0 and m.src == 0)
     # generation 0: 8 rows -> blocks 2,2,2,2; generation 1: 6 rows -> 2,2,1,1; per island
     assert genomes == 2 * (6 + 4) * 40
+
+
+def test_master_worker_blocks_and_releases_by_hand():
+    lay = Layout("master_worker", ranks=3, islands=1, dim=10, capacity=9, batch=10, generations=1)
+
+    def sent(obj):      # send_object: 8 bytes of length, then the pickle
+        return 8 + len(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
+
+    # 2 workers: blocks of ceil(rows / 8) = 2 rows out, their fitness back; 9 rows, then 10
+    blocks = sum(sent(("evaluate", np.zeros((n, 10), np.float32))) + sent(np.zeros(n))
+                 for n in [2, 2, 2, 2, 1] + [2] * 5)
+    releases = sum(2 * sent(("release", state)) for state in run_states(lay, 1)[1])
+    assert traffic(lay).by_purpose() == {"evaluation": blocks + releases}
+
+
+def test_master_worker_steady_waits_only_per_generation_in_the_model():
+    constants = Constants.from_dict(CONSTANTS)
+    shape = dict(ranks=3, islands=2, dim=100, capacity=2, batch=2, generations=3)
+    generational, steady = (predict_seconds(Layout("master_worker", evaluation=e, **shape), constants,
+                                            Cost(0.01, "sleep"))["wall_s"] for e in ("generational", "steady"))
+    # 2 workers, 2 rows per island: the same 0.02 s per generation either way (sleep: no variance) ...
+    assert generational == pytest.approx(steady) == pytest.approx(4 * 0.02)
+    vary = [predict_seconds(Layout("master_worker", evaluation=e, **shape), constants, Cost(0.01, "vary"))
+            ["wall_s"] for e in ("generational", "steady")]
+    assert vary[1] < 0.95 * vary[0]     # ... but steady never waits for one island's slower row
 
 
 def test_time_of_a_sleep_workload_by_hand():

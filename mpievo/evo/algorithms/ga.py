@@ -160,12 +160,14 @@ class GeneticAlgorithm:
 
     def init(self, problem, archive, rng) -> None:
         self.archive = archive
-        dim = archive.dim
+        dim = getattr(problem, "genome_dim", archive.dim)  # genes, also of encoded rows
         self.rate = (min(1.0, GENES_PER_CHILD / dim) if self.mutation_rate is None
                      else float(self.mutation_rate))
         mutated = max(1.0, self.rate * dim)
         self.tau = 1.0 / math.sqrt(2.0 * mutated) if self.sigma_tau is None else float(self.sigma_tau)
-        if archive.on_device:
+        if getattr(problem, "operators", None) is not None:   # seeded rows: recipe operators
+            self._bind_operators(problem.operators)
+        elif archive.on_device:
             from .. import device_operators
 
             self._bind_operators(device_operators)
@@ -176,7 +178,7 @@ class GeneticAlgorithm:
         self.lower, self.upper, self.scale = (self.ops.place(a) for a in (lower, upper, scale))
         self.sigma = self.initial_sigma
         self._reset_restarts()
-        self._children = self.ops.empty((self.batch_size, dim), archive.dtype)
+        self._children = self.ops.empty((self.batch_size, archive.dim), archive.dtype)
         self._steps = np.empty(0)
         self._counts = np.empty(0, np.int64)
 

@@ -1,0 +1,154 @@
+"""What the ``delta`` and ``seeded`` encodings share: an :class:`EncodedProblem`.
+
+An encoding turns the user's :class:`~mpievo.evo.problems.Problem` (whole genomes of
+``dim`` genes) into a Problem over *rows* -- what archives hold, operators breed,
+migration sends and checkpoints store -- whose ``evaluate`` materialises the rows
+into whole genomes and calls the user's problem on them. So every part of the
+engine and every scheme (islands, groups of ranks evaluating row blocks, a
+replicated archive) works through it unchanged, and with seeded rows only recipes
+travel between ranks: each rank materialises what it evaluates from the bases it
+holds (once per node).
+
+Materialising is bounded by ``engine.materialize_budget`` bytes of whole genomes:
+half of it (at least one genome) is the block that evaluation fills and hands to the
+user's function, the rest an LRU cache of materialised members for
+:meth:`EncodedProblem.decode` (best genomes, diversity).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import numpy as np
+
+from ..problems import Problem
+from .bases import BaseModels
+
+
+def encoding_of(problem) -> "EncodedProblem | None":
+    """The encoded problem behind ``problem`` (itself, or the one a wrapper copied), or
+    None for dense genomes."""
+    return getattr(problem, "encoded", None)
+
+
+class EncodedProblem(Problem):
+    """A Problem over encoded rows (see the module docstring); subclasses define
+    :meth:`materialize_into` and the row format.
+
+    Attributes:
+        inner: the user's problem (whole genomes).
+        bases: its :class:`BaseModels`.
+        genome: the encoding's name.
+        genome_dim: genes of a whole genome (``inner.dim``).
+        row_dtype: dtype of the rows.
+        dtype: dtype of materialised genomes (the engine's ``dtype``).
+    """
+
+    genome = "dense"
+
+    def __init__(self, inner: Problem, bases: BaseModels, *, row_dim: int, row_lower, row_upper,
+                 row_dtype, dtype, budget: int, initial=None):
+        super().__init__(self._evaluate_rows, row_dim, row_lower, row_upper, maximize=inner.maximize,
+                         name=f"{inner.name} ({self.genome} genomes)", batched=True, initial=initial)
+        self.inner = inner
+        self.bases = bases
+        self.genome_dim = inner.dim
+        self.row_dtype = np.dtype(row_dtype)
+        self.dtype = np.dtype(dtype)
+        genome_bytes = inner.dim * self.dtype.itemsize
+        fit = max(1, int(budget) // genome_bytes)
+        self.block_rows = max(1, fit // 2)
+        self.cache_rows = fit - self.block_rows
+        self._block = None
+        self._cache: OrderedDict[bytes, np.ndarray] = OrderedDict()
+        # wrappers that copy a problem's __dict__ (a group's or a replica's view of it)
+        # keep pointing here: see encoding_of
+        self.encoded = self
+
+    # --- materialising -------------------------------------------------------------
+    def materialize_into(self, rows: np.ndarray, out: np.ndarray) -> None:
+        """Whole genomes of ``rows`` into ``out`` (len(rows), genome_dim)."""
+        raise NotImplementedError
+
+    def _block_buffer(self) -> np.ndarray:
+        if self._block is None:
+            self._block = np.empty((self.block_rows, self.genome_dim), self.dtype)
+        return self._block
+
+    def blocks(self, rows: np.ndarray):
+        """Yield ``(start, genomes)``: the materialised genomes of ``rows`` in blocks of
+        at most ``block_rows`` (a reused buffer: use each block before the next)."""
+        rows = np.asarray(rows)
+        block = self._block_buffer()
+        for start in range(0, rows.shape[0], self.block_rows):
+            part = rows[start:start + self.block_rows]
+            out = block[:part.shape[0]]
+            self.materialize_into(part, out)
+            yield start, out
+
+    def _evaluate_rows(self, rows: np.ndarray) -> np.ndarray:
+        """The user's values of the genomes of ``rows`` (Problem's ``func``)."""
+        values = np.empty(rows.shape[0])
+        for start, genomes in self.blocks(rows):
+            values[start:start + genomes.shape[0]] = self.inner(genomes)
+        return values
+
+    def decode(self, row) -> np.ndarray:
+        """The whole genome of one row (a fresh array; members are cached, see the
+        module docstring)."""
+        row = np.ascontiguousarray(np.asarray(row, self.row_dtype).reshape(-1))
+        key = row.tobytes()
+        hit = self._cache.get(key)
+        if hit is not None:
+            self._cache.move_to_end(key)
+            return hit.copy()
+        out = np.empty((1, self.genome_dim), self.dtype)
+        self.materialize_into(row[None, :], out)
+        if self.cache_rows:
+            self._cache[key] = out[0]
+            while len(self._cache) > self.cache_rows:
+                self._cache.popitem(last=False)
+        return out[0].copy()
+
+    def diversity(self, rows: np.ndarray) -> float:
+        """:meth:`Island.diversity <mpievo.evo.island.Island.diversity>` of the whole
+        genomes of ``rows`` (each decoded twice unless cached: centroid, then distances)."""
+        n = rows.shape[0]
+        if n == 0:
+            return 0.0
+        width = self.inner.upper - self.inner.lower
+        centroid = np.zeros(self.genome_dim)
+        for row in rows:
+            centroid += self.decode(row)
+        centroid /= n
+        distances = [np.sqrt(np.sum(((self.decode(row) - centroid) / width) ** 2)) for row in rows]
+        return float(np.mean(distances) / np.sqrt(self.genome_dim))
+
+    # --- checkpoints ---------------------------------------------------------------
+    def metadata(self) -> dict:
+        """What an island's checkpoint records of the encoding (plain values; the bases
+        by reference and checksum, never the bases)."""
+        return {"genome/encoding": self.genome, "genome/dim": self.genome_dim,
+                "genome/dtype": self.dtype.name, "genome/bases_reference": self.bases.reference,
+                "genome/bases_checksum": self.bases.checksum,
+                "genome/bases_shape": np.asarray(self.bases.shape, np.int64)}
+
+    def check_metadata(self, state: dict) -> None:
+        """Refuse a checkpoint of another encoding or other bases.
+
+        Raises:
+            ValueError: naming the key, what was expected and what the state holds.
+        """
+        for key, expected in self.metadata().items():
+            if key == "genome/bases_reference":
+                continue  # the same bases may move to another path
+            got = state.get(key)
+            got = got.decode() if isinstance(got, bytes) else got
+            if isinstance(expected, np.ndarray):
+                same = got is not None and np.array_equal(np.asarray(got), expected)
+            else:
+                got = got.item() if isinstance(got, np.ndarray) else got
+                same = got == expected
+            if not same:
+                raise ValueError(f"expected {key} = {expected!r} in the island state "
+                                 f"(bases {self.bases.reference}), got {got!r}")

@@ -1,0 +1,55 @@
+"""Point-to-point objects (send_object / recv_object): any-source receives, order per
+sender, pickles in pieces, traffic, and a timeout instead of a hang."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mpi_support import all_ranks_agree
+from mpievo.comm import Communicator, chunking
+from mpievo.comm.errors import CollectiveTimeoutError
+
+
+@pytest.mark.mpi(min_size=2)
+def test_rank_zero_receives_from_any_source_in_each_senders_order(world):
+    comm = Communicator(world)
+    rounds = 3
+    if comm.rank == 0:
+        got = [comm.recv_object() for _ in range(rounds * (comm.size - 1))]
+        senders = [s for s, _ in got]
+        ok = sorted(senders) == sorted(list(range(1, comm.size)) * rounds) and all(
+            [obj["seq"] for s, obj in got if s == r] == list(range(rounds)) for r in range(1, comm.size))
+        ok = ok and all(np.array_equal(obj["rows"], np.full((2, 3), s, np.float32)) for s, obj in got)
+    else:
+        for seq in range(rounds):
+            comm.send_object({"seq": seq, "rows": np.full((2, 3), comm.rank, np.float32)}, 0)
+        ok = comm.traffic["collective"] > 0
+    all_ranks_agree(world, ok, "any-source receives lost, mixed or reordered messages")
+
+
+@pytest.mark.mpi(min_size=2)
+def test_a_receive_from_one_source_skips_the_others(world, monkeypatch):
+    monkeypatch.setattr(chunking, "MAX_MESSAGE_BYTES", 64)    # pickles travel in many pieces
+    comm = Communicator(world)
+    last = comm.size - 1
+    ok = True
+    if comm.rank == 0:
+        sender, obj = comm.recv_object(last)
+        ok = sender == last and np.array_equal(obj, np.arange(100) * last)
+        rest = sorted(comm.recv_object()[0] for _ in range(1, last))
+        ok = ok and rest == list(range(1, last))
+    elif comm.rank:
+        comm.send_object(np.arange(100) * comm.rank, 0)
+    all_ranks_agree(world, ok, "a receive from one source took another's message")
+
+
+@pytest.mark.mpi(min_size=2)
+def test_a_receive_nobody_answers_times_out(world):
+    comm = Communicator(world, timeout=0.5)
+    ok = True
+    if comm.rank == 0:
+        with pytest.raises(CollectiveTimeoutError, match=r"recv_object on rank 0 timed out after 0.5 s"):
+            comm.recv_object()
+        ok = comm.broken is not None
+    all_ranks_agree(world, ok, "a receive without a sender did not time out")
