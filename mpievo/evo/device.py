@@ -50,7 +50,8 @@ def cuda_usable() -> bool:
         return False
 
 
-def _real_gpu() -> bool:
+def real_gpu() -> bool:
+    """True on a real GPU (not the simulator): where ``auto`` picks the device."""
     from mpievo.kernels.cuda import simulator_enabled
 
     return cuda_usable() and not simulator_enabled()
@@ -75,17 +76,22 @@ def resolve_device(setting: str, algorithm: str, problem: Problem) -> bool:
         return False
     breeds_on_device = isinstance(algorithm, str) and algorithm in DEVICE_ALGORITHMS
     if setting == "auto":
-        return breeds_on_device and evaluates_on_device(problem) and _real_gpu()
+        return breeds_on_device and evaluates_on_device(problem) and real_gpu()
     if not breeds_on_device:
         raise ValueError(f"expected engine.algorithm among {DEVICE_ALGORITHMS} with engine.device "
                          f"'cuda', got {algorithm!r} (use device 'cpu' or 'auto')")
-    if not cuda_usable():
-        raise RuntimeError("expected a CUDA GPU for engine.device 'cuda', got none: numba.cuda sees no "
-                           "device (use device 'auto' to fall back to the CPU)")
+    require_cuda()
     if not problem.batched:
         raise ValueError(f"expected a batched problem on the device, got {problem.name!r} with "
                          "batched=False")
     return True
+
+
+def require_cuda() -> None:
+    """Raises RuntimeError when engine.device 'cuda' has no GPU to run on."""
+    if not cuda_usable():
+        raise RuntimeError("expected a CUDA GPU for engine.device 'cuda', got none: numba.cuda sees no "
+                           "device (use device 'auto' to fall back to the CPU)")
 
 
 def evaluates_on_device(problem: Problem) -> bool:

@@ -108,7 +108,9 @@ class Island:
         spec = self.config.algorithm if algorithm is None else algorithm
         genomes.check_encoding(self.config, _algorithm_name(spec))
         self.problem = genomes.encode(problem, self.config)  # dense: the problem itself
-        self.on_device = device.resolve_device(self.config.device, _algorithm_name(spec), self.problem)
+        # encoded rows stay on the host (seeded genomes may materialise on the GPU)
+        self.on_device = (genomes.encoding_of(self.problem) is None
+                          and device.resolve_device(self.config.device, _algorithm_name(spec), self.problem))
         archive_class = Archive
         if self.on_device:
             from .device_archive import DeviceArchive as archive_class

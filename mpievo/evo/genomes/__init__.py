@@ -30,14 +30,14 @@ def check_encoding(config, algorithm: str | None = None) -> None:
     """Refuse settings an encoding cannot run.
 
     Raises:
-        ValueError: ``engine.device = "cuda"`` with delta/seeded (host only), or seeded
+        ValueError: ``engine.device = "cuda"`` with delta (host only), or seeded
             without the GA's interpolation crossover.
     """
     if config.genome == "dense":
         return
-    if config.device == "cuda":
-        raise ValueError(f"engine.device: expected 'cpu' or 'auto' with engine.genome = "
-                         f"{config.genome!r} (materialised on the host), got 'cuda'")
+    if config.device == "cuda" and config.genome == "delta":
+        raise ValueError("engine.device: expected 'cpu' or 'auto' with engine.genome = 'delta' "
+                         "(deltas breed and materialise on the host), got 'cuda'")
     algorithm = config.algorithm if algorithm is None else algorithm
     if config.genome == "seeded" and (algorithm != "ga" or config.crossover != "interpolate"):
         raise ValueError("engine.genome = 'seeded': expected algorithm 'ga' with crossover "
@@ -77,7 +77,29 @@ def encode(problem: Problem, config) -> Problem:
     rate = (min(1.0, GENES_PER_CHILD / problem.dim) if config.mutation_rate is None
             else float(config.mutation_rate))
     return SeededProblem(problem, bases, terms=config.recipe_terms, initial_step=config.mutation_sigma,
-                         rate=rate, **common)
+                         rate=rate, on_device=materializes_on_device(config.device, problem), **common)
+
+
+def materializes_on_device(setting: str, problem: Problem) -> bool:
+    """Whether seeded genomes are materialised and evaluated on the rank's GPU
+    (``engine.device``; the recipes stay on the host): ``cuda`` yes, ``auto`` when
+    the rank has a real GPU and the problem evaluates on the device.
+
+    Raises:
+        ValueError: ``cuda`` for a problem that does not evaluate on the device.
+        RuntimeError: ``cuda`` without a usable GPU.
+    """
+    from .. import device
+
+    if setting == "cpu":
+        return False
+    if setting == "auto":
+        return device.evaluates_on_device(problem) and device.real_gpu()
+    device.require_cuda()
+    if not device.evaluates_on_device(problem):
+        raise ValueError(f"engine.device 'cuda' with seeded genomes: expected a problem that evaluates on "
+                         f"the device (a built-in, or Problem(..., device=True)), got {problem.name!r}")
+    return True
 
 
 def check_shared(configs) -> None:

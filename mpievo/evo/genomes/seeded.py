@@ -164,8 +164,10 @@ class SeededProblem(EncodedProblem):
     genome = "seeded"
 
     def __init__(self, problem: Problem, bases: BaseModels, *, dtype, budget: int, terms: int,
-                 initial_step: float, rate: float):
+                 initial_step: float, rate: float, on_device: bool = False):
         self.layout = RecipeLayout(bases.count, int(terms))
+        self.on_device = bool(on_device)   # materialise and evaluate on the rank's GPU
+        self._placed = None                # (bases, scale, lower, upper, block) on the device
         self.initial_rate = float(rate)
         super().__init__(problem, bases, row_dim=self.layout.width, row_lower=-_UNBOXED,
                          row_upper=_UNBOXED, row_dtype=np.float64, dtype=dtype, budget=budget,
@@ -193,6 +195,37 @@ class SeededProblem(EncodedProblem):
         for row, genome in zip(np.asarray(rows, np.float64), out):
             kernels.materialize(bases, self.layout.weights(row), self.layout.used_terms(row), self._scale,
                                 *self._box, genome)
+
+    def _evaluate_rows(self, rows: np.ndarray) -> np.ndarray:
+        """User values of the genomes of ``rows``; on the GPU for a device problem: the
+        children are materialised there (:mod:`mpievo.kernels.cuda_recipes`, the host's
+        bits) and the user's function gets them as device arrays."""
+        if not self.on_device:
+            return super()._evaluate_rows(rows)
+        from mpievo.kernels import cuda_recipes
+
+        from .. import device
+
+        bases, scale, lower, upper, block = self._device_arrays()
+        values = np.empty(rows.shape[0])
+        for start in range(0, rows.shape[0], self.block_rows):
+            part = np.asarray(rows[start:start + self.block_rows], np.float64)
+            for i, row in enumerate(part):
+                cuda_recipes.materialize(bases, self.layout.weights(row), self.layout.used_terms(row),
+                                         scale, lower, upper, block, i)
+            fitness = device.evaluate(self.inner, block[:len(part)])
+            values[start:start + len(part)] = self.inner.to_user(fitness)
+        return values
+
+    def _device_arrays(self) -> tuple:
+        """The bases (uploaded once per rank), scale, box and the evaluation block on the GPU."""
+        if self._placed is None:
+            from numba import cuda
+
+            self._placed = (cuda.to_device(self.bases.array), cuda.to_device(self._scale),
+                            *(cuda.to_device(a) for a in self._box),
+                            cuda.device_array((self.block_rows, self.genome_dim), self.dtype))
+        return self._placed
 
     def metadata(self) -> dict:
         meta = super().metadata()
