@@ -10,7 +10,7 @@ from mpievo.cli.main import main as cli_main
 from mpievo.parallel.bench_schemes import SCHEMES, SchemesOptions, bench_schemes
 from mpievo.parallel.bench_schemes_report import format_table
 from mpievo.parallel.plan import Layout, run_states, traffic
-from mpievo.parallel.plan_scenario import GPUS, ITEMSIZE, NODES, PARAMS, Scenario, layout
+from mpievo.parallel.plan_scenario import GPUS, ITEMSIZE, NODES, PARAMS, Scenario, figures, layout
 from mpievo.parallel.plan_time import Constants, Cost, Link, predict_seconds
 
 CONSTANTS = {"source": "test", "cores": 64, "engine": {"100": {"row_s": 0.0, "breed_s": 0.0}},
@@ -103,7 +103,7 @@ def test_time_of_a_sleep_workload_by_hand():
 def test_scenario_table(capsys):
     assert cli_main(["plan", "--scenario", "design", "--inter-node-gbps", "25"]) == 0
     out = capsys.readouterr().out
-    for line in ("| centralized, mpievo", "| hybrid, seeded genomes", "inter-node 25 Gb/s",
+    for line in ("| centralized, mpievo", "| hybrid, mpievo seeded genomes (recipes of 800 B", "inter-node 25 Gb/s",
                  "| centralized, the study's assertion | 96 GB", "| hybrid, the study's assertion | 0.01 GB",
                  "Where the study's figures"):
         assert line in out
@@ -111,8 +111,13 @@ def test_scenario_table(capsys):
     t = traffic(layout("centralized"))
     later = sum(m.nbytes for m in t.messages if m.nbytes == PARAMS * ITEMSIZE) - 4 * 15 * PARAMS * ITEMSIZE
     assert later / t.generations == 4 * 7 * PARAMS * ITEMSIZE
-    # seeded hybrid: between nodes only one migration, 4 ring edges of 2 seeds (records, seeds, hashes)
-    assert traffic(layout("hybrid", seeded=True)).by_link()["inter"] == 4 * ((8 + 32 * 2) + 2 * 8 + 8 * 17)
+    # seeded hybrid: between nodes only one migration, 4 ring edges of 2 recipes (records,
+    # recipes of 8 * (4 bases + 3 * 32 terms) bytes, hashes)
+    assert traffic(layout("hybrid", seeded=True)).by_link()["inter"] == 4 * ((8 + 32 * 2) + 2 * 800 + 8 * 17)
+    # its leaders breed recipes; each GPU materialises its own child before evaluating it
+    seeded = figures(layout("hybrid", seeded=True), Scenario().constants(seeded=True))
+    dense = figures(layout("hybrid"), Scenario().constants())
+    assert seeded["utilisation"] > 10 * dense["utilisation"] and seeded["bytes"] < 1e5
     assert Scenario(inter_gbps=25).constants().inter.bandwidth_Bps == 25e9 / 8
     assert NODES * GPUS == layout("hybrid").ranks
 
