@@ -276,9 +276,9 @@ class Island:
         """
         if self.archive.size == 0:
             return 0.0
-        encoded = genomes.encoding_of(self.problem)
-        if encoded is not None:
-            return encoded.diversity(self.archive.genomes)
+        of_rows = getattr(genomes.encoding_of(self.problem), "diversity", None)
+        if of_rows is not None:      # seeded: rows are recipes, measured on their genomes
+            return of_rows(self.archive.genomes)
         width = self.problem.upper - self.problem.lower
         if self.on_device:
             from mpievo.kernels import cuda_rows

@@ -198,3 +198,15 @@ def test_encoding_is_idempotent_and_seen_through_wrappers():
     wrapper = Problem(problem.func, problem.dim, problem.lower, problem.upper)
     wrapper.__dict__.update(problem.__dict__)        # as a group's or replica's view does
     assert encoding_of(wrapper) is problem
+
+
+def test_diversity_is_measured_on_whole_genomes():
+    bases = _bases()
+    for genome in ("seeded", "delta"):
+        problem = _target_problem(bases, initial=lambda rng, n: bases[np.arange(n) % 3])
+        island = Island(0, problem, _config(genome), seed=1).run(5)
+        encoded = encoding_of(island.problem)
+        whole = np.stack([encoded.decode(row) for row in island.archive.genomes]).astype(np.float64)
+        scaled = (whole - whole.mean(axis=0)) / 12.0
+        expected = np.mean(np.sqrt((scaled ** 2).sum(axis=1))) / np.sqrt(DIM)
+        assert island.diversity() == pytest.approx(expected, rel=1e-4), genome

@@ -12,7 +12,7 @@ holds (once per node).
 Materialising is bounded by ``engine.materialize_budget`` bytes of whole genomes:
 half of it (at least one genome) is the block that evaluation fills and hands to the
 user's function, the rest an LRU cache of materialised members for
-:meth:`EncodedProblem.decode` (best genomes, diversity).
+:meth:`EncodedProblem.decode` (best genomes, a seeded island's diversity).
 """
 
 from __future__ import annotations
@@ -109,20 +109,6 @@ class EncodedProblem(Problem):
             while len(self._cache) > self.cache_rows:
                 self._cache.popitem(last=False)
         return out[0].copy()
-
-    def diversity(self, rows: np.ndarray) -> float:
-        """:meth:`Island.diversity <mpievo.evo.island.Island.diversity>` of the whole
-        genomes of ``rows`` (each decoded twice unless cached: centroid, then distances)."""
-        n = rows.shape[0]
-        if n == 0:
-            return 0.0
-        width = self.inner.upper - self.inner.lower
-        centroid = np.zeros(self.genome_dim)
-        for row in rows:
-            centroid += self.decode(row)
-        centroid /= n
-        distances = [np.sqrt(np.sum(((self.decode(row) - centroid) / width) ** 2)) for row in rows]
-        return float(np.mean(distances) / np.sqrt(self.genome_dim))
 
     # --- checkpoints ---------------------------------------------------------------
     def metadata(self) -> dict:

@@ -227,6 +227,21 @@ class SeededProblem(EncodedProblem):
                             cuda.device_array((self.block_rows, self.genome_dim), self.dtype))
         return self._placed
 
+    def diversity(self, rows: np.ndarray) -> float:
+        """:meth:`Island.diversity <mpievo.evo.island.Island.diversity>` of the whole
+        genomes of ``rows`` (each decoded twice unless cached: centroid, then distances;
+        a delta island's rows need none: the measure ignores the base's translation)."""
+        n = rows.shape[0]
+        if n == 0:
+            return 0.0
+        width = self.inner.upper - self.inner.lower
+        centroid = np.zeros(self.genome_dim)
+        for row in rows:
+            centroid += self.decode(row)
+        centroid /= n
+        distances = [np.sqrt(np.sum(((self.decode(row) - centroid) / width) ** 2)) for row in rows]
+        return float(np.mean(distances) / np.sqrt(self.genome_dim))
+
     def metadata(self) -> dict:
         meta = super().metadata()
         meta["genome/recipe_terms"] = self.layout.terms
