@@ -1,9 +1,13 @@
 """The two model-merging problems, as mpievo Problems named from the TOML jobs.
 
-* ``merge:whole_weights`` -- the genome is every parameter of one merged model
-  (dense). The islands start from the parents (plus a little noise), and the GA's
+* ``merge:whole_weights`` -- the genome is every parameter of one merged model.
+  The islands start from the parents (plus a little noise), and the GA's
   interpolation crossover ``omega*a + (1-omega)*b`` with a small mutation breeds
-  merges of merges.
+  merges of merges. Its base models are the shared pre-trained base, then the
+  parents (:meth:`WholeWeights.load_bases`), so the job's ``engine.genome`` may be
+  ``dense`` (rows are the weights), ``delta`` (rows are differences from the base)
+  or ``seeded`` (rows are recipes over base and parents; islands then start from
+  those four models).
 * ``merge:recipe`` -- the genome holds one merge weight in [0, 1] per parent and per
   parameter tensor (each layer's weights and biases), normalised over the parents:
   a layer-wise parameter-space merge recipe (as in Sakana AI's evolutionary model
@@ -25,6 +29,7 @@ import numpy as np
 
 from models import Zoo, scores
 from mpievo.evo import Problem
+from mpievo.evo.genomes import BaseModels
 
 #: weight of the cross-entropy in the score (a tie-break between equal accuracies)
 CE_WEIGHT = 0.01
@@ -65,9 +70,9 @@ class Merger:
         accuracy, cross_entropy = scores(self.zoo.arch, thetas, self._fitness)
         return _to_numpy(accuracy - CE_WEIGHT * cross_entropy)
 
-    def problem(self) -> Problem:
+    def problem(self, **extra) -> Problem:
         return Problem(self, self.dim, self.lower, self.upper, maximize=True, name=self.name,
-                       initial=self.initial)
+                       initial=self.initial, **extra)
 
 
 class WholeWeights(Merger):
@@ -84,6 +89,19 @@ class WholeWeights(Merger):
 
     def merged(self, genomes: np.ndarray) -> np.ndarray:
         return genomes
+
+    def problem(self) -> Problem:
+        """The Problem, with base models for delta/seeded genomes; they load lazily (a
+        dense job never trains or reads them through the bases)."""
+        count = 1 + len(self.zoo.spec.parts)
+        bases = BaseModels(self.load_bases, shape=(count, self.dim), dtype=np.float32,
+                           reference="model merging zoo: base, then parents")
+        return super().problem(bases=bases)
+
+    def load_bases(self, out: np.ndarray) -> None:
+        """Fill ``out`` with the shared base (row 0: what deltas are taken from), then
+        the parents."""
+        out[...] = self.zoo.models
 
     def initial(self, rng: np.random.Generator, n: int) -> np.ndarray:
         parents = self.zoo.parents

@@ -5,8 +5,8 @@ layer), so a batch of models is an (n, P) array: the genomes of the merging jobs
 
 The parents share a base model and are fine-tuned on different parts of the task
 (each sees mostly its own digits), the setting of evolutionary model merging: models
-fine-tuned from one base stay in one basin, so their weights can be mixed. They
-are trained once per :class:`ZooSpec` and cached on disk (``$MERGE_CACHE``, else
+fine-tuned from one base stay in one basin, so their weights can be mixed. Base and
+parents are trained once per :class:`ZooSpec` and cached on disk (``$MERGE_CACHE``, else
 a per-user folder in the temporary directory) under a hash of the spec and the
 data, so later runs and every rank of a run load them.
 """
@@ -24,8 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-#: part of the cache key: bump when training changes
-TRAINING_VERSION = 1
+#: part of the cache key: bump when training or the cached file changes
+TRAINING_VERSION = 2
 INPUTS, CLASSES = 64, 10
 
 
@@ -171,19 +171,21 @@ def part_of(split: Split, digits, minority: float, rng: np.random.Generator) -> 
     return Split(split.x[keep], split.y[keep], split.onehot[keep])
 
 
-def train_parents(spec: ZooSpec, splits: Splits) -> np.ndarray:
-    """(k, P) float32: the parents of ``spec``, fine-tuned from one base (deterministic)."""
+def train_models(spec: ZooSpec, splits: Splits) -> np.ndarray:
+    """(1 + k, P) float32: the shared base of ``spec``, then the k parents fine-tuned
+    from it (deterministic)."""
     arch = Architecture((INPUTS, *spec.hidden, CLASSES))
     rng = np.random.default_rng(spec.seed)
     settings = dict(lr=spec.lr, batch=spec.batch, rng=rng)
     base = train(arch, arch.init(rng), part_of(splits.train, (), spec.base_share, rng),
                  epochs=spec.base_epochs, **settings)
-    return np.stack([train(arch, base, part_of(splits.train, digits, spec.minority, rng),
-                           epochs=spec.epochs, **settings) for digits in spec.parts])
+    return np.stack([base] + [train(arch, base, part_of(splits.train, digits, spec.minority, rng),
+                                    epochs=spec.epochs, **settings) for digits in spec.parts])
 
 
 class Zoo:
-    """The data and the parents of one :class:`ZooSpec`, loaded on first use.
+    """The data, the shared base and the parents of one :class:`ZooSpec`, loaded on
+    first use.
 
     Attributes:
         spec: the spec.
@@ -195,7 +197,7 @@ class Zoo:
         self.arch = Architecture((INPUTS, *spec.hidden, CLASSES))
         self._cache_dir = cache_dir
         self._splits = None
-        self._parents = None
+        self._models = None
 
     @property
     def splits(self) -> Splits:
@@ -204,25 +206,36 @@ class Zoo:
         return self._splits
 
     @property
-    def parents(self) -> np.ndarray:
-        """(k, P) float32 parents: from the cache, else trained and cached."""
-        if self._parents is None:
+    def models(self) -> np.ndarray:
+        """(1 + k, P) float32: the base, then the parents; from the cache, else trained
+        and cached."""
+        if self._models is None:
             path = self.cache_path()
             if path.exists():
-                self._parents = np.load(path)
+                self._models = np.load(path)
             else:
-                self._parents = train_parents(self.spec, self.splits)
-                _save_atomic(path, self._parents)
-        return self._parents
+                self._models = train_models(self.spec, self.splits)
+                _save_atomic(path, self._models)
+        return self._models
+
+    @property
+    def base(self) -> np.ndarray:
+        """(P,) float32: the pre-trained model the parents were fine-tuned from."""
+        return self.models[0]
+
+    @property
+    def parents(self) -> np.ndarray:
+        """(k, P) float32 parents."""
+        return self.models[1:]
 
     def cache_path(self) -> Path:
-        """``<cache dir>/parents-<hash of spec, training version and data>.npy``."""
+        """``<cache dir>/models-<hash of spec, training version and data>.npy``."""
         folder = (self._cache_dir or os.environ.get("MERGE_CACHE")
                   or Path(tempfile.gettempdir()) / f"mpievo-merging-{getpass.getuser()}")
         train = self.splits.train
         key = hashlib.sha256(json.dumps([dataclasses.asdict(self.spec), TRAINING_VERSION]).encode()
                              + train.x.tobytes() + train.y.tobytes()).hexdigest()[:16]
-        return Path(folder) / f"parents-{key}.npy"
+        return Path(folder) / f"models-{key}.npy"
 
 
 def _save_atomic(path: Path, array: np.ndarray) -> None:
