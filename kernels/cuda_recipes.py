@@ -104,12 +104,15 @@ def materialize(bases, weights, terms, scale, lower, upper, out, row: int, strea
         key = int(key)
         if not 1 <= key < 2 ** 53:
             raise ValueError(f"expected a term key in [1, 2**53), got {key}")
-        threshold, inv_log_q, dense = term_params(float(rate))
+        if not 0.0 < rate <= 1.0:
+            raise ValueError(f"expected a term rate in (0, 1], got {rate!r}")
+        threshold, inv_log_q, dense = (value[()] for value in term_params(np.float64(rate)))
         k0, k1 = np.uint64(key & 0xFFFFFFFF), np.uint64(key >> 32)
         if dense:
-            kernels["dense"][blocks, threads, stream](out, row, float(coef), scale, k0, k1, np.uint64(threshold))
+            kernels["dense"][blocks, threads, stream](out, row, float(coef), scale, k0, k1, threshold)
         else:
             tiles = launch_dims((dim + TILE - 1) // TILE)
-            kernels["sparse"][tiles[0], tiles[1], stream](out, row, float(coef), scale, k0, k1, inv_log_q)
+            kernels["sparse"][tiles[0], tiles[1], stream](out, row, float(coef), scale, k0, k1,
+                                                          float(inv_log_q))
     kernels["clip"][blocks, threads, stream](out, row, lower, upper)
 

@@ -21,8 +21,6 @@ materialises a recipe bit for bit alike.
 
 from __future__ import annotations
 
-import math
-
 import numba
 import numpy as np
 
@@ -82,42 +80,55 @@ def _tile(bases, weights, keys, coefs, thresholds, inv_log_qs, dense, scale, low
 
 
 @numba.njit(parallel=True, **_JIT)
-def _materialize_tiles(bases, weights, keys, coefs, thresholds, inv_log_qs, dense, scale, lower, upper, out):
-    dim = out.shape[0]
-    for t in numba.prange((dim + TILE - 1) // TILE):
-        _tile(bases, weights, keys, coefs, thresholds, inv_log_qs, dense, scale, lower, upper, out,
-              t * TILE, min(dim, (t + 1) * TILE))
+def _materialize_rows(bases, weights, keys, coefs, thresholds, inv_log_qs, dense, counts, scale, lower, upper,
+                      out):
+    n, dim = out.shape
+    tiles = (dim + TILE - 1) // TILE
+    for task in numba.prange(n * tiles):
+        i = task // tiles
+        t = task - i * tiles
+        m = counts[i]
+        _tile(bases, weights[i], keys[i, :m], coefs[i, :m], thresholds[i, :m], inv_log_qs[i, :m], dense[i, :m],
+              scale, lower, upper, out[i], t * TILE, min(dim, (t + 1) * TILE))
 
 
-@numba.njit(**_JIT)
-def _materialize_one_tile(bases, weights, keys, coefs, thresholds, inv_log_qs, dense, scale, lower, upper,
-                          out):
-    _tile(bases, weights, keys, coefs, thresholds, inv_log_qs, dense, scale, lower, upper, out,
-          0, out.shape[0])
+def materialize_rows(bases, weights, terms, scale, lower, upper, out) -> None:
+    """``out[i]`` := the genome of recipe ``i``: ``bases`` (B, dim), ``weights`` (n, B)
+    float64, ``terms`` (n, K, 3) of (key, coef, rate), used terms (key > 0) first in
+    each row, box and ``scale`` (dim,) in ``out``'s dtype. One pass over each genome,
+    tile by tile, in parallel over (row, tile): the result does not depend on it.
+
+    Raises:
+        ValueError: a used term's key outside [1, 2**53) or rate outside (0, 1].
+    """
+    terms = np.asarray(terms, np.float64)
+    used = terms[:, :, 0] > 0
+    counts = used.sum(axis=1)
+    if not np.all(used == (np.arange(terms.shape[1]) < counts[:, None])):
+        raise ValueError("expected each recipe's used terms (key > 0) first, got gaps")
+    keys, coefs, rates = terms[:, :, 0], terms[:, :, 1], terms[:, :, 2]
+    if np.any(used & ((keys >= 2 ** 53) | ~(rates > 0) | ~(rates <= 1))):
+        raise ValueError("expected term keys in [1, 2**53) and rates in (0, 1], got "
+                         f"keys {keys[used].min()}..{keys[used].max()}, rates {rates[used].min()}..{rates[used].max()}")
+    thresholds, inv_log_qs, dense = term_params(np.where(used, rates, 0.5))   # unused: never read
+    _materialize_rows(bases, np.ascontiguousarray(weights, np.float64), keys.astype(np.uint64),
+                      np.ascontiguousarray(coefs), thresholds, inv_log_qs, dense,
+                      counts.astype(np.int64), scale, lower, upper, out)
 
 
 def materialize(bases, weights, terms, scale, lower, upper, out) -> None:
-    """``out`` := the genome of a recipe: ``bases`` (B, dim), ``weights`` (B,) float64,
-    ``terms`` (m, 3) rows of (key, coef, rate > 0), box and ``scale`` (dim,) in
-    ``out``'s dtype. One pass over the genome, tile by tile (parallel from two tiles on:
-    the result does not depend on it)."""
-    keys = np.ascontiguousarray(terms[:, 0]).astype(np.uint64)
-    if len(keys) and (keys.min() < 1 or keys.max() >= 2 ** 53):
-        raise ValueError(f"expected term keys in [1, 2**53), got {keys.min()}..{keys.max()}")
-    params = [term_params(float(rate)) for rate in terms[:, 2]]
-    thresholds = np.array([p[0] for p in params], np.uint64)
-    inv_log_qs = np.array([p[1] for p in params], np.float64)
-    dense = np.array([p[2] for p in params], np.bool_)
-    run = _materialize_tiles if out.shape[0] > TILE else _materialize_one_tile
-    run(bases, np.ascontiguousarray(weights, np.float64), keys, np.ascontiguousarray(terms[:, 1]),
-        thresholds, inv_log_qs, dense, scale, lower, upper, out)
+    """:func:`materialize_rows` of one recipe: ``weights`` (B,), ``terms`` (m, 3) used
+    terms, ``out`` (dim,)."""
+    materialize_rows(bases, np.asarray(weights, np.float64)[None, :], np.asarray(terms, np.float64)[None],
+                     scale, lower, upper, out[None, :])
 
 
-def term_params(rate: float) -> tuple[int, float, bool]:
-    """(dense threshold, 1 / ln(1 - rate), dense?) of a term's mutation rate (> 0)."""
-    if not 0.0 < rate <= 1.0:
-        raise ValueError(f"expected a term rate in (0, 1], got {rate!r}")
-    dense = rate >= DENSE_RATE
-    threshold = min(2 ** 32, int(round(rate * 2.0 ** 32)))
-    inv_log_q = 1.0 / math.log1p(-rate) if rate < 1.0 else 0.0
-    return threshold, inv_log_q, dense
+def term_params(rates: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per term rate in (0, 1]: the dense mask bound ``round(rate * 2**32)`` (uint64),
+    ``1 / ln(1 - rate)`` for the sparse gaps (0 at rate 1) and whether the term is
+    dense (``rate >= DENSE_RATE``)."""
+    rates = np.asarray(rates, np.float64)
+    below = rates < 1.0
+    thresholds = np.minimum(np.rint(rates * 2.0 ** 32), 2.0 ** 32).astype(np.uint64)
+    inv_log_qs = np.where(below, 1.0 / np.log1p(-np.where(below, rates, 0.5)), 0.0)
+    return thresholds, inv_log_qs, rates >= DENSE_RATE

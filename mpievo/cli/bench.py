@@ -7,6 +7,7 @@
     mpievo bench gpu [--check] [--json PATH]                       device kernels, all-reduce, islands
     mpievo bench schemes [--p 1,2,4] [--costs 0,5ms] [--out DIR]   the schemes side by side (no mpiexec)
     mpievo bench bbob [JOB.toml ...] [--functions 1,3] [--peers] [--out DIR]   COCO's BBOB suite
+    mpievo bench genomes [--dims 1e3,1e5,1e7,1e8] [--out DIR]      dense, delta, seeded genomes
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import math
 import re
 import sys
 
-HELP = "benchmarks: collectives (vs native MPI), calibrate (selection table), engine, gpu, schemes, bbob"
+HELP = ("benchmarks: collectives (vs native MPI), calibrate (selection table), engine, gpu, schemes, bbob, "
+        "genomes")
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
@@ -70,6 +72,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _add_gpu_arguments(sub)
     _add_schemes_arguments(sub)
     _add_bbob_arguments(sub)
+    _add_genomes_arguments(sub)
 
 
 def _add_schemes_arguments(sub) -> None:
@@ -156,6 +159,8 @@ def _numbers(kind, *, one: bool = False):
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.bench == "genomes":
+        return _bench_genomes(args)
     if args.bench == "bbob":
         return _bench_bbob(args)
     if args.bench == "schemes":
@@ -326,12 +331,7 @@ def _bench_bbob(args) -> int:
         print(f"mpievo bench bbob: {err}", file=sys.stderr)
         return 2
     comm = world_comm()
-    guard = contextlib.nullcontext()
-    if comm.size > 1:
-        from mpievo.comm import abort_on_error
-
-        guard = abort_on_error()
-    with guard:
+    with _abort_guard(comm):
         try:
             bench_bbob(comm, options, args.out)
         except ConfigError as err:
@@ -340,5 +340,50 @@ def _bench_bbob(args) -> int:
             return 2
         except BbobCheckError as err:
             print(err, file=sys.stderr)
+            return 1
+    return 0
+
+
+def _abort_guard(comm):
+    """On several ranks, abort the job when one rank fails (no hang); else nothing."""
+    if comm.size == 1:
+        return contextlib.nullcontext()
+    from mpievo.comm import abort_on_error
+
+    return abort_on_error()
+
+
+# ---------------------------------------------------------------- bench genomes
+_GENOMES_OPTIONS = ("dims", "capacity", "batch", "generations", "repeats")
+
+
+def _add_genomes_arguments(sub) -> None:
+    # defaults None: GenomesOptions holds them
+    gen = sub.add_parser("genomes", help="dense, delta and seeded genomes: bytes per migrant, migration time, "
+                                         "breeding GB/s, peak memory, checkpoint size and time (run under "
+                                         "mpievo launch -n 2)")
+    gen.add_argument("--dims", type=_numbers(int), help="genome sizes (default 1e3,1e5,1e7); a cell that needs "
+                                                        "over 80%% of the free memory is skipped (1e8 dense on "
+                                                        "2 ranks: ~22 GB)")
+    gen.add_argument("--capacity", type=_numbers(int, one=True), help="archive of every island (default 4)")
+    gen.add_argument("--batch", type=_numbers(int, one=True), help="children per generation (default 4)")
+    gen.add_argument("--generations", type=_numbers(int, one=True),
+                     help="timed generations per island (default 3)")
+    gen.add_argument("--repeats", type=_numbers(int, one=True), help="timed migrations (median; default 5)")
+    gen.add_argument("--out", default=None, help="write genomes.csv, genomes.json, table.md here")
+
+
+def _bench_genomes(args) -> int:
+    from mpievo.parallel.bench_genomes import GenomesCheckError, GenomesOptions, bench_genomes
+    from mpievo.parallel.world import world_comm
+
+    given = {name: getattr(args, name) for name in _GENOMES_OPTIONS if getattr(args, name) is not None}
+    comm = world_comm()
+    with _abort_guard(comm):
+        try:
+            bench_genomes(comm, GenomesOptions(**given), args.out)
+        except GenomesCheckError as err:
+            if comm.rank == 0:
+                print(err, file=sys.stderr)
             return 1
     return 0

@@ -55,9 +55,11 @@ def check_fitness(values, n: int, name: str = "problem") -> np.ndarray:
 
 
 def _as_bound(value, dim: int, name: str) -> np.ndarray:
+    """A bound as a (dim,) float64 array; a scalar as a read-only broadcast view of one
+    number (no genome-sized array for the common uniform box)."""
     arr = np.asarray(value, dtype=np.float64)
     if arr.ndim == 0:
-        arr = np.full(dim, float(arr))
+        arr = np.broadcast_to(arr, (dim,))
     if arr.shape != (dim,):
         raise ValueError(f"expected {name} to be a scalar or of shape ({dim},), got shape {arr.shape}")
     if not np.all(np.isfinite(arr)):

@@ -158,6 +158,19 @@ class RecipeOperators:
         return out
 
 
+def _box_and_scale(problem: Problem, dtype) -> tuple[tuple[np.ndarray, np.ndarray], np.ndarray]:
+    """The box and the step scale (its width) in ``dtype``; for a uniform box (scalar
+    bounds: broadcast views) three broadcast views of one number each, not genome-sized
+    arrays."""
+    uniform = all(bound.strides == (0,) for bound in (problem.lower, problem.upper))
+    lower, upper = box_arrays(problem.lower[:1] if uniform else problem.lower,
+                              problem.upper[:1] if uniform else problem.upper, dtype)
+    scale = (upper - lower).astype(dtype)
+    if uniform:
+        lower, upper, scale = (np.broadcast_to(a, (problem.dim,)) for a in (lower, upper, scale))
+    return (lower, upper), scale
+
+
 class SeededProblem(EncodedProblem):
     """The user's ``problem`` over recipe rows (module docstring)."""
 
@@ -173,9 +186,7 @@ class SeededProblem(EncodedProblem):
                          row_upper=_UNBOXED, row_dtype=np.float64, dtype=dtype, budget=budget,
                          initial=self._initial_recipes)   # a hook, so wrappers keep it
         self.operators = RecipeOperators(self.layout, initial_step)
-        lower, upper = box_arrays(problem.lower, problem.upper, dtype)
-        self._box = lower, upper
-        self._scale = (upper - lower).astype(dtype)
+        self._box, self._scale = _box_and_scale(problem, dtype)
 
     def _initial_recipes(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """Member ``i`` is base ``i mod B``; members past the first ``B`` add one term."""
@@ -191,10 +202,11 @@ class SeededProblem(EncodedProblem):
         return rows
 
     def materialize_into(self, rows: np.ndarray, out: np.ndarray) -> None:
-        bases = self.bases.array
-        for row, genome in zip(np.asarray(rows, np.float64), out):
-            kernels.materialize(bases, self.layout.weights(row), self.layout.used_terms(row), self._scale,
-                                *self._box, genome)
+        rows = np.asarray(rows, np.float64)
+        layout = self.layout
+        kernels.materialize_rows(self.bases.array, rows[:, :layout.bases],
+                                 rows[:, layout.bases:].reshape(len(rows), layout.terms, 3),
+                                 self._scale, *self._box, out)
 
     def _evaluate_rows(self, rows: np.ndarray) -> np.ndarray:
         """User values of the genomes of ``rows``; on the GPU for a device problem: the
@@ -222,8 +234,8 @@ class SeededProblem(EncodedProblem):
         if self._placed is None:
             from numba import cuda
 
-            self._placed = (cuda.to_device(self.bases.array), cuda.to_device(self._scale),
-                            *(cuda.to_device(a) for a in self._box),
+            self._placed = (cuda.to_device(self.bases.array),
+                            *(cuda.to_device(np.ascontiguousarray(a)) for a in (self._scale, *self._box)),
                             cuda.device_array((self.block_rows, self.genome_dim), self.dtype))
         return self._placed
 

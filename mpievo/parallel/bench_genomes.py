@@ -1,0 +1,290 @@
+"""``mpievo bench genomes``: dense, delta and seeded genomes side by side (issue 10).
+
+One synthetic model-merging problem for every encoding: three float32 base models
+(standard normals, made once per node in the shared window of
+:func:`~mpievo.parallel.bases.share_bases`), fitness the squared distance to the fixed
+convex combination ``0.25 b0 + 0.45 b1 + 0.3 b2`` (computed in chunks from the bases,
+no genome-sized temporaries), box [-6, 6]. Every rank hosts one GA island (at least
+two islands; on one rank both live in this process), archive ``capacity`` and batch
+``batch``, float32 genomes, the GA's default (sparse) mutation rate; dense and delta
+islands start uniform in the box, seeded ones from the bases (its rule). Per cell
+(encoding, dim):
+
+* ``migrant_bytes``: one migrant as it travels (its row plus its 32-byte record,
+  :class:`~mpievo.parallel.packing.EdgeLayout`); on more than one rank cross-checked
+  against ``comm.traffic["migration"]`` of a real migration (``traffic_bytes``: what
+  this rank sent per migration, one edge of one emigrant plus the edge's 8-byte header).
+* ``migration_ms``: ring migration of 1 emigrant (best in, better replaces), the
+  slowest rank's time per migration, median (and ``migration_min_ms``, the fastest)
+  of ``repeats``; ranks that share busy cores wait for each other's time slices.
+* ``breed_gbs``: GB/s of child genome (``batch * dim * 4`` bytes) of the GA's ``ask``
+  (crossover + mutation of rows: genomes, deltas or recipes), best of ``generations``
+  on every island (one Numba thread per rank); for seeded also ``materialize_gbs``
+  (making the whole child genomes from the recipes) and ``produce_gbs`` (both: what
+  whole child genomes cost).
+* ``peak_bytes``: this rank's VmHWM over the cell (reset at its start as
+  :func:`mpievo.evo.bench.island_peak_memory` does), the largest over ranks, against
+  ``data_bytes`` = the rank's archive + batch rows + the bases (+ for delta and seeded
+  the whole genomes it may materialise, ``engine.materialize_budget`` = 2 genomes)
+  and ``base_bytes`` (the process's resident memory before the cell); ``phase_peaks``
+  the largest VmHWM of each phase (bases loaded, init, breed, migrate, checkpoint,
+  check) and ``peak_phase`` the phase of the peak.
+* ``checkpoint_bytes`` / ``checkpoint_s``: the islands' HDF5 files written by
+  :class:`~mpievo.io.Checkpointer` (all ranks' files) and the time to write them.
+
+Checks (a failure raises :class:`GenomesCheckError` on every rank after the table):
+every island's decoded best genome has the reported fitness; the traffic of a
+migration is exactly the layout's bytes; the checkpoint holds every archive row.
+A cell whose estimated memory (:func:`estimated_bytes`) is over :data:`USABLE` of the
+node's available memory is skipped with its reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..evo import Island, Problem
+from ..evo.config import EngineConfig
+from ..evo.genomes import BaseModels, encode
+from ..evo.operators import COUNTER_DIM
+from .bases import share_bases
+from .bench_genomes_steps import breed_rates, check_best, checkpoint_size, migration_times, record_bytes
+from .mapping import rank_of_island
+from .threads import limit_blas_threads
+
+GENOMES = ("dense", "delta", "seeded")
+#: the merge every fitness measures the distance to (a convex combination of the bases)
+WEIGHTS = (0.25, 0.45, 0.3)
+LOWER, UPPER = -6.0, 6.0
+DTYPE = np.dtype(np.float32)
+#: genes per fitness chunk (bounds the float64 temporaries to batch * 512 KiB)
+_CHUNK = 1 << 16
+#: share of the node's available memory a cell may take (the rest stays with others)
+USABLE = 0.8
+#: resident memory of a rank before any genome (interpreter, numpy, Numba kernels, MPI)
+_PROCESS_BYTES = 400 << 20
+
+
+class GenomesCheckError(RuntimeError):
+    """A measured result failed its check (raised on every rank, after the table)."""
+
+
+@dataclass(frozen=True)
+class GenomesOptions:
+    """The grid and sizes of the benchmark (defaults: the issue's, 1e8 only when asked)."""
+
+    dims: tuple = (1_000, 100_000, 10_000_000)
+    capacity: int = 4
+    batch: int = 4
+    generations: int = 3
+    repeats: int = 5
+    threads: int = 1
+    seed: int = 0
+
+    def __post_init__(self):
+        for name in ("capacity", "batch", "generations", "repeats", "threads"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
+        if not self.dims or any(int(d) != d or d < 1 for d in self.dims):
+            raise ValueError(f"dims: expected integers >= 1, got {self.dims!r}")
+
+
+def load_bases(out: np.ndarray) -> None:
+    """The synthetic bases: row ``b`` standard normals from seed ``b`` (no temporaries)."""
+    for b, row in enumerate(out):
+        np.random.default_rng(b).standard_normal(out=row, dtype=out.dtype)
+
+
+class MergeDistance:
+    """Squared distance of each genome to ``WEIGHTS @ bases`` (float64 sums, chunked)."""
+
+    def __init__(self, bases: BaseModels):
+        self.bases = bases
+
+    def __call__(self, genomes: np.ndarray) -> np.ndarray:
+        bases = self.bases.array
+        values = np.zeros(genomes.shape[0])
+        for start in range(0, genomes.shape[1], _CHUNK):
+            part = slice(start, start + _CHUNK)
+            target = sum(w * bases[b, part].astype(np.float64) for b, w in enumerate(WEIGHTS))
+            diff = genomes[:, part] - target
+            values += np.einsum("ij,ij->i", diff, diff)
+        return values
+
+
+def merge_problem(dim: int) -> Problem:
+    """The benchmark's problem at ``dim`` genes, with its (not yet loaded) bases."""
+    bases = BaseModels(load_bases, shape=(len(WEIGHTS), dim), dtype=DTYPE, reference="bench-genomes:normal")
+    return Problem(MergeDistance(bases), dim, LOWER, UPPER, bases=bases, name=f"merge-distance-{dim}")
+
+
+def engine_config(genome: str, dim: int, options: GenomesOptions) -> EngineConfig:
+    # a materialising budget of two genomes: one evaluated at a time, one cached best
+    return EngineConfig(genome=genome, capacity=options.capacity, batch_size=options.batch,
+                        dtype=DTYPE.name, materialize_budget=2 * dim * DTYPE.itemsize,
+                        stagnation_patience=0)
+
+
+def estimated_bytes(genome: str, dim: int, options: GenomesOptions, ranks: int) -> int:
+    """Memory a cell needs on one node of ``ranks`` ranks, +10%: per rank the genomes
+    this benchmark's phase peaks showed at 1e7 genes (capacity = batch = 4: dense 22,
+    delta 29, seeded 10 -- archive and batch with their copies, the problem's float64
+    box, delta's float64 row box, materialised genomes) and the process; the bases once."""
+    genome_bytes = dim * DTYPE.itemsize
+    held = 2 * (options.capacity + options.batch)
+    rows = {"dense": held + 6, "delta": held + 13, "seeded": 10}[genome]
+    need = ranks * (rows * genome_bytes + _PROCESS_BYTES) + len(WEIGHTS) * genome_bytes
+    return int(1.1 * need)
+
+
+def available_bytes() -> int:
+    """The node's MemAvailable (Linux)."""
+    with open("/proc/meminfo") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+
+
+def _status(key: str) -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith(key))
+
+
+def _reset_peak() -> None:
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # VmHWM := VmRSS
+
+
+def _phase_peak() -> int:
+    """VmHWM since the last reset, then reset (the next phase's peak starts here)."""
+    peak = _status("VmHWM")
+    _reset_peak()
+    return peak
+
+
+def bench_genomes(comm, options: GenomesOptions, out: str | None = None, log=print) -> list[dict]:
+    """Every (encoding, dim) cell of ``options`` (collective); rank 0 prints the table
+    and writes genomes.csv / genomes.json / table.md under ``out``.
+
+    Returns:
+        one row per cell (skipped cells with ``skipped``: the reason), the same on every rank.
+
+    Raises:
+        GenomesCheckError: on every rank, when a check failed (after the table is written).
+    """
+    from .bench_genomes_report import write_results
+
+    workdir = comm.bcast_object(tempfile.mkdtemp(prefix="mpievo-bench-genomes-") if comm.rank == 0 else None)
+    with contextlib.ExitStack() as stack:
+        limit_blas_threads(options.threads, stack)   # as mpievo run gives a rank
+        rows = _grid(comm, options, Path(workdir), log)
+    if comm.rank == 0 and out is not None:
+        for path in write_results(rows, out, comm.size):
+            log(f"wrote {path}")
+    failed = [f"{r['genome']} dim {r['dim']}: {p}" for r in rows for p in r.get("problems", ())]
+    if failed:
+        raise GenomesCheckError("mpievo bench genomes: checks failed:\n  " + "\n  ".join(failed))
+    return rows
+
+
+def _grid(comm, options: GenomesOptions, workdir: Path, log) -> list[dict]:
+    """The warm-up, then every cell (rank 0 prints each row as it comes)."""
+    from .bench_genomes_report import format_table
+
+    rows = []
+    try:
+        # untimed: every code path (small and counter-based kernels) loaded before the first peak
+        warm = {int(min(options.dims))} | ({COUNTER_DIM} if max(options.dims) >= COUNTER_DIM else set())
+        for genome in GENOMES:
+            for dim in sorted(warm):
+                _cell(comm, genome, dim, options, workdir / f"warm-{genome}-{dim}")
+        for dim in options.dims:
+            for genome in GENOMES:
+                row = _cell_or_skip(comm, genome, int(dim), options, workdir)
+                rows.append(row)
+                if comm.rank == 0:
+                    log(format_table([row], header=len(rows) == 1))
+    finally:
+        # no barrier: after a failure the other ranks may be in another collective; on
+        # success every rank is past the last checkpoint's gather, so nothing writes here
+        if comm.rank == 0:
+            shutil.rmtree(workdir, ignore_errors=True)
+    return rows
+
+
+def _cell_or_skip(comm, genome: str, dim: int, options: GenomesOptions, workdir: Path) -> dict:
+    need = estimated_bytes(genome, dim, options, comm.size)
+    have = comm.bcast_object(available_bytes() if comm.rank == 0 else None)
+    if need > USABLE * have:
+        return {"genome": genome, "dim": dim, "skipped": f"needs about {need / 1e9:.1f} GB on the node, "
+                                                         f"{USABLE:.0%} of the {have / 1e9:.1f} GB available"}
+    gc.collect()   # the previous cell's arrays are gone before the peak is reset
+    return _cell(comm, genome, dim, options, workdir / f"{genome}-{dim}")
+
+
+def _cell(comm, genome: str, dim: int, options: GenomesOptions, directory: Path) -> dict:
+    base_rss = _status("VmRSS")
+    _reset_peak()
+    problem = merge_problem(dim)
+    release = share_bases(comm, problem.bases)
+    row = _measure(comm, genome, dim, options, problem, directory)
+    # freeing the window is collective: only on success (after a failure the other ranks
+    # may be elsewhere, and the job is aborted)
+    gc.collect()
+    release()
+    peak = max(row["phase_peaks"].values())
+    row.update(base_bytes=max(comm.allgather_object(base_rss)), peak_bytes=peak,
+               peak_ratio=peak / (row["data_bytes"] + max(comm.allgather_object(base_rss))))
+    return row
+
+
+def _measure(comm, genome, dim, options, problem, directory) -> dict:
+    config = engine_config(genome, dim, options)
+    encoded = encode(problem, config)      # one encoded problem for this rank's islands
+    n_islands = max(2, comm.size)
+    mine = [i for i in range(n_islands) if rank_of_island(i, n_islands, comm.size) == comm.rank]
+    islands = {i: Island(i, encoded, config, seed=options.seed) for i in mine}
+    peaks = {"bases": _status("VmHWM")}
+    _reset_peak()
+    for island in islands.values():
+        island.initialize()
+    peaks["init"] = _phase_peak()
+    breeding = breed_rates(islands, options.generations, genome, DTYPE.itemsize)
+    peaks["breed"] = _phase_peak()
+    row_dim, row_dtype = encoded.dim, np.dtype(getattr(encoded, "row_dtype", DTYPE))
+    row_bytes = row_dim * row_dtype.itemsize
+    migration = migration_times(comm, islands, n_islands, row_dim, row_dtype, options)
+    peaks["migrate"] = _phase_peak()
+    checkpoint = checkpoint_size(comm, islands, directory, options.generations + 1 + options.repeats,
+                             n_islands * options.capacity * row_bytes)
+    peaks["checkpoint"] = _phase_peak()
+    problems = check_best(islands, problem, DTYPE) + checkpoint.pop("problems") + migration.pop("problems")
+    peaks["check"] = _phase_peak()
+    everyone = comm.allgather_object(peaks)
+    phase_peaks = {phase: max(p[phase] for p in everyone) for phase in peaks}
+    problems = sorted({p for ps in comm.allgather_object(problems) for p in ps})
+    # best of the generations, as mpievo.evo.bench.breeding_throughput: a rate is at most
+    # lowered by a busy machine
+    breeding = {k: max(v) for k, v in _merged(comm.allgather_object(breeding)).items()}
+    # what the rank must hold: its archives and batches, the bases, and (delta, seeded)
+    # the genomes it materialises (engine.materialize_budget)
+    data = (options.capacity + options.batch) * row_bytes * len(mine) + problem.bases.nbytes
+    data += 0 if genome == "dense" else config.materialize_budget
+    return {"genome": genome, "dim": dim, "ranks": comm.size, "islands": n_islands, "row_bytes": row_bytes,
+            "migrant_bytes": row_bytes + record_bytes(row_dim, row_dtype), **migration, **breeding,
+            **checkpoint, "data_bytes": data, "phase_peaks": phase_peaks,
+            "peak_phase": max(phase_peaks, key=phase_peaks.get), "problems": problems}
+
+
+def _merged(parts: list[dict]) -> dict:
+    merged: dict[str, list] = {}
+    for part in parts:
+        for key, values in part.items():
+            merged.setdefault(key, []).extend(values)
+    return merged

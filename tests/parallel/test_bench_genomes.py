@@ -1,0 +1,118 @@
+"""``mpievo bench genomes``: a tiny grid (1e3 and 1e5 genes) serially and on 2 ranks,
+its numbers consistent, its checks able to fail, cells that do not fit skipped."""
+
+import csv
+
+import numpy as np
+import pytest
+
+from mpi_support import all_ranks_agree
+from mpievo.cli.main import main as cli_main
+from mpievo.comm.protocol import SelfComm
+from mpievo.parallel import bench_genomes as bench
+from mpievo.parallel.bench_genomes import GenomesCheckError, GenomesOptions, bench_genomes
+
+DIMS = (1_000, 100_000)
+TINY = GenomesOptions(dims=DIMS, generations=2, repeats=2)
+
+
+def _rows(rows):
+    return {(r["genome"], r["dim"]): r for r in rows}
+
+
+def _consistency(rows) -> list[str]:
+    """What is wrong with a grid's numbers (empty: nothing)."""
+    by = _rows(rows)
+    small, large = DIMS
+    wrong = [f"{key}: {row.get('skipped') or row['problems']}" for key, row in by.items()
+             if row.get("skipped") or row["problems"]]
+    record = by[("dense", small)]["migrant_bytes"] - 4 * small
+    if by[("seeded", small)]["migrant_bytes"] != by[("seeded", large)]["migrant_bytes"]:
+        wrong.append("seeded bytes per migrant grow with the genome")
+    for genome in ("dense", "delta"):   # float32 rows plus one record: linear in dim
+        if [by[(genome, d)]["migrant_bytes"] for d in DIMS] != [4 * d + record for d in DIMS]:
+            wrong.append(f"{genome} bytes per migrant are not 4 * dim + {record}")
+    if not by[("seeded", large)]["checkpoint_bytes"] * 10 < by[("dense", large)]["checkpoint_bytes"]:
+        wrong.append("a seeded checkpoint is not far smaller than a dense one at 1e5 genes")
+    for row in by.values():
+        if not (row["breed_gbs"] > 0 and row["migration_ms"] > 0 and row["peak_bytes"] >= row["data_bytes"]):
+            wrong.append(f"{row['genome']} {row['dim']}: non-positive timing or a peak below the data")
+    if not all(r["produce_gbs"] <= min(r["breed_gbs"], r["materialize_gbs"])
+               for (genome, _), r in by.items() if genome == "seeded"):
+        wrong.append("seeded: making whole children is faster than one of its parts")
+    return wrong
+
+
+def test_serial_grid_is_consistent_and_written(tmp_path):
+    rows = bench_genomes(SelfComm(), TINY, out=tmp_path, log=lambda line: None)
+    assert _consistency(rows) == []
+    assert all(r["traffic_bytes"] == 0 for r in rows)   # both islands in this process
+    with open(tmp_path / "genomes.csv") as f:
+        table = list(csv.DictReader(f))
+    assert [(r["genome"], int(r["dim"])) for r in table] == [(g, d) for d in DIMS for g in bench.GENOMES]
+    assert "| seeded | 1e+05 |" in (tmp_path / "table.md").read_text()
+
+
+@pytest.mark.mpi(min_size=2)
+def test_two_rank_grid_sends_exactly_the_layout(world):
+    from mpievo.comm import Communicator
+
+    comm = Communicator(world)
+    rows = bench_genomes(comm, TINY, log=lambda line: None)
+    wrong = _consistency(rows)
+    # one island per rank (ring of comm.size islands): each rank sends one edge of one
+    # migrant per migration, its record and row plus the edge's 8-byte header
+    wrong += [f"{r['genome']} {r['dim']}: sent {r['traffic_bytes']}" for r in rows
+              if r["traffic_bytes"] != r["migrant_bytes"] + 8]
+    same = comm.allgather_object(rows)
+    all_ranks_agree(world, not wrong and all(s == same[0] for s in same), "; ".join(wrong))
+
+
+def test_a_wrong_reported_fitness_fails_the_check(monkeypatch):
+    # a fitness that differs on every call: the decoded best cannot repeat its value
+    noise = np.random.default_rng(0)
+    monkeypatch.setattr(bench.MergeDistance, "__call__", lambda self, genomes: noise.random(len(genomes)))
+    with pytest.raises(GenomesCheckError, match="expected the decoded best's fitness"):
+        bench_genomes(SelfComm(), GenomesOptions(dims=(1_000,), generations=1, repeats=1), log=lambda line: None)
+
+
+def test_cells_that_do_not_fit_are_skipped_with_the_reason(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(bench, "available_bytes", lambda: 1 << 20)
+    code = cli_main(["bench", "genomes", "--dims", "1e3", "--repeats", "1", "--generations", "1",
+                     "--out", str(tmp_path)])
+    printed = capsys.readouterr().out
+    assert code == 0
+    assert printed.count("skipped: needs about") == 3
+    assert (tmp_path / "genomes.json").exists()
+
+
+def test_estimate_grows_with_the_genome_but_not_for_seeded_rows():
+    one, two = (bench.estimated_bytes(g, 10**8, GenomesOptions(), 2) for g in ("dense", "seeded"))
+    assert one > two > 3 * 4 * 10**8   # both hold the bases; dense also archive and batch
+    assert bench.record_bytes(100, np.float32) == bench.record_bytes(10**8, np.float64) == 32
+
+
+_FAILING_RANK = """
+from mpievo.comm import Communicator, abort_on_error
+from mpievo.parallel import bench_genomes as bench
+
+comm = Communicator()
+if comm.rank == 1:
+    def fail(self, genomes):
+        raise RuntimeError("injected on rank 1")
+    bench.MergeDistance.__call__ = fail
+with abort_on_error():
+    bench.bench_genomes(comm, bench.GenomesOptions(dims=(1000,), generations=1, repeats=1))
+"""
+
+
+def test_a_failing_rank_aborts_the_job_instead_of_hanging(tmp_path):
+    import subprocess
+    import sys
+
+    script = tmp_path / "fail.py"
+    script.write_text(_FAILING_RANK)
+    done = subprocess.run([sys.executable, "-m", "mpievo", "launch", "-n", "2", "--", sys.executable,
+                           str(script)], capture_output=True, text=True, timeout=90)
+    assert done.returncode != 0
+    assert "mpievo: rank 1 failed: RuntimeError: injected on rank 1" in done.stdout + done.stderr
