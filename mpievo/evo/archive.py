@@ -339,10 +339,20 @@ class Archive:
             self.retain(self.ranking()[:keep])
 
     # --- checkpoint --------------------------------------------------------------
-    def state_dict(self) -> dict:
-        """Members as numpy arrays (copies) plus capacity/limit/unique/dtype."""
+    def state_dict(self, copy: bool = True) -> dict:
+        """Members as numpy arrays (copies) plus capacity/limit/unique/dtype.
+
+        Args:
+            copy: False: a host archive's genomes as a read-only view (no genome-sized
+                copy), for a caller that writes them out before the archive changes.
+        """
+        if copy or self.on_device:
+            genomes = self.host_genomes()
+        else:
+            genomes = self.genomes.view()
+            genomes.flags.writeable = False
         return {
-            "genomes": self.host_genomes(), "fitness": self.fitness.copy(), "ids": self.ids.copy(),
+            "genomes": genomes, "fitness": self.fitness.copy(), "ids": self.ids.copy(),
             "births": self.births.copy(), "origins": self.origins.copy(),
             "capacity": self.capacity, "limit": self.limit, "unique": self.unique,
             "dtype": self.dtype.name,

@@ -369,11 +369,13 @@ class Island:
         return Migrants(self.archive.as_rows(genomes, "immigrant genomes"), fitness, *columns)
 
     # --- checkpoint --------------------------------------------------------------
-    def state_dict(self) -> dict:
+    def state_dict(self, copy: bool = True) -> dict:
         """Flat dict of numpy arrays and plain ints/floats/strs/bools ("group/name" keys).
 
         Holds the archive, the algorithm's state and the counters; random generator
-        state is not needed (streams are keyed by generation).
+        state is not needed (streams are keyed by generation). ``copy=False``: the
+        archive's genomes as a read-only view (see :meth:`Archive.state_dict`), for a
+        checkpoint written before the island steps again.
         """
         if self._pending is not None:
             raise RuntimeError(f"island {self.index}: expected no pending ask() when saving, got one")
@@ -386,7 +388,7 @@ class Island:
         encoded = genomes.encoding_of(self.problem)
         if encoded is not None:
             state.update(encoded.metadata())
-        state.update({f"archive/{k}": v for k, v in self.archive.state_dict().items()})
+        state.update({f"archive/{k}": v for k, v in self.archive.state_dict(copy).items()})
         state.update({f"algorithm/state/{k}": v for k, v in self.algorithm.state_dict().items()})
         return state
 

@@ -112,7 +112,8 @@ class Scheme(Protocol):
         """(dim, dtype) of the genomes of ``island`` (any island; local, no message)."""
 
     def island_states(self) -> dict[int, dict]:
-        """This rank's islands as state trees (local)."""
+        """This rank's islands as state trees (local); their genome arrays may be views of
+        the archives: use them before the next step."""
 
     def run_state(self) -> dict:
         """Scheme-level state, identical on every rank (local)."""
@@ -290,7 +291,10 @@ class IslandScheme:
 
     # ------------------------------------------------------------ checkpoints
     def island_states(self) -> dict[int, dict]:
-        return {i: nest_state(self.islands[i].state_dict()) for i in self.local_indices}
+        # views of the archives' genomes, not copies: the run loop writes the checkpoint
+        # before any island steps again (a genome-sized copy per member would set the
+        # run's peak memory)
+        return {i: nest_state(self.islands[i].state_dict(copy=False)) for i in self.local_indices}
 
     def run_state(self) -> dict:
         return {"scheme": self.name, "format": SCHEME_FORMAT, "generation": self.generation,
