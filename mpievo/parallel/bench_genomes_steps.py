@@ -85,7 +85,8 @@ def align(comm) -> None:
 def checkpoint_size(comm, islands, directory: Path, generation: int, rows_bytes: int) -> dict:
     """Write the islands with mpievo's checkpointer: bytes on disk (all ranks), the
     slowest rank's seconds; checked to hold at least ``rows_bytes`` (every archive row)."""
-    states = {i: nest_state(island.state_dict()) for i, island in islands.items()}
+    # views of the archives, as the run loop's checkpoints take them
+    states = {i: nest_state(island.state_dict(copy=False)) for i, island in islands.items()}
     checkpointer = Checkpointer(directory, keep=1, comm=comm)
     comm.barrier()
     t0 = time.perf_counter()

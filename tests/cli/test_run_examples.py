@@ -59,8 +59,17 @@ def check_user_problem(monkeypatch):
     assert value == pytest.approx(result.best_fitness, rel=1e-6, abs=1e-9)
 
 
+def check_portfolio(monkeypatch):
+    # CMA-ES (10 children) and SHADE (50) islands alternate; each evaluates 3 rounds of 50
+    # after its 64 initial members (tests/examples/test_portfolio.py runs it to a budget)
+    job, result = run_example("portfolio.toml", 3, monkeypatch)
+    assert [e.algorithm for e in job.engines] == ["cmaes", "shade", "cmaes", "shade"]
+    assert [i["evaluations"] for i in result.islands] == [64 + 3 * 50] * 4
+    assert [i["steps"] for i in result.islands] == [15, 3, 15, 3]
+
+
 CHECKS = {"graph_topology.toml": check_graph_topology, "heterogeneous.toml": check_heterogeneous,
-          "user_problem.toml": check_user_problem}
+          "portfolio.toml": check_portfolio, "user_problem.toml": check_user_problem}
 
 
 def test_every_example_config_has_a_check():
