@@ -20,10 +20,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..operators import box_arrays
 from ..problems import Problem
 from .bases import BaseModels
-from .encoded import EncodedProblem
+from .encoded import EncodedProblem, genome_box
 
 
 class DeltaProblem(EncodedProblem):
@@ -37,7 +36,7 @@ class DeltaProblem(EncodedProblem):
         super().__init__(problem, bases, row_dim=problem.dim, row_lower=problem.lower - base,
                          row_upper=problem.upper - base, row_dtype=dtype, dtype=dtype,
                          budget=budget, initial=initial)
-        self._box = box_arrays(problem.lower, problem.upper, dtype)
+        self._box = genome_box(problem, dtype)
 
     def _initial_deltas(self, rng: np.random.Generator, n: int) -> np.ndarray:
         genomes = self.inner._check_initial(self.inner.initial(rng, n), n)

@@ -21,8 +21,20 @@ from collections import OrderedDict
 
 import numpy as np
 
+from ..operators import box_arrays
 from ..problems import Problem
 from .bases import BaseModels
+
+
+def genome_box(problem: Problem, dtype) -> tuple[np.ndarray, np.ndarray]:
+    """The box of ``problem``'s whole genomes in ``dtype`` (rounded inwards); a uniform box
+    (scalar bounds, kept as broadcast views) stays two broadcast views of one number each,
+    not genome-sized arrays."""
+    uniform = all(bound.strides == (0,) for bound in (problem.lower, problem.upper))
+    if not uniform:
+        return box_arrays(problem.lower, problem.upper, dtype)
+    return tuple(np.broadcast_to(a, (problem.dim,))
+                 for a in box_arrays(problem.lower[:1], problem.upper[:1], dtype))
 
 
 def encoding_of(problem) -> "EncodedProblem | None":

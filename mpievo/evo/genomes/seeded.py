@@ -42,10 +42,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...kernels import recipes as kernels
-from ..operators import box_arrays, draw_omega
+from ..operators import draw_omega
 from ..problems import Problem
 from .bases import BaseModels
-from .encoded import EncodedProblem
+from .encoded import EncodedProblem, genome_box
 
 #: term keys are drawn from [1, KEY_LIMIT) (0 marks an unused term)
 KEY_LIMIT = 2 ** 53
@@ -158,19 +158,6 @@ class RecipeOperators:
         return out
 
 
-def _box_and_scale(problem: Problem, dtype) -> tuple[tuple[np.ndarray, np.ndarray], np.ndarray]:
-    """The box and the step scale (its width) in ``dtype``; for a uniform box (scalar
-    bounds: broadcast views) three broadcast views of one number each, not genome-sized
-    arrays."""
-    uniform = all(bound.strides == (0,) for bound in (problem.lower, problem.upper))
-    lower, upper = box_arrays(problem.lower[:1] if uniform else problem.lower,
-                              problem.upper[:1] if uniform else problem.upper, dtype)
-    scale = (upper - lower).astype(dtype)
-    if uniform:
-        lower, upper, scale = (np.broadcast_to(a, (problem.dim,)) for a in (lower, upper, scale))
-    return (lower, upper), scale
-
-
 class SeededProblem(EncodedProblem):
     """The user's ``problem`` over recipe rows (module docstring)."""
 
@@ -186,7 +173,10 @@ class SeededProblem(EncodedProblem):
                          row_upper=_UNBOXED, row_dtype=np.float64, dtype=dtype, budget=budget,
                          initial=self._initial_recipes)   # a hook, so wrappers keep it
         self.operators = RecipeOperators(self.layout, initial_step)
-        self._box, self._scale = _box_and_scale(problem, dtype)
+        self._box = genome_box(problem, dtype)
+        lower, upper = self._box
+        self._scale = (np.broadcast_to(upper[:1] - lower[:1], lower.shape) if lower.strides == (0,)
+                       else upper - lower)              # the box width: a view for a uniform box
 
     def _initial_recipes(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """Member ``i`` is base ``i mod B``; members past the first ``B`` add one term."""
