@@ -21,6 +21,9 @@ Building blocks:
   a population's best and median fitness (what triggers the GA's restarts).
 * Problems (:mod:`.problems`) -- batch fitness ``f(X) -> (n,)`` over a box; built-in
   benchmarks (shifted/rotated), user callables or ``"module:function"``.
+* Genome encodings (:mod:`.genomes`, ``engine.genome``) -- ``dense`` rows, ``delta``
+  rows against a base model, ``seeded`` recipes over base models
+  (:class:`BaseModels`, ``Problem(..., bases=...)``), materialised for the fitness.
 * :class:`EngineConfig` (:mod:`.config`) -- validated settings; any setting may be a
   per-island list or callable (:func:`resolve_param`).
 * :func:`stream` (:mod:`.streams`) -- random generators keyed by
@@ -40,6 +43,7 @@ Example::
 from .archive import ID_STRIDE, Archive, Insertion, make_ids, sanitize_fitness
 from .algorithms import CMAES, JDE, SHADE, GeneticAlgorithm, IslandAlgorithm, make_algorithm
 from .config import EngineConfig
+from .genomes import BaseModels
 from .island import Island
 from .migration import REPLACEMENT_POLICIES, SELECTION_POLICIES, MigrationPolicy, Migrants
 from .params import resolve_param
@@ -50,7 +54,7 @@ from .streams import PURPOSES, stream
 __all__ = [
     "Archive", "Insertion", "ID_STRIDE", "make_ids", "sanitize_fitness",
     "IslandAlgorithm", "GeneticAlgorithm", "JDE", "SHADE", "CMAES", "make_algorithm",
-    "EngineConfig", "resolve_param",
+    "EngineConfig", "resolve_param", "BaseModels",
     "Island", "Migrants", "MigrationPolicy", "SELECTION_POLICIES", "REPLACEMENT_POLICIES",
     "Problem", "BUILTIN_PROBLEMS", "builtin_problem", "make_problem", "check_fitness",
     "StagnationMonitor",
