@@ -114,8 +114,8 @@ class Island:
         archive_class = Archive
         if self.on_device:
             from .device_archive import DeviceArchive as archive_class
-        row_dtype = getattr(self.problem, "row_dtype", self.config.dtype)
-        self.archive = archive_class(self.config.capacity, self.problem.dim, row_dtype,
+        self.archive = archive_class(self.config.capacity, self.problem.dim,
+                                     genomes.row_dtype(self.problem, self.config.dtype),
                                      unique=self.config.unique, island=self.index,
                                      limit=initial_population(self.config))
         self.algorithm = make_algorithm(spec, self.config)

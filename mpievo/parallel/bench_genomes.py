@@ -52,7 +52,7 @@ import numpy as np
 
 from ..evo import Island, Problem
 from ..evo.config import EngineConfig
-from ..evo.genomes import BaseModels, encode
+from ..evo.genomes import BaseModels, encode, row_dtype
 from ..evo.operators import COUNTER_DIM
 from .bases import share_bases
 from .bench_genomes_steps import breed_rates, check_best, checkpoint_size, migration_times, record_bytes
@@ -257,9 +257,9 @@ def _measure(comm, genome, dim, options, problem, directory) -> dict:
     peaks["init"] = _phase_peak()
     breeding = breed_rates(islands, options.generations, genome, DTYPE.itemsize)
     peaks["breed"] = _phase_peak()
-    row_dim, row_dtype = encoded.dim, np.dtype(getattr(encoded, "row_dtype", DTYPE))
-    row_bytes = row_dim * row_dtype.itemsize
-    migration = migration_times(comm, islands, n_islands, row_dim, row_dtype, options)
+    row_dim, rows = encoded.dim, row_dtype(encoded, DTYPE)
+    row_bytes = row_dim * rows.itemsize
+    migration = migration_times(comm, islands, n_islands, row_dim, rows, options)
     peaks["migrate"] = _phase_peak()
     checkpoint = checkpoint_size(comm, islands, directory, options.generations + 1 + options.repeats,
                              n_islands * options.capacity * row_bytes)
@@ -277,7 +277,7 @@ def _measure(comm, genome, dim, options, problem, directory) -> dict:
     data = (options.capacity + options.batch) * row_bytes * len(mine) + problem.bases.nbytes
     data += 0 if genome == "dense" else config.materialize_budget
     return {"genome": genome, "dim": dim, "ranks": comm.size, "islands": n_islands, "row_bytes": row_bytes,
-            "migrant_bytes": row_bytes + record_bytes(row_dim, row_dtype), **migration, **breeding,
+            "migrant_bytes": row_bytes + record_bytes(row_dim, rows), **migration, **breeding,
             **checkpoint, "data_bytes": data, "phase_peaks": phase_peaks,
             "peak_phase": max(phase_peaks, key=phase_peaks.get), "problems": problems}
 

@@ -18,12 +18,11 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-import numpy as np
-
 from ..evo.config import EngineConfig
 from .budget import plan
 from .groups import GroupLayout, GroupProblem, serve
-from .scheme import BestMember, IslandRecord, IslandScheme, StepResult, _plain
+from .led import LedScheme
+from .scheme import IslandScheme
 
 
 def split_communicators(comm, layout: GroupLayout):
@@ -44,7 +43,7 @@ def split_communicators(comm, layout: GroupLayout):
     return group, leaders
 
 
-class HybridScheme:
+class HybridScheme(LedScheme):
     """Islands over groups of ranks (see the module docstring).
 
     Args:
@@ -53,7 +52,7 @@ class HybridScheme:
         problem, engines, seed, policy, schedule, budget: as for :class:`IslandScheme`.
     """
 
-    name = IslandScheme.name     # the same checkpoints as the island model
+    serving_rank = "rank {rank} (not a group leader)"
 
     def __init__(self, comm, layout: GroupLayout, problem, engines: Sequence[EngineConfig], *,
                  seed: int = 0, policy=None, schedule=None, budget: int | None = None):
@@ -78,69 +77,8 @@ class HybridScheme:
             if sub is not None:
                 sub.free()
 
-    # ------------------------------------------------------------ evolution
-    def initialize(self) -> None:
-        self._synchronised(lambda: self.inner.initialize())
+    def _serve(self) -> Mapping:
+        return serve(self.problem, self.group)
 
-    def step(self) -> StepResult:
-        if self.generation < 0:
-            raise RuntimeError("expected initialize() or restore() before step(), got neither")
-        return self._synchronised(lambda: self.inner.step()) or StepResult(self.generation)
-
-    def _synchronised(self, work):
-        """Leaders do ``work`` while their groups evaluate; then every rank learns the run state."""
-        if self.inner is None:
-            self._adopt(serve(self.problem, self.group))
-            return None
-        result = work()
-        state = self.inner.run_state()
-        self.inner.problem.release(state)
-        self._adopt(state)
-        return result
-
-    def _adopt(self, run_state: Mapping) -> None:
-        self._run_state = dict(run_state)
-        self.generation = int(run_state["generation"])
-
-    # ------------------------------------------------------------ reporting
-    def records(self) -> list[IslandRecord]:
-        return [] if self.inner is None else self.inner.records()
-
-    def evaluations(self) -> int:
-        return 0 if self.inner is None else self.inner.evaluations()
-
-    def best_local(self) -> BestMember | None:
-        return None if self.inner is None else self.inner.best_local()
-
-    def reached(self, target: float) -> bool:
-        return self.inner is not None and self.inner.reached(target)
-
-    def genome_shape(self, island: int) -> tuple[int, np.dtype]:
-        return self.problem.dim, np.dtype(getattr(self.problem, "row_dtype", self.engines[island].dtype))
-
-    # ------------------------------------------------------------ checkpoints
-    def island_states(self) -> dict[int, dict]:
-        return {} if self.inner is None else self.inner.island_states()
-
-    def run_state(self) -> dict:
-        return dict(self._run_state)
-
-    def restore(self, island_states, run_state) -> None:
-        """Leaders load their islands; the others only the run state.
-
-        Raises:
-            ValueError: as :meth:`IslandScheme.restore`; island states given to a non-leader.
-        """
-        if self.inner is not None:
-            self.inner.restore(island_states, run_state)
-            self._adopt(self.inner.run_state())
-            return
-        if island_states:
-            raise ValueError(f"expected no island states on rank {self.comm.rank} (not a group leader), "
-                             f"got islands {sorted(island_states)}")
-        state = {k: _plain(v) for k, v in run_state.items()}
-        for key, value in (("scheme", self.name), ("n_islands", self.n_islands)):
-            if state.get(key) != value:
-                raise ValueError(f"expected {key} = {value!r} in the saved run state, got {state.get(key)!r}")
-        self._adopt(state)
-
+    def _release(self, run_state: Mapping) -> None:
+        self.inner.problem.release(run_state)

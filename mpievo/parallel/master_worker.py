@@ -51,7 +51,8 @@ from ..evo.config import EngineConfig
 from ..evo.problems import Problem
 from .budget import plan
 from .groups import evaluate_block
-from .scheme import BestMember, IslandRecord, IslandScheme, StepResult, _plain
+from .led import LedScheme
+from .scheme import IslandScheme, StepResult
 
 
 class Batch:
@@ -194,7 +195,7 @@ class SteadyIslands(IslandScheme):
         self.pool.submit(Batch(genomes[:rows], island))
 
 
-class MasterWorkerScheme:
+class MasterWorkerScheme(LedScheme):
     """Every island on rank 0, evaluated by ranks 1..P-1 (see the module docstring).
 
     Args:
@@ -203,7 +204,7 @@ class MasterWorkerScheme:
             ``engines[0].evaluation`` chooses generational or steady.
     """
 
-    name = IslandScheme.name     # the same checkpoints as the island model
+    serving_rank = "worker rank {rank}"
 
     def __init__(self, comm, problem: Problem, engines: Sequence[EngineConfig], **options):
         self.comm = comm
@@ -227,68 +228,8 @@ class MasterWorkerScheme:
         self.generation = -1
         self._run_state: dict = {}
 
-    # ------------------------------------------------------------ evolution
-    def initialize(self) -> None:
-        self._synchronised(lambda: self.inner.initialize())
+    def _serve(self) -> Mapping:
+        return serve(self.problem, self.comm)
 
-    def step(self) -> StepResult:
-        if self.generation < 0:
-            raise RuntimeError("expected initialize() or restore() before step(), got neither")
-        return self._synchronised(lambda: self.inner.step()) or StepResult(self.generation)
-
-    def _synchronised(self, work):
-        """The master does ``work`` while the workers evaluate; then every rank learns the run state."""
-        if self.inner is None:
-            self._adopt(serve(self.problem, self.comm))
-            return None
-        result = work()
-        state = self.inner.run_state()
-        self.pool.release(state)
-        self._adopt(state)
-        return result
-
-    def _adopt(self, run_state: Mapping) -> None:
-        self._run_state = dict(run_state)
-        self.generation = int(run_state["generation"])
-
-    # ------------------------------------------------------------ reporting
-    def records(self) -> list[IslandRecord]:
-        return [] if self.inner is None else self.inner.records()
-
-    def evaluations(self) -> int:
-        return 0 if self.inner is None else self.inner.evaluations()
-
-    def best_local(self) -> BestMember | None:
-        return None if self.inner is None else self.inner.best_local()
-
-    def reached(self, target: float) -> bool:
-        return self.inner is not None and self.inner.reached(target)
-
-    def genome_shape(self, island: int) -> tuple[int, np.dtype]:
-        return self.problem.dim, np.dtype(getattr(self.problem, "row_dtype", self.engines[island].dtype))
-
-    # ------------------------------------------------------------ checkpoints
-    def island_states(self) -> dict[int, dict]:
-        return {} if self.inner is None else self.inner.island_states()
-
-    def run_state(self) -> dict:
-        return dict(self._run_state)
-
-    def restore(self, island_states, run_state) -> None:
-        """The master loads every island; a worker only the run state.
-
-        Raises:
-            ValueError: as :meth:`IslandScheme.restore`; island states given to a worker.
-        """
-        if self.inner is not None:
-            self.inner.restore(island_states, run_state)
-            self._adopt(self.inner.run_state())
-            return
-        if island_states:
-            raise ValueError(f"expected no island states on worker rank {self.comm.rank}, "
-                             f"got islands {sorted(island_states)}")
-        state = {k: _plain(v) for k, v in run_state.items()}
-        for key, value in (("scheme", self.name), ("n_islands", self.n_islands)):
-            if state.get(key) != value:
-                raise ValueError(f"expected {key} = {value!r} in the saved run state, got {state.get(key)!r}")
-        self._adopt(state)
+    def _release(self, run_state: Mapping) -> None:
+        self.pool.release(run_state)

@@ -24,6 +24,7 @@ from typing import Any, Callable, Mapping, NamedTuple, Protocol, Sequence, runti
 import numpy as np
 
 from ..evo.config import EngineConfig
+from ..evo.genomes import row_dtype
 from ..evo.island import Island
 from ..evo.migration import MigrationPolicy
 from .adaptive import AdaptiveInterval
@@ -195,8 +196,7 @@ class IslandScheme:
         self.islands = {i: Island(i, problem, engines[i], seed=self.seed, n_islands=self.n_islands)
                         for i in self.local_indices}
         # rows as the islands keep them (seeded genomes: float64 recipes, whatever engine.dtype)
-        shapes = [IslandShape(problem.dim, np.dtype(getattr(problem, "row_dtype", e.dtype)), e.capacity)
-                  for e in engines]
+        shapes = [IslandShape(problem.dim, row_dtype(problem, e.dtype), e.capacity) for e in engines]
         self.migrator = Migrator(comm, self.islands, shapes, self.policy, self.seed)
         self.plan = plan(engines, problem.dim, budget)
         self.budget_generation = self.plan.budget_generation

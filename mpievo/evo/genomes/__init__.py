@@ -16,6 +16,8 @@ checkpoints work on its rows unchanged.
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..problems import Problem
 from .bases import BaseModels, checksum
 from .delta import DeltaProblem
@@ -24,6 +26,12 @@ from .seeded import RecipeLayout, SeededProblem
 
 #: settings that must be the same on every island (the rows must mean the same)
 SHARED_SETTINGS = ("genome", "materialize_budget", "recipe_terms", "dtype")
+
+
+def row_dtype(problem: Problem, dtype) -> np.dtype:
+    """The dtype of the rows islands keep for ``problem``: its encoding's (seeded recipes:
+    float64), else the engine's genome ``dtype``."""
+    return np.dtype(getattr(problem, "row_dtype", dtype))
 
 
 def check_encoding(config, algorithm: str | None = None) -> None:
@@ -120,4 +128,4 @@ def check_shared(configs) -> None:
 
 
 __all__ = ["BaseModels", "DeltaProblem", "EncodedProblem", "RecipeLayout", "SeededProblem",
-           "check_encoding", "check_shared", "checksum", "encode", "encoding_of"]
+           "check_encoding", "check_shared", "checksum", "encode", "encoding_of", "row_dtype"]
