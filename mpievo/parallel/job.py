@@ -87,6 +87,13 @@ def _problem_of_table(problem: ProblemConfig, stack: contextlib.ExitStack | None
                    name=f"{problem.name} (time limit {limit:g} s)", batched=True)
 
 
+def job_problem(job, problem: Problem) -> Problem:
+    """``problem`` over the rows of the job's ``engine.genome`` (dense: ``problem`` itself;
+    an already encoded problem as it is), after checking every island agrees on them."""
+    genomes.check_shared(job.engines)
+    return genomes.encode(problem, job.engines[0])
+
+
 def build_scheme(comm, job, problem: Problem | None = None) -> Scheme:
     """The scheme of a validated :class:`mpievo.config.JobConfig` (its resolved engines,
     policy and schedule, as they are): the :class:`IslandScheme`, or the
@@ -94,9 +101,7 @@ def build_scheme(comm, job, problem: Problem | None = None) -> Scheme:
     "centralized" scheme make groups of several ranks (call its ``close()`` when done),
     or the :class:`ReplicatedScheme`, or the :class:`MasterWorkerScheme` ("master_worker"
     on several ranks)."""
-    problem = build_problem(job.problem) if problem is None else problem
-    genomes.check_shared(job.engines)
-    problem = genomes.encode(problem, job.engines[0])     # dense: the problem itself
+    problem = job_problem(job, build_problem(job.problem) if problem is None else problem)
     common = dict(seed=job.run.seed, policy=job.policy, schedule=job.schedule, budget=job.run.budget)
     if job.run.scheme == "master_worker" and comm.size > 1:
         return MasterWorkerScheme(comm, problem, job.engines, **common)
@@ -129,8 +134,7 @@ def run_job(job, comm, *, reporters: Sequence[Reporter] = (), checkpointer: Any 
         if job.engines[0].genome != "dense" and problem.bases is not None and not problem.bases.attached:
             stack.callback(share_bases(comm, problem.bases))    # one copy per node, freed at the end
             stack.callback(problem.bases.detach)                # (callbacks run last-in first-out)
-        genomes.check_shared(job.engines)
-        problem = genomes.encode(problem, job.engines[0])    # build_scheme takes it as it is
+        problem = job_problem(job, problem)       # build_scheme takes it as it is
         encoded = genomes.encoding_of(problem)
         scheme = build_scheme(comm, job, problem)
         if isinstance(scheme, HybridScheme):
