@@ -18,7 +18,7 @@ import numpy as np
 from .cuda import bind_globals, launch_dims
 from .cuda_operator_kernels import arithmetic
 from .random import device_functions
-from .recipes import GAPS, NORMALS, TERM_STREAM, TILE, term_params
+from .recipes import GAPS, NORMALS, TERM_STREAM, TILE, term_arrays
 
 _CONSTANTS = {"U": np.uint64, "TILE": TILE, "C2": np.uint64(TERM_STREAM), "NORMALS": np.uint64(NORMALS),
               "GAPS": np.uint64(GAPS)}
@@ -100,19 +100,14 @@ def materialize(bases, weights, terms, scale, lower, upper, out, row: int, strea
     blocks, threads = launch_dims(dim)
     weights = np.ascontiguousarray(weights, np.float64)
     kernels["sum"][blocks, threads, stream](bases, weights, out, row)
-    for key, coef, rate in np.asarray(terms, np.float64):
-        key = int(key)
-        if not 1 <= key < 2 ** 53:
-            raise ValueError(f"expected a term key in [1, 2**53), got {key}")
-        if not 0.0 < rate <= 1.0:
-            raise ValueError(f"expected a term rate in (0, 1], got {rate!r}")
-        threshold, inv_log_q, dense = (value[()] for value in term_params(np.float64(rate)))
-        k0, k1 = np.uint64(key & 0xFFFFFFFF), np.uint64(key >> 32)
-        if dense:
-            kernels["dense"][blocks, threads, stream](out, row, float(coef), scale, k0, k1, threshold)
+    keys, coefs, thresholds, inv_log_qs, dense, used = term_arrays(terms)
+    for t in np.flatnonzero(used):
+        k0, k1 = keys[t] & np.uint64(0xFFFFFFFF), keys[t] >> np.uint64(32)
+        if dense[t]:
+            kernels["dense"][blocks, threads, stream](out, row, float(coefs[t]), scale, k0, k1, thresholds[t])
         else:
             tiles = launch_dims((dim + TILE - 1) // TILE)
-            kernels["sparse"][tiles[0], tiles[1], stream](out, row, float(coef), scale, k0, k1,
-                                                          float(inv_log_q))
+            kernels["sparse"][tiles[0], tiles[1], stream](out, row, float(coefs[t]), scale, k0, k1,
+                                                          float(inv_log_qs[t]))
     kernels["clip"][blocks, threads, stream](out, row, lower, upper)
 

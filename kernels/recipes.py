@@ -101,19 +101,29 @@ def materialize_rows(bases, weights, terms, scale, lower, upper, out) -> None:
     Raises:
         ValueError: a used term's key outside [1, 2**53) or rate outside (0, 1].
     """
-    terms = np.asarray(terms, np.float64)
-    used = terms[:, :, 0] > 0
+    keys, coefs, thresholds, inv_log_qs, dense, used = term_arrays(terms)
     counts = used.sum(axis=1)
-    if not np.all(used == (np.arange(terms.shape[1]) < counts[:, None])):
+    if not np.all(used == (np.arange(used.shape[1]) < counts[:, None])):
         raise ValueError("expected each recipe's used terms (key > 0) first, got gaps")
-    keys, coefs, rates = terms[:, :, 0], terms[:, :, 1], terms[:, :, 2]
+    _materialize_rows(bases, np.ascontiguousarray(weights, np.float64), keys, coefs, thresholds, inv_log_qs,
+                      dense, counts.astype(np.int64), scale, lower, upper, out)
+
+
+def term_arrays(terms):
+    """What the kernels read of terms ``(..., 3)`` of (key, coef, rate): uint64 keys,
+    coefficients, :func:`term_params` of the rates, and which terms are used (key > 0).
+
+    Raises:
+        ValueError: a used term's key outside [1, 2**53) or rate outside (0, 1].
+    """
+    terms = np.asarray(terms, np.float64)
+    keys, coefs, rates = terms[..., 0], terms[..., 1], terms[..., 2]
+    used = keys > 0
     if np.any(used & ((keys >= 2 ** 53) | ~(rates > 0) | ~(rates <= 1))):
         raise ValueError("expected term keys in [1, 2**53) and rates in (0, 1], got "
                          f"keys {keys[used].min()}..{keys[used].max()}, rates {rates[used].min()}..{rates[used].max()}")
     thresholds, inv_log_qs, dense = term_params(np.where(used, rates, 0.5))   # unused: never read
-    _materialize_rows(bases, np.ascontiguousarray(weights, np.float64), keys.astype(np.uint64),
-                      np.ascontiguousarray(coefs), thresholds, inv_log_qs, dense,
-                      counts.astype(np.int64), scale, lower, upper, out)
+    return keys.astype(np.uint64), np.ascontiguousarray(coefs), thresholds, inv_log_qs, dense, used
 
 
 def materialize(bases, weights, terms, scale, lower, upper, out) -> None:
