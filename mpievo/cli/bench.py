@@ -364,7 +364,7 @@ def _add_genomes_arguments(sub) -> None:
                                          "mpievo launch -n 2)")
     gen.add_argument("--dims", type=_numbers(int), help="genome sizes (default 1e3,1e5,1e7); a cell that needs "
                                                         "over 80%% of the free memory is skipped (1e8 dense on "
-                                                        "2 ranks: ~22 GB)")
+                                                        "2 ranks: ~12 GB)")
     gen.add_argument("--capacity", type=_numbers(int, one=True), help="archive of every island (default 4)")
     gen.add_argument("--batch", type=_numbers(int, one=True), help="children per generation (default 4)")
     gen.add_argument("--generations", type=_numbers(int, one=True),

@@ -264,10 +264,13 @@ class Island:
     def best(self) -> tuple[np.ndarray, float]:
         """(genome, fitness in the user's sense) of the best archive member."""
         i = self.archive.best_index()
-        genome = self.archive.row(i)
         encoded = genomes.encoding_of(self.problem)
-        if encoded is not None:
-            genome = encoded.decode(genome)   # the whole genome, not its row
+        if encoded is not None and isinstance(self.archive.genomes, np.ndarray):
+            genome = encoded.decode(self.archive.genomes[i])   # the whole genome, from a view of its row
+        else:
+            genome = self.archive.row(i)
+            if encoded is not None:
+                genome = encoded.decode(genome)
         return genome, float(self.problem.to_user(self.archive.fitness[i]))
 
     def diversity(self) -> float:
@@ -279,7 +282,7 @@ class Island:
         of_rows = getattr(genomes.encoding_of(self.problem), "diversity", None)
         if of_rows is not None:      # seeded: rows are recipes, measured on their genomes
             return of_rows(self.archive.genomes)
-        width = self.problem.upper - self.problem.lower
+        width = self.problem.width
         if self.on_device:
             from mpievo.kernels import cuda_rows
 

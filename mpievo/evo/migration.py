@@ -52,6 +52,8 @@ class Migrants(NamedTuple):
     def take(self, indices) -> "Migrants":
         """The migrants at ``indices`` (in that order)."""
         indices = np.asarray(indices, dtype=np.intp)
+        if np.array_equal(indices, np.arange(len(self.fitness))):
+            return self      # all of them: no copy of genomes that may be gigabytes
         return Migrants(device.take(self.genomes, indices), *(column[indices] for column in self[1:]))
 
 

@@ -66,8 +66,18 @@ def bound_code(mode: str) -> int:
 
 
 def box_arrays(lower, upper, dtype) -> tuple[np.ndarray, np.ndarray]:
-    """The box in the genome dtype, rounded inwards so that it stays inside the float64 box."""
+    """The box in the genome dtype, rounded inwards so that it stays inside the float64 box.
+
+    A uniform box (both bounds broadcast views of one number, as :class:`~.problems.Problem`
+    keeps scalar bounds) stays two broadcast views; bounds already in ``dtype`` are
+    returned as they are (rounding them changes nothing): no genome-sized copies."""
     dtype = np.dtype(dtype)
+    lower, upper = np.asarray(lower), np.asarray(upper)
+    if lower.ndim == 1 and lower.strides == upper.strides == (0,):
+        one = box_arrays(np.array(lower[:1]), np.array(upper[:1]), dtype)
+        return tuple(np.broadcast_to(a, lower.shape) for a in one)
+    if lower.dtype == upper.dtype == dtype and lower.flags.c_contiguous and upper.flags.c_contiguous:
+        return lower, upper
     lower64 = np.asarray(lower, np.float64)
     upper64 = np.asarray(upper, np.float64)
     lo = np.array(lower64, dtype=dtype, order="C", ndmin=1)
@@ -76,6 +86,14 @@ def box_arrays(lower, upper, dtype) -> tuple[np.ndarray, np.ndarray]:
     np.nextafter(lo, dtype.type(np.inf), out=lo, where=lo < lower64)
     np.nextafter(hi, dtype.type(-np.inf), out=hi, where=hi > upper64)
     return lo, hi
+
+
+def cast_bound(values, dtype) -> np.ndarray:
+    """A (dim,) bound or scale in ``dtype``; a broadcast view of one number stays one."""
+    values = np.asarray(values)
+    if values.ndim == 1 and values.strides == (0,):
+        return np.broadcast_to(values[:1].astype(dtype), values.shape)
+    return np.ascontiguousarray(values, dtype)
 
 
 # --- parent selection ------------------------------------------------------------

@@ -55,9 +55,12 @@ def check_fitness(values, n: int, name: str = "problem") -> np.ndarray:
 
 
 def _as_bound(value, dim: int, name: str) -> np.ndarray:
-    """A bound as a (dim,) float64 array; a scalar as a read-only broadcast view of one
-    number (no genome-sized array for the common uniform box)."""
-    arr = np.asarray(value, dtype=np.float64)
+    """A bound as a (dim,) float64 array (a float32 array stays float32: the box of a
+    float32 delta island's rows, exact in float64); a scalar as a read-only broadcast
+    view of one number (no genome-sized array for the common uniform box)."""
+    arr = np.asarray(value)
+    if arr.dtype != np.float32:
+        arr = arr.astype(np.float64, copy=False)
     if arr.ndim == 0:
         arr = np.broadcast_to(arr, (dim,))
     if arr.shape != (dim,):
@@ -126,6 +129,15 @@ class Problem:
     def __repr__(self) -> str:
         sense = "maximize" if self.maximize else "minimize"
         return f"Problem({self.name!r}, dim={self.dim}, {sense})"
+
+    @property
+    def width(self) -> np.ndarray:
+        """``upper - lower`` per gene in float64; a uniform box's is a broadcast view of
+        one number (no genome-sized array)."""
+        lower, upper = self.lower, self.upper
+        if lower.strides == upper.strides == (0,):
+            return np.broadcast_to(np.subtract(upper[:1], lower[:1], dtype=np.float64), (self.dim,))
+        return np.subtract(upper, lower, dtype=np.float64)
 
     def __call__(self, genomes: np.ndarray) -> np.ndarray:
         """User-facing values of an (n, dim) batch (validated, float64)."""

@@ -20,7 +20,7 @@ COLUMNS = (
     ("make GB/s", "produce_gbs", "{:.3g}"),
     ("peak MB", "peak_bytes", "{:,.1f}"),
     ("data MB", "data_bytes", "{:,.1f}"),
-    ("peak/(data+proc)", "peak_ratio", "{:.2f}"),
+    ("(peak-proc)/data", "peak_ratio", "{:.2f}"),
     ("peak in", "peak_phase", "{}"),
     ("ckpt B", "checkpoint_bytes", "{:,}"),
     ("ckpt s", "checkpoint_s", "{:.3f}"),

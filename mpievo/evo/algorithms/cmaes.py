@@ -97,7 +97,7 @@ class CMAES:
         self.archive = archive
         self.dtype = archive.dtype
         self.lower, self.upper = problem.lower, problem.upper
-        self.scale = problem.upper - problem.lower
+        self.scale = np.array(problem.width)
         low, high = ops.box_arrays(problem.lower, problem.upper, archive.dtype)
         self._low, self._high = low.astype(np.float64), high.astype(np.float64)
         base = self.popsize or default_popsize(archive.dim)

@@ -174,7 +174,7 @@ class GeneticAlgorithm:
         else:
             self._bind_operators(ops)
         lower, upper = ops.box_arrays(problem.lower, problem.upper, archive.dtype)
-        scale = (upper - lower).astype(archive.dtype)
+        scale = ops.cast_bound(problem.width, archive.dtype)   # uniform: a broadcast view
         self.lower, self.upper, self.scale = (self.ops.place(a) for a in (lower, upper, scale))
         self.sigma = self.initial_sigma
         self._reset_restarts()

@@ -2,8 +2,9 @@
 
 The base is the first of the problem's bases (``bases[0]``), held once per node (see
 :mod:`.bases`). The row box is the problem's box shifted by the base
-(``[lower - base, upper - base]``), so every operator, algorithm and bound mode works
-on deltas exactly as on genomes; an island starts from the problem's starting genomes
+(``[lower - base, upper - base]`` in the rows' dtype, rounded inwards; its width is the
+problem's), so every operator, algorithm and bound mode works on deltas exactly as on
+genomes; an island starts from the problem's starting genomes
 minus the base (uniform in the box when it has none). A genome is
 ``clip(base + delta, lower, upper)`` in the engine's dtype.
 
@@ -22,7 +23,24 @@ import numpy as np
 
 from ..problems import Problem
 from .bases import BaseModels
-from .encoded import EncodedProblem, genome_box
+from ..operators import box_arrays
+from .encoded import EncodedProblem
+
+
+#: genes per chunk of the shifted box (bounds its float64 temporaries to 512 KiB each)
+_CHUNK = 1 << 16
+
+
+def shifted_box(problem: Problem, base: np.ndarray, dtype) -> tuple[np.ndarray, np.ndarray]:
+    """``[lower - base, upper - base]`` in ``dtype``, rounded inwards like every box
+    (:func:`~mpievo.evo.operators.box_arrays`), chunk by chunk: no float64 genome-sized
+    temporaries, and the row box is as large as one row per bound."""
+    lower, upper = np.empty(problem.dim, dtype), np.empty(problem.dim, dtype)
+    for start in range(0, problem.dim, _CHUNK):
+        part = slice(start, start + _CHUNK)
+        shift = base[part].astype(np.float64)
+        lower[part], upper[part] = box_arrays(problem.lower[part] - shift, problem.upper[part] - shift, dtype)
+    return lower, upper
 
 
 class DeltaProblem(EncodedProblem):
@@ -31,12 +49,16 @@ class DeltaProblem(EncodedProblem):
     genome = "delta"
 
     def __init__(self, problem: Problem, bases: BaseModels, *, dtype, budget: int):
-        base = bases.array[0].astype(np.float64)  # the box shift is float64, like the box
         initial = None if problem.initial is None else self._initial_deltas
-        super().__init__(problem, bases, row_dim=problem.dim, row_lower=problem.lower - base,
-                         row_upper=problem.upper - base, row_dtype=dtype, dtype=dtype,
-                         budget=budget, initial=initial)
-        self._box = genome_box(problem, dtype)
+        row_lower, row_upper = shifted_box(problem, bases.array[0], dtype)
+        super().__init__(problem, bases, row_dim=problem.dim, row_lower=row_lower, row_upper=row_upper,
+                         row_dtype=dtype, dtype=dtype, budget=budget, initial=initial)
+        self._box = box_arrays(problem.lower, problem.upper, dtype)
+
+    @property
+    def width(self) -> np.ndarray:
+        """The genome box's width: a delta's box is the genome box, translated."""
+        return self.inner.width
 
     def _initial_deltas(self, rng: np.random.Generator, n: int) -> np.ndarray:
         genomes = self.inner._check_initial(self.inner.initial(rng, n), n)

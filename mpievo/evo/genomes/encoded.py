@@ -17,24 +17,13 @@ user's function, the rest an LRU cache of materialised members for
 
 from __future__ import annotations
 
+import hashlib
 from collections import OrderedDict
 
 import numpy as np
 
-from ..operators import box_arrays
 from ..problems import Problem
 from .bases import BaseModels
-
-
-def genome_box(problem: Problem, dtype) -> tuple[np.ndarray, np.ndarray]:
-    """The box of ``problem``'s whole genomes in ``dtype`` (rounded inwards); a uniform box
-    (scalar bounds, kept as broadcast views) stays two broadcast views of one number each,
-    not genome-sized arrays."""
-    uniform = all(bound.strides == (0,) for bound in (problem.lower, problem.upper))
-    if not uniform:
-        return box_arrays(problem.lower, problem.upper, dtype)
-    return tuple(np.broadcast_to(a, (problem.dim,))
-                 for a in box_arrays(problem.lower[:1], problem.upper[:1], dtype))
 
 
 def encoding_of(problem) -> "EncodedProblem | None":
@@ -109,7 +98,7 @@ class EncodedProblem(Problem):
         """The whole genome of one row (a fresh array; members are cached, see the
         module docstring)."""
         row = np.ascontiguousarray(np.asarray(row, self.row_dtype).reshape(-1))
-        key = row.tobytes()
+        key = hashlib.blake2b(row, digest_size=16).digest()   # not the row's bytes: a genome-sized copy
         hit = self._cache.get(key)
         if hit is not None:
             self._cache.move_to_end(key)

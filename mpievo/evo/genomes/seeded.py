@@ -45,7 +45,8 @@ from ...kernels import recipes as kernels
 from ..operators import draw_omega
 from ..problems import Problem
 from .bases import BaseModels
-from .encoded import EncodedProblem, genome_box
+from ..operators import box_arrays
+from .encoded import EncodedProblem
 
 #: term keys are drawn from [1, KEY_LIMIT) (0 marks an unused term)
 KEY_LIMIT = 2 ** 53
@@ -173,7 +174,7 @@ class SeededProblem(EncodedProblem):
                          row_upper=_UNBOXED, row_dtype=np.float64, dtype=dtype, budget=budget,
                          initial=self._initial_recipes)   # a hook, so wrappers keep it
         self.operators = RecipeOperators(self.layout, initial_step)
-        self._box = genome_box(problem, dtype)
+        self._box = box_arrays(problem.lower, problem.upper, dtype)
         lower, upper = self._box
         self._scale = (np.broadcast_to(upper[:1] - lower[:1], lower.shape) if lower.strides == (0,)
                        else upper - lower)              # the box width: a view for a uniform box
@@ -236,7 +237,7 @@ class SeededProblem(EncodedProblem):
         n = rows.shape[0]
         if n == 0:
             return 0.0
-        width = self.inner.upper - self.inner.lower
+        width = self.inner.width
         centroid = np.zeros(self.genome_dim)
         for row in rows:
             centroid += self.decode(row)
