@@ -301,7 +301,7 @@ def _migration(migration: MigrationConfig, run: RunConfig, engines, problems: li
     adaptive = migration.adaptive
     try:
         rule = AdaptiveInterval(adaptive.minimum, adaptive.maximum, adaptive.collapse_below,
-                                adaptive.diverse_above)
+                                adaptive.diverse_above, adaptive.emigrants)
     except ValueError as err:
         problems.append(f"migration.adaptive: {err}")
     if len(problems) > found:

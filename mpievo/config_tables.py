@@ -204,6 +204,8 @@ class AdaptiveConfig(Settings):
     maximum: int = setting(50, integer(1), "longest interval")
     collapse_below: float = setting(1e-3, number(0.0, 1e300), "diversity below which an island collapsed")
     diverse_above: float = setting(5e-2, number(0.0, 1e300), "diversity above which all islands are diverse")
+    emigrants: bool = setting(False, boolean, "adapt the emigrant count too (up to migration.emigrants: "
+                                              "more when an island collapsed, fewer when all are diverse)")
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,8 @@
-"""Migration interval adapted to measured diversity.
+"""Migration interval (and optionally emigrant count) adapted to measured diversity.
 
 Every rank gathers the diversity of every island (in island order) and applies the
-same pure function to it, so the interval, and therefore the migration schedule,
-stays identical on all ranks and does not depend on how islands are placed.
+same pure function to it, so the interval and the count, and therefore the migration
+schedule, stay identical on all ranks and do not depend on how islands are placed.
 """
 
 from __future__ import annotations
@@ -22,12 +22,16 @@ class AdaptiveInterval:
             sooner (the interval halves).
         diverse_above: when every island's diversity is above this, migrate later (the
             interval doubles).
+        emigrants: adapt the emigrant count too, the other way: it doubles (up to the
+            policy's ``emigrants``) when an island collapsed and halves (down to 1) when
+            every island is diverse. False: the policy's count every time.
     """
 
     minimum: int
     maximum: int
     collapse_below: float
     diverse_above: float
+    emigrants: bool = False
 
     def __post_init__(self):
         for name in ("minimum", "maximum"):
@@ -57,14 +61,35 @@ class AdaptiveInterval:
         """
         return next_interval(current, diversities, self)
 
+    def next_emigrants(self, current: int, most: int, diversities: Sequence[float]) -> int:
+        """The emigrant count after a migration (``current`` when the count does not
+        adapt): ``current * 2`` when an island collapsed, ``current // 2`` when all are
+        diverse; always within [min(1, most), most]."""
+        if not self.emigrants:
+            return current
+        step = _verdict(diversities, self)
+        count = current * 2 if step == "collapsed" else current // 2 if step == "diverse" else current
+        return max(min(1, most), min(most, count))
+
 
 def next_interval(current: int, diversities: Sequence[float], rule: AdaptiveInterval) -> int:
     """See :meth:`AdaptiveInterval.next`."""
-    values = [float(d) for d in diversities if math.isfinite(float(d))]
-    if not values:
-        return rule.clamp(current)
-    if min(values) < rule.collapse_below:
+    step = _verdict(diversities, rule)
+    if step == "collapsed":
         return rule.clamp(current // 2)
-    if min(values) > rule.diverse_above:
+    if step == "diverse":
         return rule.clamp(current * 2)
     return rule.clamp(current)
+
+
+def _verdict(diversities: Sequence[float], rule: AdaptiveInterval) -> str | None:
+    """"collapsed" (an island's diversity below ``collapse_below``), "diverse" (every
+    one above ``diverse_above``) or None; non-finite values are ignored."""
+    values = [float(d) for d in diversities if math.isfinite(float(d))]
+    if not values:
+        return None
+    if min(values) < rule.collapse_below:
+        return "collapsed"
+    if min(values) > rule.diverse_above:
+        return "diverse"
+    return None

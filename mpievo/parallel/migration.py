@@ -97,24 +97,33 @@ class Migrator:
         self._layouts = [EdgeLayout(policy.emigrants, s.dim, s.dtype) for s in self.shapes]
         self._hash_layouts = [HashLayout(s.capacity) for s in self.shapes]
 
-    def migrate(self, generation: int, destinations: Sequence[Sequence[int]]) -> MigrationReport:
+    def migrate(self, generation: int, destinations: Sequence[Sequence[int]],
+                emigrants: int | None = None) -> MigrationReport:
         """One migration along ``destinations`` (collective: every rank calls it together).
+
+        Args:
+            emigrants: migrants per edge this time, at most the policy's (an adaptive
+                count; the messages keep the policy's layout); None: the policy's.
 
         Returns:
             This rank's :class:`MigrationReport`.
         """
+        count = self.policy.emigrants if emigrants is None else emigrants
+        valid = not isinstance(count, bool) and isinstance(count, (int, np.integer))
+        if not (valid and 0 <= count <= self.policy.emigrants):
+            raise ValueError(f"expected emigrants in [0, {self.policy.emigrants}], got {emigrants!r}")
         start = time.perf_counter()
         edges = topology_edges(destinations)
         report = MigrationReport(generation, edges=len(edges))
-        if not edges or self.policy.emigrants == 0:
+        if not edges or count == 0:
             report.seconds = time.perf_counter() - start
             return report
         with self.comm.purpose("migration"):
             exclude = self._exchange_hashes(edges) if self.policy.unique else {}
-            outgoing = self._choose(generation, destinations, exclude)
+            outgoing = self._choose(generation, destinations, exclude, int(count))
             report.sent = sum(migrant_count(m) for m in outgoing.values())
             arrived = self._exchange_migrants(edges, outgoing)
-        self._take_in(edges, arrived, report)
+        self._take_in(edges, arrived, report, int(count))
         report.seconds = time.perf_counter() - start
         return report
 
@@ -137,13 +146,13 @@ class Migrator:
             exclude[(s, d)] = self._hash_layouts[d].unpack(block)
         return exclude
 
-    def _choose(self, generation: int, destinations, exclude) -> dict[tuple[int, int], Migrants]:
-        """Emigrants of every local island for each of its destinations (before any arrival)."""
+    def _choose(self, generation: int, destinations, exclude, count: int) -> dict[tuple[int, int], Migrants]:
+        """``count`` emigrants of every local island for each of its destinations (before any arrival)."""
         outgoing = {}
         for s in sorted(self.islands):
             rng = stream(self.seed, s, generation, "emigrate")
             for d in sorted(destinations[s]):
-                outgoing[(s, d)] = self.islands[s].emigrants(self.policy.emigrants, self.policy.selection,
+                outgoing[(s, d)] = self.islands[s].emigrants(count, self.policy.selection,
                                                              rng, exclude=exclude.get((s, d)))
         return outgoing
 
@@ -167,14 +176,14 @@ class Migrator:
             arrived[(s, d)] = self._layouts[s].unpack(block, genomes_in[(s, d)])
         return arrived
 
-    def _take_in(self, edges, arrived, report: MigrationReport) -> None:
+    def _take_in(self, edges, arrived, report: MigrationReport, count: int) -> None:
         policy = self.policy
         for d in sorted(self.islands):
             shape = self.shapes[d]
             batch = concat_migrants([arrived[(s, d)] for s, dd in edges if dd == d], shape.dim, shape.dtype)
             report.received[d] = migrant_count(batch)
             report.accepted[d] = self.islands[d].immigrate(
-                *batch, policy=policy.replacement, max_replace=policy.emigrants, unique=policy.unique)
+                *batch, policy=policy.replacement, max_replace=count, unique=policy.unique)
 
     # ---------------------------------------------------------- message plumbing
     # Pairs are (sending island, receiving island) of one message block: (source,

@@ -204,6 +204,7 @@ class IslandScheme:
         self.interval = self._clamp(self.schedule.interval)
         self.next_migration = self.interval
         self.migrations = 0
+        self.emigrants = self.policy.emigrants   # per edge; adapts with the schedule's rule
 
     def _clamp(self, interval: int) -> int:
         rule = self.schedule.adaptive
@@ -239,7 +240,7 @@ class IslandScheme:
             island.step(island.generation + 1, left)
 
     def _migrate(self, generation: int) -> MigrationReport:
-        report = self.migrator.migrate(generation, self.schedule.destinations(generation))
+        report = self.migrator.migrate(generation, self.schedule.destinations(generation), self.emigrants)
         self.migrations += 1
         rule = self.schedule.adaptive
         if rule is not None:
@@ -249,6 +250,7 @@ class IslandScheme:
                                                        for i in self.local_indices])
             diversities = [d for _, d in sorted(p for part in gathered for p in part)]
             self.interval = rule.next(self.interval, diversities)
+            self.emigrants = rule.next_emigrants(self.emigrants, self.policy.emigrants, diversities)
         self.next_migration = generation + self.interval
         return report
 
@@ -299,7 +301,8 @@ class IslandScheme:
     def run_state(self) -> dict:
         return {"scheme": self.name, "format": SCHEME_FORMAT, "generation": self.generation,
                 "n_islands": self.n_islands, "interval": self.interval,
-                "next_migration": self.next_migration, "migrations": self.migrations}
+                "next_migration": self.next_migration, "migrations": self.migrations,
+                "emigrants": self.emigrants}
 
     def restore(self, island_states, run_state) -> None:
         """Load this rank's islands and the schedule state.
@@ -320,6 +323,8 @@ class IslandScheme:
         self.interval = int(state["interval"])
         self.next_migration = int(state["next_migration"])
         self.migrations = int(state["migrations"])
+        # checkpoints written before the count could adapt hold none: the policy's
+        self.emigrants = min(int(state.get("emigrants", self.policy.emigrants)), self.policy.emigrants)
 
 
 def nest_state(flat: Mapping[str, Any]) -> dict:

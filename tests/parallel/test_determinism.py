@@ -19,7 +19,7 @@ FEATURES = {
     "migration": {"topology": "random", "degree": 2, "selection": "random", "replacement": "fair",
                   "unique": True, "interval": 2,
                   "adaptive": {"enabled": True, "minimum": 1, "maximum": 6, "collapse_below": 0.01,
-                               "diverse_above": 0.2}},
+                               "diverse_above": 0.2, "emigrants": True}},
     "engine": {"mutation_sigma": "0.05 + 0.05*i", "crossover": ["interpolate", "sbx", "blend", "uniform"],
                "algorithm": ["ga", "cmaes", "de", "ga"], "dtype": ["float32", "float64", "float64", "float32"]},
 }
