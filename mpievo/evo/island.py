@@ -108,8 +108,10 @@ class Island:
         spec = self.config.algorithm if algorithm is None else algorithm
         genomes.check_encoding(self.config, _algorithm_name(spec))
         self.problem = genomes.encode(problem, self.config)  # dense: the problem itself
-        # encoded rows stay on the host (seeded genomes may materialise on the GPU)
-        self.on_device = (genomes.encoding_of(self.problem) is None
+        # recipes stay on the host (seeded genomes may materialise on the GPU); delta rows
+        # are genome-shaped and go where dense ones would
+        encoded = genomes.encoding_of(self.problem)
+        self.on_device = ((encoded is None or encoded.device_rows)
                           and device.resolve_device(self.config.device, _algorithm_name(spec), self.problem))
         archive_class = Archive
         if self.on_device:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import device
 from ..problems import Problem
 from .bases import BaseModels, checksum
 from .delta import DeltaProblem
@@ -34,18 +35,21 @@ def row_dtype(problem: Problem, dtype) -> np.dtype:
     return np.dtype(getattr(problem, "row_dtype", dtype))
 
 
-def check_encoding(config, algorithm: str | None = None) -> None:
+def check_encoding(config, algorithm: str | None = None, problem: Problem | None = None) -> None:
     """Refuse settings an encoding cannot run.
 
     Raises:
-        ValueError: ``engine.device = "cuda"`` with delta (host only), or seeded
+        ValueError: ``engine.device = "cuda"`` with delta for a ``problem`` that does not
+            evaluate on the device (a device island hands it device arrays), or seeded
             without the GA's interpolation crossover.
     """
     if config.genome == "dense":
         return
-    if config.device == "cuda" and config.genome == "delta":
-        raise ValueError("engine.device: expected 'cpu' or 'auto' with engine.genome = 'delta' "
-                         "(deltas breed and materialise on the host), got 'cuda'")
+    if (config.genome == "delta" and config.device == "cuda" and problem is not None
+            and not device.evaluates_on_device(problem)):
+        raise ValueError("engine.device: expected 'cpu' or 'auto' with engine.genome = 'delta' for a "
+                         "problem that evaluates on the host (or a problem that evaluates on the device: "
+                         f"a built-in, or Problem(..., device=True)), got 'cuda' for {problem.name!r}")
     algorithm = config.algorithm if algorithm is None else algorithm
     if config.genome == "seeded" and (algorithm != "ga" or config.crossover != "interpolate"):
         raise ValueError("engine.genome = 'seeded': expected algorithm 'ga' with crossover "
@@ -61,7 +65,7 @@ def encode(problem: Problem, config) -> Problem:
             settings the encoding cannot run (:func:`check_encoding`); an already
             encoded problem of another encoding.
     """
-    check_encoding(config)
+    check_encoding(config, problem=problem)
     encoded = encoding_of(problem)
     if encoded is not None:
         if encoded.genome != config.genome:
@@ -97,8 +101,6 @@ def materializes_on_device(setting: str, problem: Problem) -> bool:
         ValueError: ``cuda`` for a problem that does not evaluate on the device.
         RuntimeError: ``cuda`` without a usable GPU.
     """
-    from .. import device
-
     if setting == "cpu":
         return False
     if setting == "auto":

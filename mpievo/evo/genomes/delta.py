@@ -15,12 +15,24 @@ a few generations), and the operators compute in the rows' dtype, so float16 del
 would round every child. What ``delta`` saves is the base: one copy per node instead
 of one per rank, and checkpoints that hold deltas and the base's checksum. For
 genomes far larger than memory use ``seeded``.
+
+On a device island (``engine.device``, as for dense genomes) the rows are device rows:
+the archive, the operators (breeding deltas in the row box) and migration treat them
+as any device island's, and evaluation materialises the genomes on the GPU
+(:mod:`mpievo.kernels.cuda_delta`, the host's bits) into a reused block of at most
+``engine.materialize_budget`` bytes handed to the user's problem as device arrays: no
+genome crosses PCIe per child. The base goes to the device once per process (on first
+use, shared by the process's islands over the same bases): once per GPU, as each rank
+drives one GPU (the hybrid scheme maps one rank per GPU).
 """
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
+from .. import device
 from ..problems import Problem
 from .bases import BaseModels
 from ..operators import box_arrays
@@ -29,6 +41,9 @@ from .encoded import EncodedProblem
 
 #: genes per chunk of the shifted box (bounds its float64 temporaries to 512 KiB each)
 _CHUNK = 1 << 16
+
+#: bases -> the delta base on this process's GPU, uploaded once
+_DEVICE_BASES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def shifted_box(problem: Problem, base: np.ndarray, dtype) -> tuple[np.ndarray, np.ndarray]:
@@ -47,6 +62,7 @@ class DeltaProblem(EncodedProblem):
     """The user's ``problem`` over deltas from ``bases[0]`` (module docstring)."""
 
     genome = "delta"
+    device_rows = True
 
     def __init__(self, problem: Problem, bases: BaseModels, *, dtype, budget: int):
         initial = None if problem.initial is None else self._initial_deltas
@@ -54,6 +70,8 @@ class DeltaProblem(EncodedProblem):
         super().__init__(problem, bases, row_dim=problem.dim, row_lower=row_lower, row_upper=row_upper,
                          row_dtype=dtype, dtype=dtype, budget=budget, initial=initial)
         self._box = box_arrays(problem.lower, problem.upper, dtype)
+        self.device = device.evaluates_on_device(problem)   # rows evaluate where the genomes can
+        self._placed = None                                   # (base, lower, upper, block) on the GPU
 
     @property
     def width(self) -> np.ndarray:
@@ -67,3 +85,35 @@ class DeltaProblem(EncodedProblem):
     def materialize_into(self, rows: np.ndarray, out: np.ndarray) -> None:
         np.add(self.bases.array[0], rows, out=out, casting="unsafe")
         np.clip(out, *self._box, out=out)
+
+    def _evaluate_rows(self, rows) -> np.ndarray:
+        """User values of the genomes of ``rows``; device rows (a device island's) are
+        materialised on the GPU and the user's problem gets them as device arrays."""
+        if not device.is_device_array(rows):
+            return super()._evaluate_rows(rows)
+        from mpievo.kernels import cuda_delta
+
+        rows = device.as_numba(rows)
+        base, lower, upper, block = self._device_arrays()
+        values = np.empty(rows.shape[0])
+        for start in range(0, rows.shape[0], self.block_rows):
+            part = rows[start:start + self.block_rows]
+            out = block[:part.shape[0]]
+            cuda_delta.materialize(base, part, lower, upper, out)
+            values[start:start + part.shape[0]] = self.inner.to_user(device.evaluate(self.inner, out))
+        return values
+
+    def _device_arrays(self) -> tuple:
+        """The base (once per process and bases), the genome box and the evaluation block
+        on the GPU, placed on first use."""
+        if self._placed is None:
+            from numba import cuda
+
+            from mpievo.kernels import cuda_delta
+
+            base = _DEVICE_BASES.get(self.bases)
+            if base is None:
+                base = _DEVICE_BASES[self.bases] = cuda_delta.base_to_device(self.bases.array[0])
+            self._placed = (base, *(cuda_delta.box_to_device(a) for a in self._box),
+                            cuda.device_array((self.block_rows, self.genome_dim), self.dtype))
+        return self._placed

@@ -43,9 +43,12 @@ class EncodedProblem(Problem):
         genome_dim: genes of a whole genome (``inner.dim``).
         row_dtype: dtype of the rows.
         dtype: dtype of materialised genomes (the engine's ``dtype``).
+        device_rows: whether the rows may live on a device island (genome-shaped
+            rows whose evaluation takes device arrays).
     """
 
     genome = "dense"
+    device_rows = False
 
     def __init__(self, inner: Problem, bases: BaseModels, *, row_dim: int, row_lower, row_upper,
                  row_dtype, dtype, budget: int, initial=None):

@@ -1,0 +1,86 @@
+"""Numba CUDA kernel of ``delta`` genomes: ``clip(base + delta, lower, upper)`` on the GPU.
+
+The host's :meth:`mpievo.evo.genomes.DeltaProblem.materialize_into` bit for bit: the
+sum in numpy's result dtype of the base's and the rows' dtypes, rounded once to the
+genomes' dtype, then clipped to the box (a NaN stays NaN, as with ``np.clip``).
+
+Only a (dim,) base and, for a box that is not uniform, the (dim,) bounds live on the
+device; a uniform box travels as two one-element arrays. Nothing here touches CUDA
+at import time; the kernel compiles on first use for each dtype triple.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from .cuda import bind_globals
+from .cuda_operators import launch_dims_2d
+
+def _materialize_kernel(base, rows, lower, upper, out):
+    g0, r0 = cuda.grid(2)  # noqa: F821 (bound by bind_globals)
+    sg, sr = cuda.gridsize(2)  # noqa: F821
+    uniform = lower.shape[0] == 1
+    for r in range(r0, rows.shape[0], sr):
+        for g in range(g0, out.shape[1], sg):
+            v = store(wide(base[g]) + wide(rows[r, g]))  # noqa: F821
+            b = 0 if uniform else g
+            if v < lower[b]:
+                v = lower[b]
+            elif v > upper[b]:
+                v = upper[b]
+            out[r, g] = v
+
+
+def _numba_type(dtype):
+    from numba import types as nbt
+
+    return nbt.float64 if np.dtype(dtype) == np.float64 else nbt.float32
+
+
+@functools.lru_cache(maxsize=None)
+def _kernel(base_dtype: str, rows_dtype: str, out_dtype: str):
+    from numba import cuda
+
+    wide = np.result_type(np.dtype(base_dtype), np.dtype(rows_dtype))
+    return cuda.jit(bind_globals(_materialize_kernel, cuda=cuda, wide=_numba_type(wide),
+                                 store=_numba_type(out_dtype)))
+
+
+def base_to_device(base: np.ndarray):
+    """A device copy of the (dim,) ``base`` (float32 or float64, as bases are)."""
+    from numba import cuda
+
+    return cuda.to_device(np.ascontiguousarray(base))
+
+
+def box_to_device(bound: np.ndarray):
+    """A (dim,) bound on the device: one element for a uniform box (a broadcast view)."""
+    from numba import cuda
+
+    if bound.ndim == 1 and bound.strides == (0,):
+        bound = bound[:1]
+    return cuda.to_device(np.ascontiguousarray(bound))
+
+
+def materialize(base, rows, lower, upper, out, stream=0) -> None:
+    """``out[:n] := clip(base + rows, lower, upper)`` for the ``n`` device ``rows``
+    (``base``, ``lower`` and ``upper`` from :func:`base_to_device` / :func:`box_to_device`,
+    the box in ``out``'s dtype).
+
+    Raises:
+        ValueError: shapes that do not fit together.
+    """
+    n, dim = rows.shape
+    if base.shape != (dim,) or out.shape[0] < n or out.shape[1] != dim:
+        raise ValueError(f"expected a base of ({dim},) and out of (>= {n}, {dim}), got "
+                         f"{tuple(base.shape)} and {tuple(out.shape)}")
+    if lower.shape != upper.shape or lower.shape not in ((1,), (dim,)):
+        raise ValueError(f"expected bounds of (1,) or ({dim},), got {tuple(lower.shape)} and "
+                         f"{tuple(upper.shape)}")
+    if n == 0:
+        return
+    kernel = _kernel(np.dtype(base.dtype).str, np.dtype(rows.dtype).str, np.dtype(out.dtype).str)
+    blocks, threads = launch_dims_2d(n, dim)
+    kernel[blocks, threads, stream](base, rows, lower, upper, out)
