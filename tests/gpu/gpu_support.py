@@ -123,6 +123,20 @@ def to_host(x) -> np.ndarray:
     return x.to_host() if isinstance(x, CudaArrayExport) else x.copy_to_host()
 
 
+def batch_to_host(x) -> np.ndarray:
+    """A host copy of a batch as a user's fitness receives it (numpy, CuPy or Numba)."""
+    if isinstance(x, np.ndarray):
+        return x
+    get = getattr(x, "get", None)
+    return get() if get is not None else x.copy_to_host()
+
+
+def elementwise_fitness(x) -> np.ndarray:
+    """A fitness with no reduction over genes: the same float64 bits wherever it runs."""
+    h = batch_to_host(x).astype(np.float64)
+    return (h[:, 0] - 0.3) ** 2 + (h[:, 1] + 0.1) ** 2 + 1e-3 * np.abs(h[:, -1])
+
+
 def let_mpi_read_device_memory(monkeypatch) -> None:
     """Make the test's device buffers safe to hand to MPI as they are (the CUDA-aware
     path), whatever the MPI library.

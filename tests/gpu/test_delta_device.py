@@ -8,6 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from gpu_support import elementwise_fitness
+
 from mpievo.evo import EngineConfig, Island, Problem, make_problem
 from mpievo.evo import device
 from mpievo.evo import operators as host_ops
@@ -23,20 +25,6 @@ def _island(problem, *, where="cuda", index=0, seed=3, **settings):
     return Island(index, problem, EngineConfig(device=where, **{**CONFIG, **settings}), seed=seed)
 
 
-def _host_copy(x) -> np.ndarray:
-    """A host copy of a batch as a user's fitness receives it (numpy, CuPy or Numba)."""
-    if isinstance(x, np.ndarray):
-        return x
-    get = getattr(x, "get", None)
-    return get() if get is not None else x.copy_to_host()
-
-
-def _elementwise(x) -> np.ndarray:
-    # no reduction over genes: the same float64 bits wherever it is computed
-    h = _host_copy(x).astype(np.float64)
-    return (h[:, 0] - 0.3) ** 2 + (h[:, 1] + 0.1) ** 2 + 1e-3 * np.abs(h[:, -1])
-
-
 def _base(dtype=np.float64, seed=0) -> np.ndarray:
     return np.random.default_rng(seed).uniform(-0.8, 0.8, (2, DIM)).astype(dtype)
 
@@ -44,7 +32,7 @@ def _base(dtype=np.float64, seed=0) -> np.ndarray:
 def _problem(where="cuda", base=None, **kw):
     # a box of one value per gene: the clip reads whole bounds
     lower, upper = np.linspace(-1.0, -0.5, DIM), np.linspace(0.5, 1.0, DIM)
-    return Problem(_elementwise, DIM, lower, upper, device=where == "cuda",
+    return Problem(elementwise_fitness, DIM, lower, upper, device=where == "cuda",
                    bases=_base() if base is None else base, **kw)
 
 
@@ -75,14 +63,14 @@ def test_the_device_materialises_the_hosts_bits(base_dtype, dtype):
 
 
 def test_a_uniform_box_goes_to_the_device_as_one_value_per_bound():
-    island = _island(Problem(_elementwise, DIM, -1.0, 1.0, device=True, bases=_base()))
+    island = _island(Problem(elementwise_fitness, DIM, -1.0, 1.0, device=True, bases=_base()))
     island.run(2)
     _, lower, upper, _ = encoding_of(island.problem)._device_arrays()
     assert lower.shape == upper.shape == (1,)
     genome, value = island.best()
     row = island.archive.row(island.archive.best_index())
     assert np.array_equal(genome, np.clip(_base()[0] + row, -1.0, 1.0).astype(np.float32))
-    assert value == pytest.approx(float(_elementwise(genome[None])[0]))
+    assert value == pytest.approx(float(elementwise_fitness(genome[None])[0]))
 
 
 def test_delta_over_a_zero_base_is_the_dense_device_run_bit_for_bit():

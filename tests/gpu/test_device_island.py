@@ -8,6 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from gpu_support import elementwise_fitness
+
 from mpievo.evo import EngineConfig, Island, Problem, make_problem
 from mpievo.evo import device
 from mpievo.evo import operators as host_ops
@@ -17,20 +19,6 @@ CONFIG = dict(capacity=6, batch_size=5, population=6, stagnation_patience=0)
 
 def _island(problem, *, where="cuda", index=0, seed=3, **settings):
     return Island(index, problem, EngineConfig(device=where, **{**CONFIG, **settings}), seed=seed)
-
-
-def _host_copy(x) -> np.ndarray:
-    """A host copy of a batch as a user's fitness receives it (numpy, CuPy or Numba)."""
-    if isinstance(x, np.ndarray):
-        return x
-    get = getattr(x, "get", None)
-    return get() if get is not None else x.copy_to_host()
-
-
-def _elementwise(x) -> np.ndarray:
-    # no reduction over genes: the same float64 bits wherever it is computed
-    h = _host_copy(x).astype(np.float64)
-    return (h[:, 0] - 0.3) ** 2 + (h[:, 1] + 0.1) ** 2 + 1e-3 * np.abs(h[:, -1])
 
 
 def test_a_device_island_keeps_its_genomes_on_the_device_and_improves():
@@ -62,7 +50,7 @@ def test_device_breeding_is_the_host_counter_path_bit_for_bit(monkeypatch, cross
                     mutation_rate=0.4)
     runs = []
     for where in ("cuda", "cpu"):
-        problem = Problem(_elementwise, 9, -1.0, 1.0, device=where == "cuda")
+        problem = Problem(elementwise_fitness, 9, -1.0, 1.0, device=where == "cuda")
         island = _island(problem, where=where, **settings)
         island.run(4)
         runs.append((device.to_host(island.archive.genomes), island.archive.fitness.copy(),
