@@ -92,6 +92,16 @@ def launch_dims(n: int) -> tuple[int, int]:
 
 
 # ------------------------------------------------------------ dtype handling
+def bound_to_device(bound: np.ndarray):
+    """A (dim,) box bound or scale on the device: one element when it is uniform (a
+    broadcast view of one number), which the kernels that take it index with stride 0."""
+    from numba import cuda
+
+    if bound.ndim == 1 and bound.strides == (0,):
+        bound = bound[:1]
+    return cuda.to_device(np.ascontiguousarray(bound))
+
+
 def element_kind(dtype) -> str:
     """How a kernel handles ``dtype``: "native", "half" (float16) or "bfloat16"."""
     dtype = np.dtype(dtype)

@@ -15,7 +15,7 @@ import functools
 
 import numpy as np
 
-from .cuda import bind_globals
+from .cuda import bind_globals, bound_to_device
 from .cuda_operators import launch_dims_2d
 
 def _materialize_kernel(base, rows, lower, upper, out):
@@ -55,18 +55,9 @@ def base_to_device(base: np.ndarray):
     return cuda.to_device(np.ascontiguousarray(base))
 
 
-def box_to_device(bound: np.ndarray):
-    """A (dim,) bound on the device: one element for a uniform box (a broadcast view)."""
-    from numba import cuda
-
-    if bound.ndim == 1 and bound.strides == (0,):
-        bound = bound[:1]
-    return cuda.to_device(np.ascontiguousarray(bound))
-
-
 def materialize(base, rows, lower, upper, out, stream=0) -> None:
     """``out[:n] := clip(base + rows, lower, upper)`` for the ``n`` device ``rows``
-    (``base``, ``lower`` and ``upper`` from :func:`base_to_device` / :func:`box_to_device`,
+    (``base``, ``lower`` and ``upper`` from :func:`base_to_device` / :func:`~.cuda.bound_to_device`,
     the box in ``out``'s dtype).
 
     Raises:

@@ -36,17 +36,17 @@ def _sum_kernel(bases, weights, out, row):
         out[row, g] = acc
 
 
-def _dense_term_kernel(out, row, coef, scale, k0, k1, threshold):
+def _dense_term_kernel(out, row, coef, scale, ss, k0, k1, threshold):
     g0 = cuda.grid(1)  # noqa: F821
     sg = cuda.gridsize(1)  # noqa: F821
     for g in range(g0, out.shape[1], sg):
         w0, w1, w2, _ = block(U(g), k0, k1, C2, NORMALS)  # noqa: F821
         if w0 < threshold:
             z, _ = normal_pair(w1, w2)  # noqa: F821
-            out[row, g] = float64(out[row, g]) + mul64(mul64(coef, float64(scale[g])), float64(z))  # noqa: F821
+            out[row, g] = float64(out[row, g]) + mul64(mul64(coef, float64(scale[g * ss])), float64(z))  # noqa: F821
 
 
-def _sparse_term_kernel(out, row, coef, scale, k0, k1, inv_log_q):
+def _sparse_term_kernel(out, row, coef, scale, ss, k0, k1, inv_log_q):
     t0 = cuda.grid(1)  # noqa: F821
     st = cuda.gridsize(1)  # noqa: F821
     dim = out.shape[1]
@@ -61,19 +61,20 @@ def _sparse_term_kernel(out, row, coef, scale, k0, k1, inv_log_q):
             g += int(gap)
             _, w1, w2, _ = block(U(g), k0, k1, C2, NORMALS)  # noqa: F821
             z, _ = normal_pair(w1, w2)  # noqa: F821
-            out[row, g] = float64(out[row, g]) + mul64(mul64(coef, float64(scale[g])), float64(z))  # noqa: F821
+            out[row, g] = float64(out[row, g]) + mul64(mul64(coef, float64(scale[g * ss])), float64(z))  # noqa: F821
             g += 1
 
 
-def _clip_kernel(out, row, lower, upper):
+def _clip_kernel(out, row, lower, upper, bs):
     g0 = cuda.grid(1)  # noqa: F821
     sg = cuda.gridsize(1)  # noqa: F821
     for g in range(g0, out.shape[1], sg):
         v = out[row, g]
-        if not v >= lower[g]:
-            out[row, g] = lower[g]
-        elif v > upper[g]:
-            out[row, g] = upper[g]
+        b = g * bs
+        if not v >= lower[b]:
+            out[row, g] = lower[b]
+        elif v > upper[b]:
+            out[row, g] = upper[b]
 
 
 # ----------------------------------------------------------------- factories
@@ -93,10 +94,13 @@ def _kernels(dtype_str: str) -> dict:
 def materialize(bases, weights, terms, scale, lower, upper, out, row: int, stream=0) -> None:
     """Row ``row`` of the device array ``out`` := the genome of one recipe (the host's
     :func:`mpievo.kernels.recipes.materialize` bit for bit). ``bases``, ``scale``,
-    ``lower`` and ``upper`` are device arrays (the box in ``out``'s dtype); ``weights``
+    ``lower`` and ``upper`` are device arrays (the box in ``out``'s dtype; a uniform scale
+    or box may be one element, see :func:`~.cuda.bound_to_device`); ``weights``
     (B,) and ``terms`` (m, 3) rows of (key, coef, rate > 0) are host arrays."""
     kernels = _kernels(np.dtype(out.dtype).str)
     dim = out.shape[1]
+    # a uniform scale or box comes as one element (bound_to_device): read it with stride 0
+    ss, bs = int(scale.shape[0] > 1), int(lower.shape[0] > 1)
     blocks, threads = launch_dims(dim)
     weights = np.ascontiguousarray(weights, np.float64)
     kernels["sum"][blocks, threads, stream](bases, weights, out, row)
@@ -104,10 +108,10 @@ def materialize(bases, weights, terms, scale, lower, upper, out, row: int, strea
     for t in np.flatnonzero(used):
         k0, k1 = keys[t] & np.uint64(0xFFFFFFFF), keys[t] >> np.uint64(32)
         if dense[t]:
-            kernels["dense"][blocks, threads, stream](out, row, float(coefs[t]), scale, k0, k1, thresholds[t])
+            kernels["dense"][blocks, threads, stream](out, row, float(coefs[t]), scale, ss, k0, k1, thresholds[t])
         else:
             tiles = launch_dims((dim + TILE - 1) // TILE)
-            kernels["sparse"][tiles[0], tiles[1], stream](out, row, float(coefs[t]), scale, k0, k1,
+            kernels["sparse"][tiles[0], tiles[1], stream](out, row, float(coefs[t]), scale, ss, k0, k1,
                                                           float(inv_log_qs[t]))
-    kernels["clip"][blocks, threads, stream](out, row, lower, upper)
+    kernels["clip"][blocks, threads, stream](out, row, lower, upper, bs)
 

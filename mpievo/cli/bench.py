@@ -7,7 +7,8 @@
     mpievo bench gpu [--check] [--json PATH]                       device kernels, all-reduce, islands
     mpievo bench schemes [--p 1,2,4] [--costs 0,5ms] [--out DIR]   the schemes side by side (no mpiexec)
     mpievo bench bbob [JOB.toml ...] [--functions 1,3] [--peers] [--out DIR]   COCO's BBOB suite
-    mpievo bench genomes [--dims 1e3,1e5,1e7,1e8] [--out DIR]      dense, delta, seeded genomes
+    mpievo bench genomes [--dims 1e3,1e5,1e7,1e8] [--device cpu|cuda] [--out DIR]
+                                                                   dense, delta, seeded genomes
 """
 
 from __future__ import annotations
@@ -354,7 +355,16 @@ def _abort_guard(comm):
 
 
 # ---------------------------------------------------------------- bench genomes
-_GENOMES_OPTIONS = ("dims", "capacity", "batch", "generations", "repeats")
+_GENOMES_OPTIONS = ("dims", "capacity", "batch", "generations", "repeats", "device")
+
+
+def _genomes_device(text: str) -> str:
+    """argparse type of ``--device``: one of the benchmark's devices."""
+    from mpievo.parallel.bench_genomes import DEVICES
+
+    if text not in DEVICES:
+        raise argparse.ArgumentTypeError(f"expected one of {', '.join(DEVICES)}, got {text!r}")
+    return text
 
 
 def _add_genomes_arguments(sub) -> None:
@@ -370,6 +380,10 @@ def _add_genomes_arguments(sub) -> None:
     gen.add_argument("--generations", type=_numbers(int, one=True),
                      help="timed generations per island (default 3)")
     gen.add_argument("--repeats", type=_numbers(int, one=True), help="timed migrations (median; default 5)")
+    gen.add_argument("--device", type=_genomes_device,
+                     help="cpu (default) or cuda: islands with engine.device = 'cuda' (dense and delta rows on "
+                          "the GPU, seeded recipes materialised there) and the fitness on the GPU; a cell "
+                          "that needs over 80%% of a GPU's free memory is skipped")
     gen.add_argument("--out", default=None, help="write genomes.csv, genomes.json, table.md here")
 
 
@@ -378,6 +392,13 @@ def _bench_genomes(args) -> int:
     from mpievo.parallel.world import world_comm
 
     given = {name: getattr(args, name) for name in _GENOMES_OPTIONS if getattr(args, name) is not None}
+    if given.get("device") == "cuda":
+        from mpievo.evo.device import cuda_usable
+
+        if not cuda_usable():
+            print("mpievo bench genomes --device cuda: expected a CUDA GPU (or NUMBA_ENABLE_CUDASIM=1), got none",
+                  file=sys.stderr)
+            return 2
     comm = world_comm()
     with _abort_guard(comm):
         try:

@@ -22,12 +22,14 @@ COLUMNS = (
     ("data MB", "data_bytes", "{:,.1f}"),
     ("(peak-proc)/data", "peak_ratio", "{:.2f}"),
     ("peak in", "peak_phase", "{}"),
+    ("GPU MB", "gpu_cell_bytes", "{:,.1f}"),
+    ("GPU est MB", "gpu_need_bytes", "{:,.1f}"),
     ("ckpt B", "checkpoint_bytes", "{:,}"),
     ("ckpt s", "checkpoint_s", "{:.3f}"),
     ("checks", "problems", "{}"),
 )
-_MB = ("peak_bytes", "data_bytes")
-_WIDTHS = (7, 6, 12, 12, 8, 7, 10, 9, 9, 8, 8, 16, 10, 13, 7, 6)
+_MB = ("peak_bytes", "data_bytes", "gpu_cell_bytes", "gpu_need_bytes")
+_WIDTHS = (7, 6, 12, 12, 8, 7, 10, 9, 9, 8, 8, 16, 10, 9, 10, 13, 7, 6)
 
 
 def cell_text(row: dict, key: str, fmt: str) -> str:
@@ -53,7 +55,7 @@ def format_table(rows: list[dict], header: bool = True) -> str:
     return "\n".join(lines)
 
 
-def markdown(rows: list[dict], ranks: int) -> str:
+def markdown(rows: list[dict], ranks: int, device: str = "cpu") -> str:
     """table.md: the table with its conditions."""
     head = "| " + " | ".join(title for title, _, _ in COLUMNS) + " |"
     rule = "|" + "---|" * len(COLUMNS)
@@ -68,16 +70,24 @@ def markdown(rows: list[dict], ranks: int) -> str:
              "generation); peak: the largest VmHWM over ranks; "
              "data: the rank's archive + batch rows + the 3 bases (+ 2 materialised genomes for delta "
              "and seeded); proc: resident memory before the cell.")
+    if device == "cuda":
+        notes += (" Device cuda: dense and delta islands on the GPU, seeded recipes on the host "
+                  "materialised on the GPU, the fitness on the GPU; data then counts no device rows; "
+                  "seeded 'mat GB/s' is materialising and evaluating on the GPU; GPU MB: the GPU's used "
+                  "memory (cuMemGetInfo: every rank on that GPU, numba's deferred frees included) at the "
+                  "end of the cell's largest phase minus before the cell; GPU est MB: the skip rule's "
+                  "estimate for the ranks on one GPU.")
     return "\n".join([head, rule, *body, "", notes]) + "\n"
 
 
-def write_results(rows: list[dict], out: str, ranks: int) -> list[Path]:
+def write_results(rows: list[dict], out: str, ranks: int, device: str = "cpu") -> list[Path]:
     """genomes.csv, genomes.json and table.md under ``out`` (created); returns the paths."""
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
-    keys = ["genome", "dim", "ranks", "islands", "row_bytes", "migrant_bytes", "traffic_bytes", "migration_ms",
+    keys = ["genome", "dim", "ranks", "islands", "device", "row_bytes", "migrant_bytes", "traffic_bytes", "migration_ms",
             "migration_min_ms", "breed_gbs", "materialize_gbs", "produce_gbs", "base_bytes", "peak_bytes",
             "data_bytes", "peak_ratio", "peak_phase", "phase_peaks", "checkpoint_bytes", "checkpoint_s",
+            "gpu_need_bytes", "gpu_base_bytes", "gpu_peak_bytes", "gpu_cell_bytes", "gpu_phases",
             "problems", "skipped"]
     paths = [folder / "genomes.csv", folder / "genomes.json", folder / "table.md"]
     with open(paths[0], "w", newline="") as f:
@@ -85,8 +95,8 @@ def write_results(rows: list[dict], out: str, ranks: int) -> list[Path]:
         writer.writeheader()
         for row in rows:
             writer.writerow({k: _csv_value(v) for k, v in row.items()})
-    paths[1].write_text(json.dumps({"ranks": ranks, "rows": rows}, indent=1) + "\n")
-    paths[2].write_text(markdown(rows, ranks))
+    paths[1].write_text(json.dumps({"ranks": ranks, "device": device, "rows": rows}, indent=1) + "\n")
+    paths[2].write_text(markdown(rows, ranks, device))
     return paths
 
 

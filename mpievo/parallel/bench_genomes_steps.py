@@ -11,6 +11,7 @@ import numpy as np
 
 from ..evo.migration import MigrationPolicy
 from ..io import Checkpointer
+from .bench_genomes_device import synchronize
 from .mapping import rank_of_island
 from .migration import IslandShape, Migrator
 from .packing import EdgeLayout
@@ -22,9 +23,12 @@ def record_bytes(row_dim: int, row_dtype) -> int:
     return EdgeLayout(1, row_dim, row_dtype).nbytes - EdgeLayout(0, row_dim, row_dtype).nbytes
 
 
-def breed_rates(islands: dict, generations: int, genome: str, itemsize: int) -> dict:
+def breed_rates(islands: dict, generations: int, genome: str, itemsize: int, device: bool = False) -> dict:
     """Seconds -> GB/s of child genome of ``ask`` (and of materialising, seeded) per
-    generation of every island here; the children are then evaluated and told."""
+    generation of every island here; the children are then evaluated and told. With
+    ``device`` the GPU's queue is drained before and after each timed step; a seeded
+    island's ``materialize_gbs`` is then its evaluation (materialising on the GPU, and
+    the device fitness reading each genome once more)."""
     rates: dict[str, list] = {"breed_gbs": []}
     if genome == "seeded":
         rates.update(materialize_gbs=[], produce_gbs=[])
@@ -32,19 +36,25 @@ def breed_rates(islands: dict, generations: int, genome: str, itemsize: int) -> 
         encoded = island.problem
         island.step(1)   # untimed: the first call of a kernel loads or compiles it
         for generation in range(2, generations + 2):
+            synchronize(device)
             t0 = time.perf_counter()
             children = island.ask(generation)
+            synchronize(device)
             bred = time.perf_counter() - t0
             nbytes = children.shape[0] * getattr(encoded, "genome_dim", encoded.dim) * itemsize
             rates["breed_gbs"].append(nbytes / bred / 1e9)
+            fitness = None
             if genome == "seeded":
                 t0 = time.perf_counter()
-                for _ in encoded.blocks(children):
-                    pass
+                if device:   # fitness values come back to the host: the GPU's work is done
+                    fitness = island.evaluate(children)
+                else:
+                    for _ in encoded.blocks(children):
+                        pass
                 made = time.perf_counter() - t0
                 rates["materialize_gbs"].append(nbytes / made / 1e9)
                 rates["produce_gbs"].append(nbytes / (bred + made) / 1e9)
-            island.tell(island.evaluate(children))
+            island.tell(island.evaluate(children) if fitness is None else fitness)
     return rates
 
 
@@ -101,16 +111,17 @@ def checkpoint_size(comm, islands, directory: Path, generation: int, rows_bytes:
     return {"checkpoint_bytes": size, "checkpoint_s": seconds, "problems": problems}
 
 
-def check_best(islands: dict, problem, dtype) -> list[str]:
-    """Every island's decoded best genome has the fitness the island reports."""
+def check_best(islands: dict, fitness, dim: int, dtype, rtol: float) -> list[str]:
+    """Every island's decoded best genome has the fitness the island reports (``fitness``:
+    the host function, ``rtol`` the agreement asked of it)."""
     problems = []
     for index, island in islands.items():
         genome, value = island.best()
-        if genome.shape != (problem.dim,) or genome.dtype != dtype:
-            problems.append(f"island {index}: expected a best genome ({problem.dim},) {dtype}, "
+        if genome.shape != (dim,) or genome.dtype != dtype:
+            problems.append(f"island {index}: expected a best genome ({dim},) {dtype}, "
                             f"got {genome.shape} {genome.dtype}")
             continue
-        again = float(problem(genome[None])[0])
-        if not np.isclose(again, value, rtol=1e-12, atol=0.0):
+        again = float(fitness(genome[None])[0])
+        if not np.isclose(again, value, rtol=rtol, atol=0.0):
             problems.append(f"island {index}: expected the decoded best's fitness {value!r}, got {again!r}")
     return problems

@@ -29,6 +29,14 @@ def test_device_recipes_are_the_host_recipes_bit_for_bit(dtype, rng):
     device = out.copy_to_host()[1]
     assert np.array_equal(device, host)
     assert 0 < np.count_nonzero(host == upper) < DIM     # the clip and the terms did something
+    # a uniform scale and box travel as one element each (bound_to_device): the same bits
+    from mpievo.kernels.cuda import bound_to_device
+
+    uniform = [bound_to_device(np.broadcast_to(a[:1], (DIM,))) for a in (scale, lower, upper)]
+    assert all(u.shape == (1,) for u in uniform)
+    out[1] = 0
+    cuda_recipes.materialize(placed[0], weights, terms, *uniform, out, 1)
+    assert np.array_equal(out.copy_to_host()[1], host)
 
 
 def _host_values(X):

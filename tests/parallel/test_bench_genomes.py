@@ -11,6 +11,7 @@ from mpievo.cli.main import main as cli_main
 from mpievo.comm.protocol import SelfComm
 from mpievo.parallel import bench_genomes as bench
 from mpievo.parallel.bench_genomes import GenomesCheckError, GenomesOptions, bench_genomes
+from mpievo.parallel.bench_genomes_device import gpu_columns
 
 DIMS = (1_000, 100_000)
 TINY = GenomesOptions(dims=DIMS, generations=2, repeats=2)
@@ -116,3 +117,60 @@ def test_a_failing_rank_aborts_the_job_instead_of_hanging(tmp_path):
                            str(script)], capture_output=True, text=True, timeout=90)
     assert done.returncode != 0
     assert "mpievo: rank 1 failed: RuntimeError: injected on rank 1" in done.stdout + done.stderr
+
+
+def test_the_device_option_parses_and_rejects_other_values(capsys):
+    from mpievo.cli.main import build_parser
+
+    assert build_parser().parse_args(["bench", "genomes", "--device", "cuda"]).device == "cuda"
+    with pytest.raises(SystemExit) as done:
+        build_parser().parse_args(["bench", "genomes", "--device", "gpu"])
+    assert done.value.code == 2
+    assert "--device: expected one of cpu, cuda, got 'gpu'" in capsys.readouterr().err
+    with pytest.raises(ValueError, match=r"device: expected one of \('cpu', 'cuda'\), got 'gpu'"):
+        GenomesOptions(device="gpu")
+
+
+def test_device_cuda_without_a_gpu_is_refused(monkeypatch, capsys):
+    from mpievo.evo import device
+
+    monkeypatch.setattr(device, "cuda_usable", lambda: False)
+    assert cli_main(["bench", "genomes", "--device", "cuda", "--dims", "1e3"]) == 2
+    assert "--device cuda: expected a CUDA GPU (or NUMBA_ENABLE_CUDASIM=1), got none" in capsys.readouterr().err
+
+
+def test_device_cells_that_do_not_fit_a_gpu_are_skipped(monkeypatch):
+    # 1e9 float32 genomes (4 GB), 140 GB free on the GPU: one rank's dense islands (its two
+    # archives and batches, the GA's box, the bases) fit, not two ranks'; two ranks' seeded
+    # materialising fits
+    monkeypatch.setattr(bench, "available_bytes", lambda: 1 << 50)
+    monkeypatch.setattr(bench, "gpu_memory", lambda: (0, 140 * 10**9))
+    cuda = GenomesOptions(device="cuda")
+    assert bench._too_large(SelfComm(), "dense", 10**9, cuda, sharing=1) is None
+    assert bench._too_large(SelfComm(), "seeded", 10**9, cuda, sharing=2) is None
+    reason = bench._too_large(SelfComm(), "dense", 10**9, cuda, sharing=2)
+    assert reason == "needs about 211.2 GB on a GPU (2 rank(s) on it), 80% of the 140.0 GB free"
+    # the host keeps no archive for device islands: dense 1e9 fits a node it would not on the host
+    monkeypatch.setattr(bench, "available_bytes", lambda: 60 * 10**9)
+    assert bench._too_large(SelfComm(), "dense", 10**9, cuda, sharing=1) is None
+    assert "on the node" in bench._too_large(SelfComm(), "dense", 10**9, GenomesOptions(), sharing=0)
+
+
+def test_gpu_columns_are_the_peak_over_phases_against_the_use_before():
+    columns = gpu_columns(SelfComm(), {"init": 5_000, "breed": 9_000, "check": 7_000}, 2_000, 123)
+    assert columns == {"gpu_need_bytes": 123, "gpu_base_bytes": 2_000, "gpu_peak_bytes": 9_000,
+                       "gpu_cell_bytes": 7_000, "gpu_phases": {"init": 5_000, "breed": 9_000, "check": 7_000}}
+    # the simulator tells no memory: only the estimate
+    assert gpu_columns(SelfComm(), {"init": None}, None, 123) == {"gpu_need_bytes": 123}
+
+
+def test_an_encoding_the_islands_refuse_is_skipped_with_their_reason(monkeypatch, tmp_path):
+    from mpievo.evo import device
+
+    # the engine's own refusal: engine.device 'cuda' where numba sees no GPU
+    monkeypatch.setattr(device, "cuda_usable", lambda: False)
+    reason = bench._refusal(SelfComm(), "seeded", GenomesOptions(device="cuda"))
+    assert reason.startswith("expected a CUDA GPU for engine.device 'cuda', got none")
+    assert bench._refusal(SelfComm(), "seeded", GenomesOptions()) is None
+    row = bench._cell_or_skip(SelfComm(), "delta", 1_000, GenomesOptions(device="cuda"), tmp_path, reason, 1)
+    assert row == {"genome": "delta", "dim": 1_000, "skipped": f"refused: {reason}"}

@@ -110,11 +110,22 @@ class BaseModels:
         view.flags.writeable = False
         self._array = view
         self._checksum = digest
+        self._device = None
 
     def detach(self) -> None:
         """Forget the attached array (before the memory it lives in is freed); a later
         use loads the bases again."""
         self._array = None
+
+    def on_device(self):
+        """The bases on this process's GPU (a Numba device array), copied on first use in
+        bounded chunks and kept: one copy per process, shared by every island and
+        fitness of the process over these bases (a rank drives one GPU)."""
+        if getattr(self, "_device", None) is None:
+            from mpievo.kernels import cuda_rows
+
+            self._device = cuda_rows.from_host(np.ascontiguousarray(self.array))
+        return self._device
 
     @property
     def attached(self) -> bool:

@@ -110,10 +110,11 @@ class DeltaProblem(EncodedProblem):
             from numba import cuda
 
             from mpievo.kernels import cuda_delta
+            from mpievo.kernels.cuda import bound_to_device
 
             base = _DEVICE_BASES.get(self.bases)
             if base is None:
                 base = _DEVICE_BASES[self.bases] = cuda_delta.base_to_device(self.bases.array[0])
-            self._placed = (base, *(cuda_delta.box_to_device(a) for a in self._box),
+            self._placed = (base, *(bound_to_device(a) for a in self._box),
                             cuda.device_array((self.block_rows, self.genome_dim), self.dtype))
         return self._placed

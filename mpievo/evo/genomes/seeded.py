@@ -221,12 +221,14 @@ class SeededProblem(EncodedProblem):
         return values
 
     def _device_arrays(self) -> tuple:
-        """The bases (uploaded once per rank), scale, box and the evaluation block on the GPU."""
+        """The bases (:meth:`BaseModels.on_device`: once per process), scale, box (one
+        element each when uniform) and the evaluation block on the GPU."""
         if self._placed is None:
             from numba import cuda
 
-            self._placed = (cuda.to_device(self.bases.array),
-                            *(cuda.to_device(np.ascontiguousarray(a)) for a in (self._scale, *self._box)),
+            from mpievo.kernels.cuda import bound_to_device
+
+            self._placed = (self.bases.on_device(), *(bound_to_device(a) for a in (self._scale, *self._box)),
                             cuda.device_array((self.block_rows, self.genome_dim), self.dtype))
         return self._placed
 
