@@ -2,13 +2,17 @@
 (the *inner* :class:`~mpievo.parallel.scheme.IslandScheme`), the others only serve
 its evaluations.
 
-After each generation the ranks that hold islands release the serving ranks with the
-scheme-level run state, so every rank knows the generation; reporting and
-checkpoints come from the inner scheme where there is one and are empty elsewhere.
+Reporting and checkpoints come from the inner scheme where there is one and are empty
+elsewhere. Under :meth:`LedScheme.step` (hybrid) the ranks that hold islands release
+the serving ranks after each generation with the scheme-level run state, so every rank
+knows the generation and runs the run loop's collectives; master_worker overrides the
+stepping (its workers serve the whole run, see :mod:`.master_worker`).
+
 A subclass sets ``inner`` (None on serving ranks), ``problem``, ``engines``,
-``n_islands``, ``comm``, ``generation = -1`` and ``_run_state = {}``, and says how a serving rank serves
-(:meth:`_serve`), how the holding rank releases it (:meth:`_release`) and what a
-serving rank is called in errors (:attr:`serving_rank`).
+``n_islands``, ``comm``, ``generation = -1`` and ``_run_state = {}``, says what a
+serving rank is called in errors (:attr:`serving_rank`) and, where it keeps this
+stepping, how a serving rank serves (:meth:`_serve`) and how the holding rank
+releases it (:meth:`_release`).
 """
 
 from __future__ import annotations

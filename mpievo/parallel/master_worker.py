@@ -9,34 +9,53 @@ a slow one, where ``centralized`` cuts every batch into one even share per rank.
 pickled point-to-point objects (``send_object``, and ``recv_object`` from any source);
 the master sends a worker a block only after that worker's last result arrived, so each
 pair of ranks has at most one message in flight each way and nothing can deadlock.
-After each generation the master releases the workers with the run state (every rank
-then runs the run loop's collectives). A rank that fails aborts the job through the
-library's abort machinery (``mpievo run``); one that hangs times out with the
-communicator's timeout.
+
+Workers hold no island state, so they take no part in the run loop's per-generation
+work: rank 0 runs the loop over a one-rank communicator (:attr:`MasterWorkerScheme.loop_comm`:
+logs, the stop/target/checkpoint-time vote, migration between its islands), and a
+worker serves blocks from the first generation to the last. Rank 0 summons the workers
+out of :meth:`~MasterWorkerScheme.serve` only to join a checkpoint (every rank writes
+its file) and once at the end (every rank returns the same run result); a summons
+carries the run state. Stop requests and the checkpoint clock are rank 0's; a rank that
+fails aborts the job through the library's abort machinery (``mpievo run``); one that
+hangs times out with the communicator's timeout.
 
 ``engine.evaluation`` (the same on every island):
 
 * ``generational``: the islands step one after another as in the island model; each
-  batch is cut into blocks handed out on demand and its fitness placed by row.
-* ``steady``: every island keeps one batch in flight at once. The blocks of all the
+  batch is cut into blocks handed out on demand and its fitness placed by row. Between
+  batches and between generations the workers wait for the master's next batch.
+* ``steady``: every island keeps one batch in flight at all times. The blocks of all the
   islands' batches wait in one queue; a worker that returns a block gets the next one
-  at once; an island whose batch is complete is told at once and breeds its next batch
-  from its current archive, queued behind the others. Workers wait only at the end of
-  a generation (the round of :mod:`.budget`), not after every island's batch, so when
-  evaluation times vary they stay busier; the master breeds while they evaluate.
+  at once; an island whose batch is complete is told at once and asks its next batch,
+  queued behind the others -- also across generations: an island done with generation
+  g asks its first batch of g+1 while the other islands' batches of g are still out
+  (at most one generation ahead; a batch of g+1 that is back before g ends is told
+  when g+1 begins). So no worker waits at the end of a generation while any island may
+  breed. The run drains (workers wait for the last blocks) only where the island model
+  forbids asking ahead or the loop must see every island at g: before a migration
+  (migrants go out after every island's last batch of g, before any batch of g+1),
+  before a checkpoint, at the end of the run, and at the generation where a stop,
+  target or checkpoint-time vote takes effect (the loop knows all of these one
+  generation before, see :mod:`.runner`). Generation 0 (the initial populations) is
+  evaluated island by island.
 
 Guarantees, both modes: the budget is never exceeded (each island's share, as in the
 island model), every child is evaluated exactly once, and each island sees the same
-sequence of batches and fitness as in the island model, so the result is bit-identical
-to the island model on any rank count, for the same seed and island count and a
-row-independent fitness (see :mod:`.groups`). ``steady`` is not an asynchronous
-steady-state GA: an island algorithm learns a batch before it breeds the next one (the
-ask/tell protocol of :mod:`mpievo.evo.algorithms.base`), so one batch per island is in
-flight and with a single island ``steady`` runs like ``generational``; its gain grows
-with the islands and with smaller batches. Checkpoints hold the island model's states
-(every island on rank 0) and run state, so a run resumes under any scheme and any
-scheme's checkpoint resumes here. With P = 1 :func:`mpievo.parallel.build_scheme`
-runs the island model.
+sequence of batches, fitness and migrants as in the island model, so the result is
+bit-identical to the island model on any rank count, for the same seed and island count
+and a row-independent fitness (see :mod:`.groups`). Logs, votes and checkpoints see every
+island exactly at the end of generation g (a batch asked ahead is told only in g+1), so
+where a run ends and what it saves are those of the island model. ``steady`` is not a
+per-child steady-state GA: an island algorithm learns a batch before it breeds the next
+one (the ask/tell protocol of :mod:`mpievo.evo.algorithms.base`), so one batch per
+island is in flight; with a single island the workers still wait for each batch's
+slowest block. Its gain grows with the islands, with smaller batches, with longer
+migration intervals and with the spread of evaluation times.
+
+Checkpoints hold the island model's states (every island on rank 0) and run state, so
+a run resumes under any scheme and any scheme's checkpoint resumes here. With P = 1
+:func:`mpievo.parallel.build_scheme` runs the island model.
 """
 
 from __future__ import annotations
@@ -57,13 +76,14 @@ from .scheme import IslandScheme, StepResult
 
 class Batch:
     """One island batch out with the workers: its rows, their fitness as it comes
-    back, the rows still out, and the island it belongs to (steady; None otherwise)."""
+    back, the rows still out, and (steady) its island and the generation it belongs to."""
 
-    def __init__(self, genomes: np.ndarray, island=None):
+    def __init__(self, genomes: np.ndarray, island=None, generation: int = 0):
         self.genomes = np.ascontiguousarray(genomes)
         self.fitness = np.empty(len(self.genomes), np.float64)
         self.left = len(self.genomes)
         self.island = island
+        self.generation = generation
 
 
 def block_bounds(rows: int, workers: int) -> list[tuple[int, int]]:
@@ -124,15 +144,22 @@ class WorkerPool:
         return batch.fitness
 
     def release(self, message) -> None:
-        """End every worker's :func:`serve` call, handing it ``message`` (all idle)."""
+        """End every worker's :func:`serve` call, handing it ``message``.
+
+        Raises:
+            RuntimeError: blocks are queued or out (a worker would miss the message).
+        """
+        if self.queue or self.out:
+            raise RuntimeError(f"expected every worker idle and no block queued before a release, got "
+                               f"{len(self.out)} blocks out and {len(self.queue)} queued")
         with self.comm.purpose("evaluation"):
             for worker in range(1, self.comm.size):
                 self.comm.send_object(("release", message), worker)
 
 
 def serve(problem: Problem, comm):
-    """A worker's side of a generation: evaluate blocks until the master releases it;
-    returns the master's message."""
+    """A worker's side: evaluate blocks until the master releases it; returns the
+    master's message."""
     while True:
         with comm.purpose("evaluation"):
             _, (kind, payload) = comm.recv_object(0)
@@ -160,21 +187,28 @@ class SteadyIslands(IslandScheme):
     def __init__(self, pool: WorkerPool, problem: Problem, engines: Sequence[EngineConfig], **options):
         super().__init__(SelfComm(), PooledProblem(problem, pool), engines, **options)
         self.pool = pool
+        self.flight: dict[int, Batch] = {}     # island -> its batch asked and not told yet
 
-    def step(self) -> StepResult:
+    def step(self, ahead: bool = False) -> StepResult:
+        """Run generation ``generation + 1``; with ``ahead`` an island done with it asks
+        its first batch of the next generation at once (never before a migration).
+
+        Returns once every island is done with this generation; batches asked ahead may
+        still be out (told in the next step).
+        """
         if self.generation < 0:
             raise RuntimeError("expected initialize() or restore() before step(), got neither")
         generation = self.generation + 1
-        clock = generation * self.plan.round_size
+        ahead = ahead and generation != self.next_migration
         for index in self.local_indices:
-            self._ask(self.islands[index], clock)
+            batch = self.flight.get(index)
+            if batch is None or not batch.left:      # none, or asked ahead and complete
+                self._next(index, generation, ahead)
         self.pool.feed()
-        while self.pool.out:
+        while any(batch.generation == generation for batch in self.flight.values()):
             batch = self.pool.collect()
-            if not batch.left:
-                island = batch.island
-                island.tell(batch.fitness, evaluated=len(batch.fitness))
-                self._ask(island, clock)     # queued before feeding, so its blocks go out now
+            if not batch.left and batch.generation == generation:
+                self._next(batch.island.index, generation, ahead)   # queued before feeding: out now
             self.pool.feed()
         self.generation = generation
         result = StepResult(generation)
@@ -182,21 +216,40 @@ class SteadyIslands(IslandScheme):
             result.migration = self._migrate(generation)
         return result
 
-    def _ask(self, island, clock: int) -> None:
-        """Queue ``island``'s next batch unless it evaluated ``clock`` children since its
-        initial population or spent its share (the island model's rule, one step)."""
+    def _next(self, index: int, generation: int, ahead: bool) -> None:
+        """Tell island ``index`` its complete batch, if any, and queue its next one: of
+        ``generation`` while it has children of it to evaluate, else (``ahead``) of the next."""
+        island = self.islands[index]
+        done = self.flight.pop(index, None)
+        if done is not None:
+            island.tell(done.fitness, evaluated=len(done.fitness))
+        batch = self._ask(island, generation)
+        if batch is None and ahead:
+            batch = self._ask(island, generation + 1)
+        if batch is not None:
+            self.flight[index] = batch
+            self.pool.submit(batch)
+
+    def _ask(self, island, generation: int) -> Batch | None:
+        """``island``'s next batch of ``generation``, or None when it evaluated that
+        generation's children since its initial population or spent its share (the
+        island model's rule, one step)."""
         start = self.plan.initial[island.index]
         share = None if self.plan.shares is None else self.plan.shares[island.index]
         left = None if share is None else share - island.evaluations
-        if island.evaluations - start >= clock or (left is not None and left <= 0):
-            return
+        if island.evaluations - start >= generation * self.plan.round_size or (left is not None and left <= 0):
+            return None
         genomes = island.ask(island.generation + 1)
         rows = genomes.shape[0] if left is None else min(left, genomes.shape[0])
-        self.pool.submit(Batch(genomes[:rows], island))
+        return Batch(genomes[:rows], island, generation)
 
 
 class MasterWorkerScheme(LedScheme):
     """Every island on rank 0, evaluated by ranks 1..P-1 (see the module docstring).
+
+    A scheme *served* by its other ranks (see :mod:`.runner`): rank 0 steps it over
+    :attr:`loop_comm` (None on the workers) and calls :meth:`summon` where the workers
+    must join a collective; a worker calls :meth:`serve` until summoned.
 
     Args:
         comm: an mpievo Communicator of at least 2 ranks.
@@ -213,6 +266,7 @@ class MasterWorkerScheme(LedScheme):
         self.n_islands = len(self.engines)
         self.evaluation = self.engines[0].evaluation
         self.inner = None
+        self.loop_comm = None
         if comm.rank == 0:
             pool = WorkerPool(comm)
             if self.evaluation == "steady":
@@ -220,6 +274,7 @@ class MasterWorkerScheme(LedScheme):
             else:
                 self.inner = IslandScheme(SelfComm(), PooledProblem(problem, pool), self.engines, **options)
             self.pool = pool
+            self.loop_comm = SelfComm()
             on_device = [i for i, island in self.inner.islands.items() if island.on_device]
             if on_device:
                 raise ValueError(f"expected host islands under master_worker (workers evaluate host rows), "
@@ -228,8 +283,40 @@ class MasterWorkerScheme(LedScheme):
         self.generation = -1
         self._run_state: dict = {}
 
-    def _serve(self) -> Mapping:
-        return serve(self.problem, self.comm)
+    # ------------------------------------------------------------ rank 0
+    def initialize(self) -> None:
+        self._master().initialize()
+        self._adopt(self.inner.run_state())
 
-    def _release(self, run_state: Mapping) -> None:
-        self.pool.release(run_state)
+    def step(self, ahead: bool = False) -> StepResult:
+        """Generation ``generation + 1`` on rank 0; ``ahead``: steady islands may start
+        the next one (the run loop says so where it neither saves, ends nor acts on a vote)."""
+        if self.generation < 0:
+            raise RuntimeError("expected initialize() or restore() before step(), got neither")
+        inner = self._master()
+        result = inner.step(ahead) if isinstance(inner, SteadyIslands) else inner.step()
+        self._adopt(inner.run_state())
+        return result
+
+    def summon(self, call: Mapping) -> None:
+        """End every worker's :meth:`serve` with ``call`` and the run state (rank 0).
+
+        Raises:
+            RuntimeError: not rank 0, or blocks still out (a step that ran ahead).
+        """
+        self._master()
+        self.pool.release({**call, "run_state": self.inner.run_state()})
+
+    def _master(self) -> IslandScheme:
+        if self.inner is None:
+            raise RuntimeError(f"expected rank 0 (the master) to step master_worker, got "
+                               f"{self.serving_rank.format(rank=self.comm.rank)} (workers call serve())")
+        return self.inner
+
+    # ------------------------------------------------------------ workers
+    def serve(self) -> dict:
+        """Evaluate blocks until rank 0 summons this worker; the summons (its run state
+        adopted)."""
+        call = serve(self.problem, self.comm)
+        self._adopt(call["run_state"])
+        return call

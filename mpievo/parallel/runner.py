@@ -21,6 +21,19 @@ run ends never depends on the rank count. On a stop a checkpointer saves the
 islands and the loop returns with ``stopped=True``. Checkpoints are also written
 every ``checkpoint_every`` generations and at the end.
 
+A *served* scheme (master_worker) has ranks that hold no islands and only serve the
+others' evaluations; it names the communicator of the ranks that run generations as
+``scheme.loop_comm`` (None on a serving rank). The per-generation collectives (logs,
+votes) then run over ``loop_comm`` only; a serving rank calls ``scheme.serve()`` for
+the whole run, which returns when the loop calls ``scheme.summon(call)``: to join a
+checkpoint (``{"kind": "checkpoint", "generation": g}``, every rank writes its file)
+or to end the run (``{"kind": "finish", "reason": ...}``, every rank then returns the
+same result). Its stop flag is not consulted: the loop's ranks decide. Such a scheme's
+``step(ahead)`` may start the next generation's work while it runs this one, so the
+loop passes ``ahead=False`` for a generation after which it saves, ends, or acts on a
+vote, all of which it knows one generation in advance (votes act one generation after
+they are cast, as on several ranks).
+
 Nothing the loop does changes the islands: logging, checkpointing and stopping never
 alter the result of a deterministic run.
 """
@@ -144,6 +157,9 @@ class RunLoop:
                  extra_run_state: Mapping[str, Any] | None = None,
                  decode: Callable[[np.ndarray], np.ndarray] | None = None):
         self.comm = comm
+        # the ranks of the per-generation collectives (None: this rank only serves)
+        self.loop = getattr(scheme, "loop_comm", comm)
+        self.served = self.loop is not comm
         self.decode = decode       # an encoded row -> its whole genome (delta/seeded genomes)
         self.scheme = scheme
         self.settings = settings
@@ -168,6 +184,8 @@ class RunLoop:
         last, bound = self._last_generation()
         start = self._start = self._last_save_time = time.perf_counter()
         self._evaluations_before = self._total_evaluations()
+        if self.loop is None:
+            return self._serve(start)
         if self.scheme.generation < 0:
             self.scheme.initialize()
         elif self.checkpointer is not None:
@@ -175,7 +193,7 @@ class RunLoop:
         self._log(self.scheme.generation)
         reason = bound
         while self.scheme.generation < last:
-            step = self.scheme.step()
+            step = self.scheme.step(ahead=self._may_run_ahead(last)) if self.served else self.scheme.step()
             if step.migration is not None:
                 self._migrants_sent += step.migration.sent
             generation = step.generation
@@ -198,7 +216,27 @@ class RunLoop:
                 break
         if reason != "stopped" and self.checkpointer is not None and self._last_saved != self.scheme.generation:
             self._save(self.scheme.generation)
+        if self.served:
+            self.scheme.summon({"kind": "finish", "reason": reason})
         return self._finish(time.perf_counter() - start, reason)
+
+    def _serve(self, start: float) -> RunResult:
+        """A serving rank's run: serve until summoned, joining the checkpoints it is
+        called to; the run's result once the loop's ranks end it."""
+        while True:
+            call = self.scheme.serve()
+            if call["kind"] == "finish":
+                return self._finish(time.perf_counter() - start, call["reason"])
+            self._save(int(call["generation"]))
+
+    def _may_run_ahead(self, last: int) -> bool:
+        """Whether a served scheme may start the work of the generation after the next
+        one while stepping it: not when the loop saves or ends there, nor when a vote
+        cast (its result known: one rank runs the loop) takes effect there."""
+        generation = self.scheme.generation + 1
+        if generation >= last or self._checkpoint_due(generation):
+            return False
+        return self._stop_vote is None or not self._stop_vote[1].any()
 
     def _last_generation(self) -> tuple[int, str]:
         """(the last generation, "generations" or "budget": which bound sets it)."""
@@ -231,7 +269,7 @@ class RunLoop:
             self.settings.checkpoint_seconds and self.checkpointer is not None)
         if not voting:
             return False, False, False
-        if self.comm.size == 1:
+        if self.comm.size == 1:    # one rank in all (a served scheme's one-rank loop: below)
             vote = self._ballot()
             reached, self._reached = self._reached, bool(vote[2])
             return bool(vote[0]), bool(vote[1]), reached
@@ -245,8 +283,8 @@ class RunLoop:
             self._last_save_time = time.perf_counter()
         if not (decided[0] or decided[2]) and self.scheme.generation < last:
             vote = self._ballot()
-            with self.comm.purpose("control"):
-                self._stop_vote = (self.comm.iallreduce(vote, vote, op="max"), vote)
+            with self.loop.purpose("control"):
+                self._stop_vote = (self.loop.iallreduce(vote, vote, op="max"), vote)
         return decided
 
     def _ballot(self) -> np.ndarray:
@@ -260,6 +298,8 @@ class RunLoop:
         run_state = {**self.scheme.run_state(), **self.extra_run_state,
                      "wall_s_before": float(self.extra_run_state.get("wall_s_before", 0.0))
                      + (time.perf_counter() - self._start)}
+        if self.served and self.loop is not None:    # the serving ranks write their files too
+            self.scheme.summon({"kind": "checkpoint", "generation": generation})
         with self.comm.purpose("control"):
             info = self.checkpointer.save(generation, self.scheme.island_states(),
                                           config=self.config, run_state=run_state)
@@ -273,8 +313,8 @@ class RunLoop:
             return sum(self.comm.allgather_object(self.scheme.evaluations()))
 
     def _log(self, generation: int) -> None:
-        with self.comm.purpose("global_best"):
-            parts = self.comm.gather_object((self.scheme.records(), self._migrants_sent), root=0)
+        with self.loop.purpose("global_best"):
+            parts = self.loop.gather_object((self.scheme.records(), self._migrants_sent), root=0)
         if parts is None:
             return
         point = self._log_point(generation, parts)

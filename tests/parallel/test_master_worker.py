@@ -1,6 +1,7 @@
 """The master-worker scheme: blocks pulled by workers, generational and steady evaluation
 bit-identical to the island model, checkpoints shared with the other schemes, a fast
-worker taking more blocks, steady keeping workers busier, and abort on a failed rank."""
+worker taking more blocks, steady keeping workers busier, and abort on a failed rank
+(steady across generation boundaries: test_steady.py)."""
 
 import os
 import subprocess
@@ -177,11 +178,14 @@ def f(genomes):
 
 
 @pytest.mark.skipif(MPI.COMM_WORLD.Get_size() > 1, reason="starts its own mpiexec: serial stage only")
-def test_a_failing_worker_aborts_the_job(tmp_path):
+@pytest.mark.parametrize("evaluation", MODES)
+def test_a_failing_worker_aborts_the_job(tmp_path, evaluation):
+    # the master waits for that worker's block; the workers serve outside the run loop
     (tmp_path / "failing_fitness.py").write_text(FAILING)
     cmd = [sys.executable, "-m", "mpievo", "launch", "-n", "2", "--", "mpievo", "run", "--problem",
            "failing_fitness:f", "--dim", "4", "--lower", "-1", "--upper", "1", "--generations", "5",
-           "--set", "run.scheme=master_worker", "--out", str(tmp_path / "out")]
+           "--set", "run.scheme=master_worker", "--set", f"engine.evaluation={evaluation}",
+           "--out", str(tmp_path / "out")]
     start = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=tmp_path,
                           env={**os.environ, "PYTHONPATH": str(tmp_path)})
