@@ -1,6 +1,6 @@
 """``mpievo plan``: the parallel schemes' cost model (no MPI in this process).
 
-    mpievo plan --calibrate [--out cal.json]          measure the constants here (< 30 s)
+    mpievo plan --calibrate [--dims 1e2,1e5,1e7] [--out cal.json]   measure the constants here (< 30 s)
     mpievo plan --constants cal.json --ranks 4 ...    each scheme's bytes and time per generation
     mpievo plan --scenario design [--inter-node-gbps 25]   the design study's table recomputed
 
@@ -19,9 +19,13 @@ HELP = "cost model of the parallel schemes: bytes and time per generation, the d
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--calibrate", action="store_true",
-                        help="measure the model's constants on this machine (engine per child, link latency "
-                             "and bandwidth by a 2-rank ping-pong) and print them as JSON")
+                        help="measure the model's constants on this machine (engine per child at --dims, "
+                             "link latency and bandwidth by a 2-rank ping-pong, the run loop's fixed costs "
+                             "per scheme from short real runs) and print them as JSON")
     parser.add_argument("--out", default=None, help="with --calibrate: also write the JSON here")
+    parser.add_argument("--dims", type=_dims, default=None,
+                        help="with --calibrate: genome sizes to measure the engine at (default 1e2,1e5,1e7; "
+                             "the model interpolates between them in log space)")
     parser.add_argument("--constants", default=None,
                         help="a --calibrate JSON file (the intra-node link and the engine costs)")
     parser.add_argument("--scenario", choices=("design",), default=None,
@@ -50,7 +54,7 @@ def main(args: argparse.Namespace) -> int:
     if args.calibrate:
         from mpievo.parallel.plan_calibrate import calibrate, write
 
-        result = calibrate()
+        result = calibrate(args.dims) if args.dims else calibrate()
         print(json.dumps(result, indent=1))
         if args.out:
             write(args.out, result)
@@ -63,6 +67,17 @@ def main(args: argparse.Namespace) -> int:
         return 2
     print(_layouts(args))
     return 0
+
+
+def _dims(text: str) -> tuple[int, ...]:
+    """'1e2,1e5' -> (100, 100000)."""
+    try:
+        dims = tuple(int(float(part)) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected genome sizes such as 1e2,1e5, got {text!r}") from None
+    if min(dims) < 1:
+        raise argparse.ArgumentTypeError(f"expected genome sizes >= 1, got {text!r}")
+    return dims
 
 
 def _scenario(args) -> str:

@@ -18,7 +18,11 @@ world's, and a hybrid scheme's group and leader communicators), by purpose,
 utilisation per rank (time inside the fitness / wall), best fitness, and the speed-up
 over the same scheme at P = 1. Checks (:func:`check_rows`): evaluations equal the
 budget, the best is finite, and every scheme at every P finds the same best for a
-workload (the fitness treats rows on their own), else :class:`SchemesCheckError`.
+workload (the fitness treats rows on their own), else :class:`SchemesCheckError`;
+the cost model's bytes are exact and its time within :data:`.plan_time.TIME_BOUND`
+of every run, else :class:`ModelCheckError` after the files are written, those runs
+marked (the model is calibrated right before the sweep, so both see the machine's
+load alike).
 """
 
 from __future__ import annotations
@@ -307,6 +311,15 @@ class SchemesCheckError(RuntimeError):
     """A run reported a wrong evaluation count, a non-finite best, or schemes disagree."""
 
 
+class ModelCheckError(SchemesCheckError):
+    """The cost model's bytes are wrong or its time off by more than its bound for some
+    runs; ``result`` is the whole sweep's (its files are written, the rows marked)."""
+
+    def __init__(self, message: str, result: dict):
+        super().__init__(message)
+        self.result = result
+
+
 def launch_ranks(ranks: int, options: SchemesOptions, workdir: Path) -> dict:
     """Run :func:`worker` on ``ranks`` ranks; its rows and MPI library."""
     from ..launch import launch_command, launch_env
@@ -355,7 +368,13 @@ def bench_schemes(options: SchemesOptions, out_dir: str | os.PathLike | None = N
     """Run the sweep (driver side, no MPI here), check it, write CSV/JSON/PNG to ``out_dir``.
 
     ``constants``: the cost model's (:class:`mpievo.parallel.plan_time.Constants`);
-    None: calibrated here first (``mpievo plan --calibrate``, a few seconds).
+    None: calibrated here first at the sweep's dims (``mpievo plan --calibrate``, < 30 s),
+    so that model and runs see the machine's load alike.
+
+    Raises:
+        SchemesCheckError: wrong results (before writing anything).
+        ModelCheckError: the model's bytes are wrong or its time is off by more than
+            :data:`.plan_time.TIME_BOUND` for some runs (after writing everything).
 
     Returns:
         dict with ``rows`` (see :func:`run_row`; plus ``speedup``, ``note`` and the
@@ -363,11 +382,12 @@ def bench_schemes(options: SchemesOptions, out_dir: str | os.PathLike | None = N
     """
     from .bench_schemes_report import format_table, write_outputs
     from .plan_calibrate import calibrate
-    from .plan_time import Constants, model_rows
+    from .plan_time import TIME_BOUND, Constants, model_rows, time_outliers
 
+    calibration = None
     if constants is None:
-        small = [d for d in options.dims if d < options.large_dim] or [min(options.dims)]
-        constants = Constants.from_dict(calibrate(dims=sorted(set(small))))
+        calibration = calibrate(dims=sorted(set(options.dims)), ranks=options.ps)
+        constants = Constants.from_dict(calibration)
     start = time.perf_counter()
     rows, libraries = [], set()
     with tempfile.TemporaryDirectory(prefix="mpievo-schemes-") as tmp:
@@ -378,9 +398,6 @@ def bench_schemes(options: SchemesOptions, out_dir: str | os.PathLike | None = N
     rows = complete_rows(rows)
     check_rows(rows, options)
     wrong = model_rows(rows, options.interval, constants)
-    if wrong:
-        raise SchemesCheckError("mpievo bench schemes: the cost model's bytes are wrong:\n  "
-                                + "\n  ".join(wrong))
     cores = len(os.sched_getaffinity(0))
     result = {
         "conditions": {
@@ -389,6 +406,7 @@ def bench_schemes(options: SchemesOptions, out_dir: str | os.PathLike | None = N
             "oversubscribed_p": [p for p in options.ps if p > cores], "sweep_s": time.perf_counter() - start,
             "problem": f"shifted rastrigin, rotated up to {ROTATE_MAX_DIM} genes, float32 genomes",
             "options": dataclasses.asdict(options), "model_constants": constants.source,
+            "model_calibration": calibration,       # None: constants given
         },
         "rows": rows,
     }
@@ -396,6 +414,13 @@ def bench_schemes(options: SchemesOptions, out_dir: str | os.PathLike | None = N
     if out_dir is not None:
         for line in write_outputs(result, Path(out_dir)):
             print(line, flush=True)
+    problems = [f"the cost model's bytes are wrong for {len(wrong)} runs:"] + wrong if wrong else []
+    outliers = time_outliers(rows)
+    if outliers:
+        problems += [f"the cost model's time is off by more than {100 * TIME_BOUND:.0f} % (marked ! in the "
+                     f"table) for {len(outliers)} runs:"] + outliers
+    if problems:
+        raise ModelCheckError("mpievo bench schemes: " + "\n  ".join(problems), result)
     return result
 
 

@@ -4,7 +4,8 @@ The table has one line per (workload, scheme): evaluations/s at each P with the
 speed-up over P = 1, utilisation at the largest P (mean over ranks, min-max), bytes
 sent per generation at each P > 1, the best fitness (the same on every line of a
 workload: the bench checks it) and the cost model's time error at each P (predicted /
-measured - 1, :mod:`.plan_time`; its evaluation and migration bytes are exact, checked).
+measured - 1, :mod:`.plan_time`; its evaluation and migration bytes are exact, checked),
+marked ``!`` where it is outside :data:`.plan_time.TIME_BOUND`.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
+
+from .plan_time import TIME_BOUND, outside_bound
 
 CSV_COLUMNS = ("workload", "cost_ms", "mode", "dim", "scheme", "ranks", "ranks_per_island", "islands",
                "capacity", "budget", "generations", "evaluations", "wall_s", "evals_per_s", "speedup",
@@ -29,7 +32,7 @@ def _bytes(n: float) -> str:
 
 def _error(row: dict) -> str:
     error = row.get("model_time_error")
-    return "-" if error is None else f"{100 * error:+.0f} %"
+    return "-" if error is None else f"{100 * error:+.0f} %" + (" !" if outside_bound(row) else "")
 
 
 def _by_key(rows: list[dict]) -> dict:
@@ -69,6 +72,7 @@ def format_table(result: dict) -> str:
         cells.append(f"{by_p[ps[0]]['best_fitness']:.6g}")
         cells += [_error(by_p[p]) for p in ps]
         lines.append(f"| {workload} | {scheme} | " + " | ".join(cells) + " |")
+    lines += ["", f"Model time errors marked ! are outside the {100 * TIME_BOUND:.0f} % bound."]
     return "\n".join(lines)
 
 

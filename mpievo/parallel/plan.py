@@ -16,9 +16,10 @@ bytes, for what purpose -- from the layout alone, the way the schemes send them:
 * **evaluation** (replicated): the all-gather of every batch's fitness, each rank's
   block counted once per other rank (:mod:`.replicated`);
 * **evaluation** (master_worker): per block of a batch (:func:`.master_worker.block_bounds`)
-  the pickled ``("evaluate", rows)`` to a worker and the pickled fitness back, and after
-  every generation the pickled ``("release", run_state)`` to every worker, each message
-  with its 8-byte length (:mod:`.master_worker`); which worker takes a block is decided
+  the pickled ``("evaluate", rows)`` to a worker and the pickled fitness back, and at the
+  end of the run the pickled summons ``("release", {"kind": "finish", ...})`` to every
+  worker, each message with its 8-byte length (:mod:`.master_worker`: workers serve the
+  whole run); which worker takes a block is decided
   at run time, so its messages are put on the link from rank 0 to rank 1 (their bytes
   are exact, their link class is not); generational and steady send the same bytes.
 
@@ -32,6 +33,7 @@ study's scenario.
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 from dataclasses import dataclass, field
 
@@ -177,7 +179,8 @@ def run_states(layout: Layout, generations: int) -> tuple[list[int], list[dict]]
             next_migration = g + layout.interval
         states.append({"scheme": IslandScheme.name, "format": SCHEME_FORMAT, "generation": g,
                        "n_islands": layout.islands, "interval": layout.interval,
-                       "next_migration": next_migration, "migrations": count})
+                       "next_migration": next_migration, "migrations": count,
+                       "emigrants": layout.emigrants})
     return migrations, states
 
 
@@ -255,12 +258,29 @@ def pulled_messages(layout: Layout, rows: int) -> list[Message]:
 
 
 def release_messages(layout: Layout, leader: int, state: dict) -> list[Message]:
-    if layout.scheme not in ("hybrid", "centralized", "master_worker") or layout.group_size == 1:
+    """hybrid, centralized: after every generation the leader's pickled release."""
+    if layout.scheme not in ("hybrid", "centralized") or layout.group_size == 1:
         return []
     size = pickled(("release", state))
-    if layout.scheme == "master_worker":
-        size += LENGTH_BYTES
     return [Message(leader, r, size, "evaluation") for r in group_of(layout, leader)[1:]]
+
+
+def summon_messages(layout: Layout, state: dict) -> list[Message]:
+    """master_worker: the workers serve the whole run; at its end rank 0 summons each
+    one with the run's end and state (:meth:`.master_worker.MasterWorkerScheme.summon`)."""
+    if layout.scheme != "master_worker" or layout.ranks == 1:
+        return []
+    call = {"kind": "finish", "reason": end_reason(layout), "run_state": state}
+    size = LENGTH_BYTES + pickled(("release", call))
+    return [Message(0, r, size, "evaluation") for r in range(1, layout.ranks)]
+
+
+def end_reason(layout: Layout) -> str:
+    """The run loop's stop reason: "budget" when the budget ends the run first."""
+    if layout.budget is None:
+        return "generations"
+    generations, _ = batches(dataclasses.replace(layout, generations=None))
+    return "budget" if layout.generations is None or generations <= layout.generations else "generations"
 
 
 def traffic(layout: Layout) -> Traffic:
@@ -277,6 +297,7 @@ def traffic(layout: Layout) -> Traffic:
             out.messages += migration_messages(layout, g)
         for leader in leaders:
             out.messages += release_messages(layout, leader, states[g])
+    out.messages += summon_messages(layout, states[generations])
     return out
 
 

@@ -1,16 +1,24 @@
 """The cost model's constants measured on this machine (``mpievo plan --calibrate``, < 30 s).
 
-* **Engine, per dim**: one GA island of the bench's shape (archive = batch = 8; 2 from
-  1e6 genes) on the bench's fitness at cost 0 (:func:`.bench_schemes.workload_problem`),
-  stepped in this process: ``row_s`` is the time inside the fitness per row, ``breed_s``
-  the rest of a step per child (breeding, selection, archive update). Dims above the
-  largest calibrated one scale per gene from it.
+* **Engine, per dim** (default 1e2, 1e5, 1e7 genes; the model interpolates between
+  them in log-log space): the bench's GA islands (4; archive = batch = 8, 2 from 1e6
+  genes) on the bench's fitness at cost 0 (:func:`.bench_schemes.workload_problem`),
+  stepped in this process: ``row_s`` is the time inside the fitness per row,
+  ``breed_s`` the rest of a step per child (breeding, selection, archive update),
+  ``init_s`` the initial population's time outside the fitness per genome, and
+  ``record_s`` one island record (what the run loop gathers at log lines).
 * **Links**: a ping-pong between 2 ranks (``mpievo launch -n 2``): the latency of an
   8-byte message and the bandwidth of a 16 MiB one, both one-way, over the intra-node
   link (this machine has no other node; the inter-node link is given by flags).
-* ``cores``: the CPUs this process may run on (more ranks than cores share them).
-* ``run_s``: a whole one-process bench run (smallest calibrated dim) minus the model's
-  prediction of it: the run loop's fixed cost, added to every predicted run.
+* ``cores``: the CPUs this process may run on (more busy ranks than cores share them).
+* **Run loop** (``loop``): real runs of the bench's job at cost 0 and the smallest
+  dim, at two lengths (:data:`LOOP_GENERATIONS`, the median of :data:`LOOP_REPEATS`
+  runs each), in launched jobs as the bench's: the island scheme on 1 rank, every
+  bench scheme on 2 and on 4 ranks (the 2-rank job also runs the ping-pong; on 2 cores
+  the 4-rank runs share them, as the bench's do). Each run's wall time minus the model's
+  prediction without loop costs is its overhead; the overhead's growth per generation
+  is ``step_s`` (Python and messages of a step beyond the model's per-child and
+  per-byte terms), the rest ``run_s`` (start, log gathers, finish).
 """
 
 from __future__ import annotations
@@ -18,64 +26,111 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import statistics
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-CALIBRATION_DIMS = (100, 100_000)
+CALIBRATION_DIMS = (100, 100_000, 10_000_000)
 PING_SIZES = (8, 16 << 20)
+#: the two run lengths (generations after the initial one) the loop costs come from
+LOOP_GENERATIONS = (2, 8)
+LOOP_REPEATS = 3
+#: the rank counts the schemes' loop costs are measured at by default (``mpievo bench
+#: schemes``' default sweep); 1 and 2 always (the 2-rank job also runs the ping-pong)
+LOOP_RANKS = (1, 2, 4)
 
 
-def engine_costs(dim: int, steps: int = 6) -> dict:
-    """{"row_s", "breed_s"} of one bench-shaped island at ``dim`` genes (no MPI)."""
+def engine_costs(dim: int) -> dict:
+    """{"row_s", "breed_s", "init_s", "record_s"} of the bench's islands (all of them:
+    at 1e7 genes a fitness row costs a third more amid 4 islands' genomes than amid one
+    island's) at ``dim`` genes in this process (no MPI); one measured step from
+    ``large_dim`` genes, where a child takes ~0.5 s."""
     from ..comm.protocol import SelfComm
     from ..evo.config import EngineConfig
     from .bench_schemes import SchemesOptions, Workload, workload_problem
     from .scheme import IslandScheme
 
     options = SchemesOptions()
-    capacity = options.capacity_for(dim)
+    capacity, islands = options.capacity_for(dim), options.n_islands
+    steps = 1 if dim >= options.large_dim else 6
     problem, fitness = workload_problem(Workload(0.0, "none", dim), options.seed)
-    engine = EngineConfig(capacity=capacity, batch_size=capacity).resolve_all(1)
-    scheme = IslandScheme(SelfComm(), problem, engine, seed=options.seed)
+    engines = EngineConfig(capacity=capacity, batch_size=capacity).resolve_all(islands)
+    scheme = IslandScheme(SelfComm(), problem, engines, seed=options.seed)
+    start = time.perf_counter()
     scheme.initialize()
+    init_s = (time.perf_counter() - start - fitness.seconds) / (capacity * islands)
     scheme.step()                                   # compiles, warms caches
     fitness.seconds = 0.0
     start = time.perf_counter()
     for _ in range(steps):
         scheme.step()
     wall = time.perf_counter() - start
-    children = steps * capacity
-    return {"row_s": fitness.seconds / children, "breed_s": (wall - fitness.seconds) / children}
+    children = steps * capacity * islands
+    record_s = statistics.median(_seconds(scheme.records) for _ in range(3)) / islands
+    return {"row_s": fitness.seconds / children, "breed_s": (wall - fitness.seconds) / children,
+            "init_s": max(init_s, 0.0), "record_s": record_s}
 
 
-def run_overhead(dim: int, constants: dict) -> float:
-    """Seconds a whole one-process run of the bench's shape (4 islands, budget 192, no
-    MPI) takes beyond what the model predicts from the per-child costs: the run loop's
-    start, initial populations, log lines and finish."""
-    from ..comm.protocol import SelfComm
-    from ..evo.config import EngineConfig
-    from .bench_schemes import SchemesOptions, Workload, workload_problem
-    from .plan import Layout
-    from .plan_time import Constants, predict_seconds
-    from .runner import RunLoop, RunSettings
-    from .scheme import IslandScheme
+def _seconds(call) -> float:
+    start = time.perf_counter()
+    call()
+    return time.perf_counter() - start
+
+
+def loop_budget(generations: int, dim: int) -> int:
+    """The bench job's budget that runs ``generations`` generations after the initial one."""
+    from .bench_schemes import SchemesOptions
 
     options = SchemesOptions()
-    capacity, islands = options.capacity_for(dim), options.n_islands
-    problem, _ = workload_problem(Workload(0.0, "none", dim), options.seed)
-    engines = EngineConfig(capacity=capacity, batch_size=capacity).resolve_all(islands)
-    scheme = IslandScheme(SelfComm(), problem, engines, seed=options.seed, budget=options.budget)
-    wall = RunLoop(SelfComm(), scheme, RunSettings(None)).run().wall_s
-    layout = Layout("island", 1, islands, dim, capacity, capacity, interval=options.interval,
-                    budget=options.budget)
-    return max(0.0, wall - predict_seconds(layout, Constants.from_dict(constants))["wall_s"])
+    return options.n_islands * options.capacity_for(dim) * (generations + 1)
 
 
-def ping_pong() -> None:
-    """The launched side: rank 0 prints {"latency_s", "bandwidth_Bps"} (one-way)."""
+def scheme_rows(dim: int, size: int) -> list[dict]:
+    """The launched side: every bench scheme's runs (one rank: the island scheme's, as
+    the bench's) at both lengths on every rank (collective); the bench's rows
+    (:func:`.bench_schemes.measure`)."""
+    from .bench_schemes import SCHEMES, SchemesOptions, Workload, measure, warm_up
+
+    options = SchemesOptions(dims=(dim,))
+    schemes = SCHEMES if size > 1 else ("island",)
+    warm_up(options, schemes)
+    return [measure(Workload(0.0, "none", dim), scheme, options, loop_budget(generations, dim))
+            for scheme in schemes for generations in LOOP_GENERATIONS for _ in range(LOOP_REPEATS)]
+
+
+def loop_costs(rows: list[dict], constants: dict) -> dict:
+    """{str(ranks): {scheme: {"run_s", "step_s"}}} from runs at two lengths (see the
+    module docstring)."""
+    from .plan import bench_layout
+    from .plan_time import Constants, predict_seconds
+
+    model = Constants.from_dict(constants)
+    overheads: dict = {}
+    for row in rows:
+        layout = bench_layout(row, interval=_interval())
+        over = row["wall_s"] - predict_seconds(layout, model, loop=False)["wall_s"]
+        key = (str(row["ranks"]), row["scheme"])
+        overheads.setdefault(key, {}).setdefault(row["generations"], []).append(over)
+    out: dict = {}
+    for (ranks, scheme), by_length in overheads.items():
+        (g1, o1), (g2, o2) = sorted((g, statistics.median(v)) for g, v in by_length.items())
+        step = max(0.0, (o2 - o1) / (g2 - g1))
+        out.setdefault(ranks, {})[scheme] = {"run_s": max(0.0, o1 - step * g1), "step_s": step}
+    return out
+
+
+def _interval() -> int:
+    from .bench_schemes import SchemesOptions
+
+    return SchemesOptions().interval
+
+
+def ping_pong() -> dict:
+    """{"latency_s", "bandwidth_Bps"} (one-way) between ranks 0 and 1 of 2 (collective)."""
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
@@ -96,35 +151,54 @@ def ping_pong() -> None:
                     comm.Send(buf, 0)
             best = min(best, (time.perf_counter() - start) / (2 * repeats))
         times[size] = best
-    if comm.rank == 0:
-        small, large = PING_SIZES
-        latency = times[small]
-        print(json.dumps({"latency_s": latency, "bandwidth_Bps": large / max(times[large] - latency, 1e-12)}))
+    small, large = PING_SIZES
+    latency = times[small]
+    return {"latency_s": latency, "bandwidth_Bps": large / max(times[large] - latency, 1e-12)}
 
 
-def link_costs() -> dict:
-    """Run :func:`ping_pong` on 2 ranks; its result."""
+def launched(dim: int, ping: bool) -> None:
+    """A launched job: rank 0 prints {"intra": ping-pong (on 2 ranks, else None),
+    "rows": scheme rows} as JSON."""
+    from mpi4py import MPI
+
+    from ..comm import abort_on_error
+    from .threads import limit_blas_threads
+
+    with abort_on_error(), contextlib.ExitStack() as stack:
+        limit_blas_threads(1, stack)
+        result = {"intra": ping_pong() if ping else None, "rows": scheme_rows(dim, MPI.COMM_WORLD.Get_size())}
+    if MPI.COMM_WORLD.Get_rank() == 0:
+        print(json.dumps(result), flush=True)
+
+
+def launch_job(ranks: int, dim: int) -> dict:
+    """Run :func:`launched` on ``ranks`` ranks; its result."""
     from ..launch import launch_command, launch_env
 
-    cmd = launch_command(2, ["python", "-m", "mpievo.parallel.plan_calibrate"])
-    done = subprocess.run(cmd, env=launch_env(), capture_output=True, text=True, timeout=120)
+    cmd = launch_command(ranks, ["python", "-m", "mpievo.parallel.plan_calibrate", str(dim), str(ranks == 2)])
+    done = subprocess.run(cmd, env=launch_env(), capture_output=True, text=True, timeout=300)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
-        raise RuntimeError(f"expected the 2-rank ping-pong to print its result, got exit code "
+        raise RuntimeError(f"expected the {ranks}-rank calibration job to print its result, got exit code "
                            f"{done.returncode}: {done.stderr.strip()[-500:]}")
     return json.loads(lines[-1])
 
 
-def calibrate(dims=CALIBRATION_DIMS) -> dict:
-    """Every constant of :class:`mpievo.parallel.plan_time.Constants`, as a JSON-able dict."""
+def calibrate(dims=CALIBRATION_DIMS, ranks=LOOP_RANKS) -> dict:
+    """Every constant of :class:`mpievo.parallel.plan_time.Constants`, as a JSON-able
+    dict; the loop costs at ``ranks``, 1 and 2 (the ping-pong's job)."""
     from .threads import limit_blas_threads
 
+    small = min(dims)
     with contextlib.ExitStack() as stack:
         limit_blas_threads(1, stack)
-        engine = {str(d): engine_costs(d) for d in dims}
+        engine_costs(small)                 # compiles the kernels (initial genomes included)
+        engine = {str(d): engine_costs(d) for d in sorted(dims)}
+        jobs = {p: launch_job(p, small) for p in sorted({1, 2, *ranks})}
         result = {"source": f"mpievo plan --calibrate, {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC",
-                  "cores": len(os.sched_getaffinity(0)), "engine": engine, "intra": link_costs(), "run_s": 0.0}
-        result["run_s"] = run_overhead(min(dims), result)
+                  "cores": len(os.sched_getaffinity(0)), "engine": engine,
+                  "intra": jobs[2]["intra"]}
+        result["loop"] = loop_costs([row for job in jobs.values() for row in job["rows"]], result)
     return result
 
 
@@ -133,4 +207,4 @@ def write(path: str | os.PathLike, result: dict) -> None:
 
 
 if __name__ == "__main__":
-    ping_pong()
+    launched(int(sys.argv[1]), sys.argv[2] == "True")

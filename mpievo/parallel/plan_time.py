@@ -3,15 +3,25 @@
 A run is simulated generation by generation on its critical path:
 
 * computation: a child costs ``breed_s`` on the rank that breeds it (the leader; every
-  rank under "replicated") and ``row_s`` plus the workload's cost on the rank that
-  evaluates it; CPU work is stretched by ``ranks / cores`` when ranks outnumber cores
-  (Open MPI ranks spin while they wait, so a waiting rank still holds its core);
+  rank under "replicated"; ``init_s`` for an initial genome) and ``row_s`` plus the
+  workload's cost on the rank that evaluates it; an island's record (``record_s``) is
+  made at every log line and at the end. Engine costs are calibrated per genome size
+  and interpolated in log-log space between calibrated sizes (:meth:`Constants.child`);
+* cores: CPU work is stretched by ``busy ranks / cores`` when busy ranks outnumber
+  cores. Ranks waiting inside MPI calls spin and count as busy; master_worker's master
+  waits for results in a polling loop that yields its core (:mod:`mpievo.comm.progress`),
+  so its workers share the cores (:func:`_pulled_seconds`);
 * a batch cut into row blocks waits for its slowest block; an island-scheme rank
   waits for the slowest rank only where ranks synchronise (migrations, log lines);
 * master_worker's blocks go to whichever worker is free first: generational waits
-  for each island's batch, steady only for the generation's blocks of every island;
+  for each island's batch, steady only where its queue drains (:func:`_master_worker_run`);
 * a message costs its link's latency plus bytes / bandwidth (intra- or inter-node);
-  a leader sends its blocks one after another; collectives take ``ceil(log2 P)`` latencies.
+  a leader sends its blocks one after another; collectives take ``ceil(log2 P)`` latencies;
+* the run loop's fixed costs, measured by :mod:`.plan_calibrate` on real runs
+  (``Constants.loop``): ``run_s`` per run (start, gathers, finish) and ``step_s`` per
+  generation (the Python of a step and its messages beyond what the terms above
+  count, and what waiting ranks cost each other), per scheme and rank count (1, 2, 4
+  here); other rank counts take the nearest measured one, stretched like CPU work.
 
 A child's cost in "vary" mode is drawn like the bench's (uniform factor in
 :data:`.bench_schemes.VARY_RANGE`, mean 1), and the wall time is the mean over
@@ -23,12 +33,12 @@ from __future__ import annotations
 import heapq
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from .bench_schemes import VARY_RANGE
+from .bench_schemes import STEADY, VARY_RANGE
 from .groups import row_blocks
 from .mapping import rank_of_island
 from .master_worker import block_bounds
@@ -47,16 +57,21 @@ class Link:
         return messages * self.latency_s + nbytes / self.bandwidth_Bps
 
 
+ENGINE_KEYS = ("row_s", "breed_s", "init_s", "record_s")
+
+
 @dataclass(frozen=True)
 class Constants:
-    """Per-child engine costs at calibrated dims, the links and the cores."""
+    """Per-child engine costs at calibrated dims, the links, the cores and the run
+    loop's fixed costs (``loop``: {ranks: {bench scheme: {"run_s", "step_s"}}}, one
+    rank under "island": every scheme is the island model there)."""
 
-    engine: dict             # {dim: {"row_s": .., "breed_s": ..}}
+    engine: dict             # {dim: {"row_s", "breed_s", "init_s", "record_s"}}
     intra: Link
     inter: Link
     cores: int
     source: str = ""
-    run_s: float = 0.0       # a run's fixed cost (start, initial populations, log lines, finish)
+    loop: dict = field(default_factory=dict)
 
     @classmethod
     def load(cls, path, inter: Link | None = None) -> "Constants":
@@ -69,18 +84,48 @@ class Constants:
         intra = Link(**data["intra"])
         engine = {int(d): dict(v) for d, v in data["engine"].items()}
         return cls(engine, intra, inter or intra, int(data["cores"]), data.get("source", ""),
-                   float(data.get("run_s", 0.0)))
+                   {int(p): {k: dict(v) for k, v in by.items()} for p, by in data.get("loop", {}).items()})
 
-    def child(self, dim: int) -> tuple[float, float]:
-        """(fitness seconds, other engine seconds) per child at ``dim`` genes: the
-        calibrated dim's, or per gene from the largest calibrated dim below ``dim``."""
-        if dim in self.engine:
-            c = self.engine[dim]
-            return c["row_s"], c["breed_s"]
-        below = [d for d in self.engine if d <= dim] or [min(self.engine)]
-        base = max(below)
-        c = self.engine[base]
-        return c["row_s"] * dim / base, c["breed_s"] * dim / base
+    def child(self, dim: int) -> dict:
+        """{"row_s", "breed_s", "init_s", "record_s"} at ``dim`` genes: the calibrated
+        dim's; between two calibrated dims, interpolated in log-log space (memory-bound
+        work costs more per gene at large dims); outside them, per gene from the nearest."""
+        dims = sorted(self.engine)
+        low = max([d for d in dims if d <= dim], default=None)
+        high = min([d for d in dims if d >= dim], default=None)
+        if low is None or high is None:
+            base = low if high is None else high
+            return {k: self.engine[base].get(k, 0.0) * dim / base for k in ENGINE_KEYS}
+        if low == high:
+            return {k: self.engine[low].get(k, 0.0) for k in ENGINE_KEYS}
+        t = math.log(dim / low) / math.log(high / low)
+        return {k: _log_mix(self.engine[low].get(k, 0.0), self.engine[high].get(k, 0.0), t)
+                for k in ENGINE_KEYS}
+
+    def loop_costs(self, layout: Layout) -> tuple[float, float]:
+        """(run_s, step_s) of ``layout``'s run loop as measured at its rank count, else
+        at the nearest calibrated count below (above if none), stretched by the cores'
+        oversubscription beyond the measured one's; (0, 0) when not calibrated."""
+        counts = sorted(p for p in self.loop if (p == 1) == (layout.ranks == 1))
+        if not counts:
+            return 0.0, 0.0
+        measured = max([p for p in counts if p <= layout.ranks], default=counts[0])
+        costs = self.loop[measured].get("island" if layout.ranks == 1 else bench_name(layout), {})
+        stretch = _stretch(layout.ranks, self.cores) / _stretch(measured, self.cores)
+        return costs.get("run_s", 0.0) * stretch, costs.get("step_s", 0.0) * stretch
+
+
+def _log_mix(a: float, b: float, t: float) -> float:
+    """``a`` to ``b`` at ``t`` in [0, 1], linear in log space (linear if either is <= 0)."""
+    if a <= 0 or b <= 0:
+        return a + (b - a) * t
+    return math.exp(math.log(a) + (math.log(b) - math.log(a)) * t)
+
+
+def bench_name(layout: Layout) -> str:
+    """The ``mpievo bench schemes`` name of ``layout``'s scheme (master_worker_steady)."""
+    steady = layout.scheme == "master_worker" and layout.evaluation == "steady"
+    return layout.scheme + (STEADY if steady else "")
 
 
 @dataclass(frozen=True)
@@ -97,14 +142,22 @@ class Cost:
         return np.full(n, self.seconds if self.mode != "none" else 0.0)
 
 
-def _stretch(layout: Layout, constants: Constants) -> float:
-    return max(1.0, layout.ranks / constants.cores)
+def _stretch(busy: int, cores: int) -> float:
+    """How much longer CPU work takes when ``busy`` ranks share ``cores``."""
+    return max(1.0, busy / cores)
+
+
+def _busy(layout: Layout) -> int:
+    """Ranks that hold a core while children are evaluated: master_worker's master
+    waits in a polling loop that yields its core, every other waiting rank spins in MPI."""
+    pulled = layout.scheme == "master_worker" and layout.ranks > 1
+    return layout.ranks - 1 if pulled else layout.ranks
 
 
 def _rows_seconds(layout, constants, cost, rng, rows: int) -> np.ndarray:
     """Each row's evaluation seconds."""
-    fit, _ = constants.child(layout.dim)
-    cpu = _stretch(layout, constants)
+    fit = constants.child(layout.dim)["row_s"]
+    cpu = _stretch(_busy(layout), constants.cores)
     extra = cost.draw(rng, rows) * (cpu if cost.mode == "burn" else 1.0)
     return fit * cpu + extra
 
@@ -142,7 +195,7 @@ def _batch_seconds(layout, constants, cost, rng, leader: int, rows: int) -> floa
 def _pulled_seconds(layout, constants, cost, rng, batches: list[int]) -> float:
     """master_worker: the blocks of these batches pulled by the workers, first come first
     served; when the last result is back (a block costs its genomes' and its fitness's
-    messages and its rows' evaluation)."""
+    messages and its rows' evaluation; the workers share the cores, the master yields)."""
     workers = layout.ranks - 1
     free = [0.0] * workers
     for rows in batches:
@@ -154,12 +207,46 @@ def _pulled_seconds(layout, constants, cost, rng, batches: list[int]) -> float:
     return max(free)
 
 
-def _generation_seconds(layout, constants, cost, rng, per_island: list[int]) -> float:
-    """master_worker: one generation's batches (one after another unless steady)."""
-    batches = [rows for rows in per_island if rows]
+def _master_worker_run(layout, constants, cost, rng, plan: Traffic) -> float:
+    """master_worker: the whole run on rank 0, which holds every island and runs the
+    run loop alone (its workers serve the whole run: no generation ends with a release,
+    no migration leaves rank 0; logs and records are rank 0's).
+
+    * generation 0: each island's initial population (``init_s`` per genome) and its
+      blocks, island by island;
+    * ``generational``: island after island, the master breeds a batch while the
+      workers wait (their polls yield the cores: no stretch), then waits for its last block;
+    * ``steady``: every island's blocks in one queue; an island whose batch is back
+      breeds its next one while the workers evaluate (all ranks busy), also into the
+      next generation, except before a migration and at the end of the run: the queue
+      drains only there, so the workers wait once per such segment of generations and
+      only its first batch's breeding is not overlapped.
+    """
+    c = constants.child(layout.dim)
+    wall = sum(c["init_s"] * rows + _pulled_seconds(layout, constants, cost, rng, [rows])
+               for rows in plan.batches[0] if rows)
     if layout.evaluation == "steady":
-        return _pulled_seconds(layout, constants, cost, rng, batches)
-    return sum(_pulled_seconds(layout, constants, cost, rng, [rows]) for rows in batches)
+        breed = c["breed_s"] * _stretch(layout.ranks, constants.cores)
+        for segment in _segments(plan):
+            batches = [rows for g in segment for rows in plan.batches[g] if rows]
+            head, rest = breed * batches[0], breed * sum(batches[1:])
+            wall += head + max(rest, _pulled_seconds(layout, constants, cost, rng, batches))
+    else:
+        wall += sum(c["breed_s"] * rows + _pulled_seconds(layout, constants, cost, rng, [rows])
+                    for per_island in plan.batches[1:] for rows in per_island if rows)
+    logs = sum(1 for g in range(plan.generations + 1) if g % LOG_EVERY == 0 or g == plan.generations)
+    return wall + c["record_s"] * layout.islands * (logs + 1)     # and the final records
+
+
+def _segments(plan: Traffic) -> list[list[int]]:
+    """Generations 1..G cut after each migrating generation and at the last one."""
+    segments, current = [], []
+    for g in range(1, plan.generations + 1):
+        current.append(g)
+        if g in plan.migrations or g == plan.generations:
+            segments.append(current)
+            current = []
+    return [s for s in segments if any(any(plan.batches[g]) for g in s)]
 
 
 def _migration_seconds(layout, constants, generation: int) -> float:
@@ -172,47 +259,59 @@ def _migration_seconds(layout, constants, generation: int) -> float:
     return max(per_rank.values(), default=0.0)
 
 
-def _one_run(layout, constants, cost, plan: Traffic, rng) -> float:
-    _, breed = constants.child(layout.dim)
-    breed *= _stretch(layout, constants)
+def _homes(layout: Layout) -> list[int]:
+    """Each island's holder (world rank; replicated: rank 0 speaks for the replicas)."""
     leaders = layout.leaders
     n = layout.islands
-    home = [leaders[rank_of_island(i, n, len(leaders))] if layout.scheme != "replicated" else 0
+    return [leaders[rank_of_island(i, n, len(leaders))] if layout.scheme != "replicated" else 0
             for i in range(n)]
-    wall, pending = 0.0, {r: 0.0 for r in leaders}   # per holder: work since the last sync
+
+
+def _one_run(layout, constants, cost, plan: Traffic, rng) -> float:
+    """The simulated wall time of one run, the run loop's fixed costs excluded."""
+    c = constants.child(layout.dim)
+    cpu = _stretch(layout.ranks, constants.cores)
+    home = _homes(layout)
+    held = {r: home.count(r) for r in layout.leaders}
+    if layout.scheme == "master_worker" and layout.ranks > 1:
+        return _master_worker_run(layout, constants, cost, rng, plan)
+    wall, pending = 0.0, dict.fromkeys(layout.leaders, 0.0)   # per holder: work since the last sync
     last = plan.generations
-    pulled = layout.scheme == "master_worker" and layout.ranks > 1
     for g, per_island in enumerate(plan.batches):
-        if pulled:      # every island on rank 0, its workers released every generation
-            pending[0] += ((breed * sum(per_island) if g else 0.0) + constants.intra.latency_s
-                           + _generation_seconds(layout, constants, cost, rng, per_island))
-        else:
-            for i, rows in enumerate(per_island):
-                if rows:
-                    work = breed * rows if g else 0.0
-                    pending[home[i]] += work + _batch_seconds(layout, constants, cost, rng, home[i], rows)
+        for i, rows in enumerate(per_island):
+            if rows:
+                work = (c["breed_s"] if g else c["init_s"]) * rows * cpu
+                pending[home[i]] += work + _batch_seconds(layout, constants, cost, rng, home[i], rows)
         if layout.scheme in ("hybrid", "centralized") and layout.group_size > 1:
-            for r in leaders:      # the release broadcast
+            for r in layout.leaders:      # the release broadcast
                 pending[r] += constants.intra.latency_s * 2 * math.ceil(math.log2(layout.group_size))
-        synced = g in plan.migrations or g % LOG_EVERY == 0 or g == last
-        if synced:
+        logged = g % LOG_EVERY == 0 or g == last
+        if logged:      # the run loop gathers every island's record
+            for r in pending:
+                pending[r] += c["record_s"] * held[r] * cpu
+        if logged or g in plan.migrations:
             wall += max(pending.values()) + (_migration_seconds(layout, constants, g)
                                              if g in plan.migrations else 0.0)
             pending = dict.fromkeys(pending, 0.0)
-    return wall
+    return wall + c["record_s"] * max(held.values()) * cpu     # the final records
 
 
-def predict_seconds(layout: Layout, constants: Constants, cost: Cost = Cost()) -> dict:
-    """{"wall_s", "per_generation_s"} of the run (mean over :data:`SAMPLES` draws)."""
+def predict_seconds(layout: Layout, constants: Constants, cost: Cost = Cost(), loop: bool = True) -> dict:
+    """{"wall_s", "per_generation_s"} of the run (mean over :data:`SAMPLES` draws);
+    ``loop=False`` leaves out the run loop's fixed costs (what calibration measures them by)."""
     plan = traffic(layout)
     rng = np.random.default_rng(0)
     samples = SAMPLES if cost.mode == "vary" else 1
-    wall = constants.run_s + float(np.mean([_one_run(layout, constants, cost, plan, rng)
-                                             for _ in range(samples)]))
+    run_s, step_s = constants.loop_costs(layout) if loop else (0.0, 0.0)
+    wall = run_s + step_s * plan.generations + float(np.mean(
+        [_one_run(layout, constants, cost, plan, rng) for _ in range(samples)]))
     return {"wall_s": wall, "per_generation_s": wall / max(plan.generations, 1)}
 
 
 MODELLED = ("evaluation", "migration")     # the purposes :mod:`.plan` counts
+#: the issue's bound on the model's time error (predicted / measured - 1) that
+#: ``mpievo bench schemes`` checks
+TIME_BOUND = 0.25
 
 
 def predict_row(row: dict, interval: int, constants: Constants) -> dict:
@@ -241,3 +340,19 @@ def model_rows(rows: list[dict], interval: int, constants: Constants) -> list[st
                          f"{row['model_bytes_per_generation']:.1f} evaluation and migration bytes per "
                          f"generation, got {row['measured_modelled_bytes_per_generation']:.1f}")
     return wrong
+
+
+def outside_bound(row: dict) -> bool:
+    """The row's modelled time is off by more than :data:`TIME_BOUND`."""
+    error = row.get("model_time_error")
+    return error is not None and abs(error) > TIME_BOUND
+
+
+def time_outliers(rows: list[dict]) -> list[str]:
+    """The runs whose modelled time is off by more than :data:`TIME_BOUND` (a one-rank
+    run, reported under every scheme, once), with the 1-minute load average they ran at."""
+    return [f"{r['workload']}, {'every scheme' if r['ranks'] == 1 else r['scheme']}, P={r['ranks']}: "
+            f"expected the model's {r['model_wall_s']:.4g} s within {100 * TIME_BOUND:.0f} % of the measured "
+            f"wall time, got {r['wall_s']:.4g} s ({100 * r['model_time_error']:+.0f} %, load average "
+            f"{r['loadavg_1min']:.2f})"
+            for r in rows if outside_bound(r) and (r["ranks"] > 1 or r["scheme"] == "island")]

@@ -9,19 +9,27 @@ import pytest
 
 from mpievo.cli.main import main as cli_main
 from mpievo.evo.problems import builtin_problem
-from mpievo.parallel.bench_schemes import (SCHEMES, SchemesCheckError, SchemesOptions, Workload,
-                                           WorkloadFitness, bench_schemes, check_rows, vary_factor,
-                                           workloads)
+from mpievo.parallel.bench_schemes import (SCHEMES, ModelCheckError, SchemesCheckError, SchemesOptions,
+                                           Workload, WorkloadFitness, bench_schemes, check_rows,
+                                           vary_factor, workloads)
 from mpievo.parallel.bench_schemes_report import CSV_COLUMNS
+from mpievo.parallel.plan_time import Constants
 
 BUDGET = 64
+#: a model without engine and loop costs: 0 s at cost 0, outside any time bound
+ZERO_MODEL = {"cores": 64, "engine": {"100": {"row_s": 0.0, "breed_s": 0.0}},
+              "intra": {"latency_s": 0.0, "bandwidth_Bps": 1e12}}
 
 
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory):
+    """The sweep with a model that is always wrong: it still writes its files, marks the
+    runs and then fails naming them."""
     out = tmp_path_factory.mktemp("schemes")
     options = SchemesOptions(ps=(1, 2), costs_ms=(0.0, 1.0), modes=("vary",), dims=(100,), budget=BUDGET)
-    return bench_schemes(options, out), out
+    with pytest.raises(ModelCheckError) as caught:
+        bench_schemes(options, out, Constants.from_dict(ZERO_MODEL))
+    return caught.value.result, out, str(caught.value)
 
 
 def _row(result, scheme, ranks, mode="none"):
@@ -29,7 +37,7 @@ def _row(result, scheme, ranks, mode="none"):
 
 
 def test_tiny_sweep_writes_every_column_and_row(sweep):
-    result, out = sweep
+    result, out, _ = sweep
     with open(out / "schemes.csv") as f:
         table = list(csv.DictReader(f))
     assert tuple(table[0]) == CSV_COLUMNS
@@ -38,6 +46,16 @@ def test_tiny_sweep_writes_every_column_and_row(sweep):
     assert json.loads((out / "schemes.json").read_text())["rows"] == result["rows"]
     assert "| cost 0, 100 genes | master_worker_steady |" in (out / "table.md").read_text()
     assert result["conditions"]["oversubscribed_p"] == [p for p in (1, 2) if p > result["conditions"]["cores"]]
+
+
+def test_tiny_sweep_fails_naming_every_run_the_model_misses(sweep):
+    result, out, message = sweep
+    assert "-100 % !" in (out / "table.md").read_text()
+    # the model predicts 0 s at cost 0: each of those runs named once, a one-rank run for every scheme
+    assert message.count("cost 0, 100 genes, every scheme, P=1: expected the model's 0 s within 25 %") == 1
+    lines = [line.strip() for line in message.splitlines()]
+    assert all(sum(line.startswith(f"cost 0, 100 genes, {s}, P=2: expected") and "(-100 %" in line
+                   for line in lines) == 1 for s in SCHEMES)
 
 
 def test_tiny_sweep_counts_evaluations_and_agrees_on_the_best(sweep):

@@ -1,0 +1,103 @@
+"""The cost model's time terms by hand: engine interpolation, loop costs, cores, the bound."""
+
+import pytest
+
+from mpievo.parallel.bench_schemes_report import format_table
+from mpievo.parallel.plan import Layout, bench_layout
+from mpievo.parallel.plan_calibrate import LOOP_GENERATIONS, loop_costs
+from mpievo.parallel.plan_time import Constants, Cost, predict_seconds, time_outliers
+
+ZERO = {"row_s": 0.0, "breed_s": 0.0, "init_s": 0.0, "record_s": 0.0}
+
+
+def constants(cores=64, engine=None, loop=None) -> Constants:
+    return Constants.from_dict({"cores": cores, "engine": engine or {"100": ZERO},
+                                "intra": {"latency_s": 0.0, "bandwidth_Bps": 1e12}, "loop": loop or {}})
+
+
+def test_engine_costs_interpolate_in_log_space_and_scale_per_gene_outside():
+    c = constants(engine={"100": dict(ZERO, row_s=1e-5, breed_s=2e-5),
+                          "1000000": dict(ZERO, row_s=1e-1, breed_s=2e-3)})
+    assert c.child(10_000)["row_s"] == pytest.approx(1e-3)      # halfway in log dim: geometric mean
+    assert c.child(10_000)["breed_s"] == pytest.approx(2e-4)
+    assert c.child(100)["row_s"] == 1e-5
+    assert c.child(10_000_000)["row_s"] == pytest.approx(1.0)   # above: per gene from 1e6
+    assert c.child(10)["breed_s"] == pytest.approx(2e-6)        # below: per gene from 1e2
+
+
+def test_initial_genomes_and_records_are_counted():
+    c = constants(engine={"100": dict(ZERO, init_s=1e-3, record_s=1e-2)})
+    lay = Layout("island", ranks=1, islands=2, dim=100, capacity=4, batch=4, interval=2, generations=3)
+    # 2 islands x 4 initial genomes; records of 2 islands at generation 0, at the last and at the end
+    assert predict_seconds(lay, c)["wall_s"] == pytest.approx(8 * 1e-3 + 3 * 2 * 1e-2)
+
+
+def test_loop_costs_come_from_two_run_lengths():
+    """Synthetic runs whose walls are the model's plus 3 ms + 1 ms per generation are
+    decomposed back into run_s and step_s, per scheme and for one rank."""
+    engine = {"100": dict(ZERO, row_s=1e-4, breed_s=1e-4)}
+    rows = []
+    for scheme, ranks in (("island", 1), ("hybrid", 2), ("master_worker_steady", 2)):
+        for g in LOOP_GENERATIONS:
+            row = {"scheme": scheme, "ranks": ranks, "ranks_per_island": ranks if scheme == "hybrid" else 1,
+                   "islands": 4, "dim": 100, "capacity": 8, "budget": 4 * 8 * (g + 1), "generations": g}
+            model = predict_seconds(bench_layout(row, interval=2), constants(engine=engine), loop=False)
+            rows += [dict(row, wall_s=model["wall_s"] + 3e-3 + 1e-3 * g + noise) for noise in (0, 1e-3, -1e-4)]
+    loop = loop_costs(rows, {"cores": 64, "engine": engine, "intra": {"latency_s": 0.0, "bandwidth_Bps": 1e12}})
+    assert {p: set(by) for p, by in loop.items()} == {"1": {"island"}, "2": {"hybrid", "master_worker_steady"}}
+    for by in loop.values():      # the median of each length's 3 runs drops the noise
+        for costs in by.values():
+            assert costs == {"run_s": pytest.approx(3e-3), "step_s": pytest.approx(1e-3)}
+
+
+def test_loop_costs_are_taken_at_the_rank_count_else_stretched_from_the_nearest():
+    loop = {"1": {"island": {"run_s": 0.5, "step_s": 0.25}}, "2": {"island": {"run_s": 1.0, "step_s": 0.5}},
+            "4": {"island": {"run_s": 3.0, "step_s": 0.75}}}
+    c = constants(cores=2, loop=loop)
+    one, two, four, eight = (Layout("island", ranks=p, islands=8, dim=100, capacity=8, batch=8, generations=2)
+                             for p in (1, 2, 4, 8))
+    assert predict_seconds(one, c)["wall_s"] == pytest.approx(0.5 + 2 * 0.25)
+    assert predict_seconds(two, c)["wall_s"] == pytest.approx(1.0 + 2 * 0.5)
+    assert predict_seconds(four, c)["wall_s"] == pytest.approx(3.0 + 2 * 0.75)
+    # 8 ranks on 2 cores: twice 4 ranks' oversubscription
+    assert predict_seconds(eight, c)["wall_s"] == pytest.approx(2 * (3.0 + 2 * 0.75))
+    del loop["4"]
+    assert predict_seconds(four, constants(cores=2, loop=loop))["wall_s"] == pytest.approx(2 * (1.0 + 2 * 0.5))
+    steady = Layout("master_worker", ranks=2, islands=4, dim=100, capacity=8, batch=8, generations=2,
+                    evaluation="steady")
+    assert predict_seconds(steady, c)["wall_s"] == pytest.approx(0.0, abs=1e-6)   # not calibrated
+
+
+def test_master_worker_workers_share_the_cores_its_master_yields():
+    """4 ranks on 2 cores: the island scheme's burning ranks run at half speed, master_worker's
+    3 workers at 2/3 (the master waits in a yielding poll)."""
+    c = constants(cores=2)
+    shape = dict(ranks=4, islands=1, dim=100, capacity=3, batch=3, generations=2)
+    burn = Cost(0.01, "burn")
+    # blocks of 1 row, one per worker: each generation is one row's burn
+    assert predict_seconds(Layout("master_worker", **shape), c, burn)["wall_s"] == pytest.approx(3 * 0.015)
+    assert predict_seconds(Layout("master_worker", **shape), c, Cost(0.01, "sleep"))["wall_s"] == \
+        pytest.approx(3 * 0.01)
+    island = Layout("island", ranks=4, islands=4, dim=100, capacity=3, batch=3, generations=2)
+    assert predict_seconds(island, c, burn)["wall_s"] == pytest.approx(3 * 3 * 0.02)
+
+
+def test_outliers_name_each_run_once_and_the_table_marks_them():
+    base = {"workload": "cost 0, 100 genes", "wall_s": 0.1, "loadavg_1min": 1.5, "mode": "none",
+            "evals_per_s": 1.0, "speedup": 1.0, "utilisation_mean": 0.5, "utilisation_min": 0.5,
+            "utilisation_max": 0.5, "bytes_per_generation": 0.0, "best_fitness": 1.0}
+    rows = [dict(base, scheme=s, ranks=1, model_wall_s=0.05, model_time_error=-0.5) for s in ("island", "hybrid")]
+    rows += [dict(base, scheme="hybrid", ranks=2, model_wall_s=0.124, model_time_error=0.24),
+             dict(base, scheme="island", ranks=2, model_wall_s=0.126, model_time_error=0.26)]
+    assert time_outliers(rows) == [
+        "cost 0, 100 genes, every scheme, P=1: expected the model's 0.05 s within 25 % of the measured "
+        "wall time, got 0.1 s (-50 %, load average 1.50)",
+        "cost 0, 100 genes, island, P=2: expected the model's 0.126 s within 25 % of the measured "
+        "wall time, got 0.1 s (+26 %, load average 1.50)"]
+    result = {"rows": rows, "conditions": {"options": {"ps": [1, 2], "capacity": 8, "budget": 192, "islands": 0,
+                                                       "large_dim": 10**6, "large_capacity": 2, "large_budget": 32,
+                                                       "interval": 2},
+                                           "date_utc": "now", "cores": 2, "oversubscribed_p": [],
+                                           "mpi_library": ["x"], "problem": "p"}}
+    table = format_table(result)
+    assert "| -50 % ! | +26 % ! |" in table and "| -50 % ! | +24 % |" in table
