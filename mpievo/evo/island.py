@@ -149,8 +149,9 @@ class Island:
             return spread(genomes) if spread is not None else device.evaluate(self.problem, genomes)
         return self.problem.evaluate(genomes)
 
-    def _evaluate(self, genomes: np.ndarray) -> np.ndarray:
-        fitness, bad = sanitize_fitness(self.evaluate(genomes))
+    def _count(self, fitness) -> np.ndarray:
+        """Evaluated ``fitness`` sanitised and counted (evaluations, non-finite values)."""
+        fitness, bad = sanitize_fitness(fitness)
         self.evaluations += len(fitness)
         self.nonfinite += bad
         return fitness
@@ -166,7 +167,18 @@ class Island:
     def initialize(self) -> None:
         """Generation 0: fill the archive (up to its limit, ``population``) with the
         problem's starting genomes (:meth:`Problem.initial_genomes`: its ``initial``
-        hook, else uniform random), evaluated.
+        hook, else uniform random), evaluated: :meth:`initial_population`, evaluated,
+        then :meth:`initialize_with`.
+
+        Raises:
+            RuntimeError: already initialised (or restored).
+        """
+        genomes = self.initial_population()
+        self.initialize_with(genomes, self.evaluate(genomes))
+
+    def initial_population(self) -> np.ndarray:
+        """Generation 0's genomes, not evaluated yet (for evaluation elsewhere, e.g. by
+        workers while other islands' populations are evaluated, then :meth:`initialize_with`).
 
         Raises:
             RuntimeError: already initialised (or restored).
@@ -179,12 +191,19 @@ class Island:
 
             box = box_arrays(self.problem.lower, self.problem.upper, self.archive.dtype)
             lower, upper = (device_operators.place(a) for a in box)
-            genomes = device_operators.uniform_genomes(
+            return device_operators.uniform_genomes(
                 rng, lower, upper, device_operators.empty((self.archive.limit, self.problem.dim),
                                                           self.archive.dtype))
-        else:
-            genomes = self.problem.initial_genomes(rng, self.archive.limit, self.archive.dtype)
-        fitness = self._evaluate(genomes)
+        return self.problem.initial_genomes(rng, self.archive.limit, self.archive.dtype)
+
+    def initialize_with(self, genomes, fitness) -> None:
+        """Generation 0 from :meth:`initial_population`'s ``genomes`` and their minimised
+        ``fitness`` (what :meth:`evaluate` gives for them)."""
+        if self.initialized:
+            raise RuntimeError(f"island {self.index} is already initialised (generation {self.generation})")
+        fitness = self._count(fitness)
+        if len(fitness) != len(genomes):
+            raise ValueError(f"expected the fitness of {len(genomes)} initial genomes, got {len(fitness)}")
         self.archive.insert(genomes, fitness, self._new_ids(len(fitness)), self.index, 0)
         self._init_algorithm()
         self.generation = 0

@@ -37,8 +37,8 @@ hangs times out with the communicator's timeout.
   (migrants go out after every island's last batch of g, before any batch of g+1),
   before a checkpoint, at the end of the run, and at the generation where a stop,
   target or checkpoint-time vote takes effect (the loop knows all of these one
-  generation before, see :mod:`.runner`). Generation 0 (the initial populations) is
-  evaluated island by island.
+  generation before, see :mod:`.runner`). Generation 0's initial populations go out
+  together, every island's in the one queue.
 
 Guarantees, both modes: the budget is never exceeded (each island's share, as in the
 island model), every child is evaluated exactly once, and each island sees the same
@@ -188,6 +188,20 @@ class SteadyIslands(IslandScheme):
         super().__init__(SelfComm(), PooledProblem(problem, pool), engines, **options)
         self.pool = pool
         self.flight: dict[int, Batch] = {}     # island -> its batch asked and not told yet
+
+    def initialize(self) -> None:
+        """Generation 0 with every island's initial population out with the workers at
+        once (the same genomes and fitness as one island after another)."""
+        batches = [Batch(self.islands[i].initial_population(), self.islands[i]) for i in self.local_indices]
+        for batch in batches:
+            self.pool.submit(batch)
+        self.pool.feed()
+        while self.pool.out:
+            self.pool.collect()
+            self.pool.feed()
+        for batch in batches:
+            batch.island.initialize_with(batch.genomes, batch.fitness)
+        self.generation = 0
 
     def step(self, ahead: bool = False) -> StepResult:
         """Run generation ``generation + 1``; with ``ahead`` an island done with it asks

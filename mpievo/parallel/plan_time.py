@@ -213,7 +213,7 @@ def _master_worker_run(layout, constants, cost, rng, plan: Traffic) -> float:
     no migration leaves rank 0; logs and records are rank 0's).
 
     * generation 0: each island's initial population (``init_s`` per genome) and its
-      blocks, island by island;
+      blocks, island by island (``steady``: every island's blocks in one queue);
     * ``generational``: island after island, the master breeds a batch while the
       workers wait (their polls yield the cores: no stretch), then waits for its last block;
     * ``steady``: every island's blocks in one queue; an island whose batch is back
@@ -223,8 +223,11 @@ def _master_worker_run(layout, constants, cost, rng, plan: Traffic) -> float:
       only its first batch's breeding is not overlapped.
     """
     c = constants.child(layout.dim)
-    wall = sum(c["init_s"] * rows + _pulled_seconds(layout, constants, cost, rng, [rows])
-               for rows in plan.batches[0] if rows)
+    initial = [rows for rows in plan.batches[0] if rows]
+    if layout.evaluation == "steady":
+        wall = c["init_s"] * sum(initial) + _pulled_seconds(layout, constants, cost, rng, initial)
+    else:
+        wall = sum(c["init_s"] * rows + _pulled_seconds(layout, constants, cost, rng, [rows]) for rows in initial)
     if layout.evaluation == "steady":
         breed = c["breed_s"] * _stretch(layout.ranks, constants.cores)
         for segment in _segments(plan):

@@ -146,3 +146,28 @@ def test_no_worker_waits_at_a_generation_boundary(world):
     early = [g for g in starved if g < result.generations]
     ok = result.generations == 6 and (comm.rank > 0 or starved and not early)   # the last one drains
     all_ranks_agree(world, ok, f"workers left without a block in generations {early}")
+
+
+@pytest.mark.mpi(min_size=2)
+def test_every_initial_population_is_out_at_once(world):
+    """Generation 0: all islands' initial populations are queued before the first block
+    comes back (one island after another left workers idle at each island's end), and
+    the run is still the island model's."""
+    comm = Communicator(world)
+    workers = comm.size - 1
+    problem = Problem(_skewed_sleep, 4, -5.0, 5.0, name="skewed sleep")
+    tables = {"run": {"scheme": "master_worker", "islands": 3, "generations": 2, "log_every": 1},
+              "engine": {"capacity": 4 * workers, "batch_size": 4 * workers, "evaluation": "steady"}}
+    job = validate(tables, comm.size, problem=problem)
+    scheme = build_scheme(comm, job, problem)
+    submitted = []
+    if comm.rank == 0:
+        pool, submit, collect = scheme.pool, scheme.pool.submit, scheme.pool.collect
+        pool.submit = lambda batch: submitted.append("submit") or submit(batch)
+        pool.collect = lambda: submitted.append("collect") or collect()
+    result = RunLoop(comm, scheme, RunSettings(job.run.generations, job.run.log_every)).run()
+    serial = run_job(validate(tables, 1, problem=problem), SelfComm())
+    first = submitted.index("collect") if "collect" in submitted else -1
+    ok = comm.rank > 0 or (first == 3 and result.best_fitness == serial.best_fitness
+                           and result.evaluations == serial.evaluations)
+    all_ranks_agree(world, ok, f"submitted before the first result: {submitted[:6]}")
