@@ -2,7 +2,8 @@
 point-to-point messages (:func:`send_object`, :func:`recv_object`, from any source).
 
 For small control messages (configs, votes, summaries); arrays belong in the
-collectives proper or in point-to-point exchange. Pickles of any size work: a
+collectives proper or in point-to-point exchange (a point-to-point message sends its
+arrays' data out of band, uncopied). Pickles of any size work: a
 broadcast goes in pieces under MPI's count limit (:mod:`mpievo.comm.chunking`), and
 a gather whose pickles together exceed one piece goes point to point, piece by
 piece, instead of through one Gatherv/Allgatherv (whose counts and displacements
@@ -22,8 +23,8 @@ from .buffers import check_root
 from .progress import Pending, Poll
 
 OBJECT_TAG = 31001   # pickles too large for one Gatherv (exchange uses 31000)
-MESSAGE_TAG = 31002       # a point-to-point pickle's length (what recv_object probes for)
-MESSAGE_BODY_TAG = 31003  # its bytes, in pieces (a separate tag: an any-source probe sees lengths only)
+MESSAGE_TAG = 31002       # a point-to-point message's header (what recv_object probes for)
+MESSAGE_BODY_TAG = 31003  # its pickle and buffers, in pieces (an any-source probe sees headers only)
 
 
 def barrier(core, timeout: float | None) -> None:
@@ -115,16 +116,34 @@ def _gather_pieces(core, mine: np.ndarray, out, lengths: list, displs: list, roo
         core.wait("allgather_object" if root is None else "gather_object", pending, None)
 
 
+def _dumps_out_of_band(obj) -> tuple[np.ndarray, list[np.ndarray]]:
+    """``obj``'s pickle (protocol 5) without the data of its contiguous arrays, and
+    those data as uint8 views of the arrays themselves (not copied)."""
+    buffers: list = []
+    data = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
+    return np.frombuffer(data, np.uint8), [np.frombuffer(b.raw(), np.uint8) for b in buffers]
+
+
+def message_bytes(obj) -> int:
+    """What :func:`send_object` sends for ``obj``: its header (8 bytes, and 8 per
+    out-of-band buffer), its pickle and its arrays' data."""
+    body, buffers = _dumps_out_of_band(obj)
+    return 8 * (1 + len(buffers)) + body.nbytes + sum(b.nbytes for b in buffers)
+
+
 def send_object(core, obj, dest: int, timeout: float | None) -> None:
-    """Send a picklable object to ``dest``: its length, then the pickle in pieces;
-    returns when both left this rank (a large one once ``dest`` receives it)."""
+    """Send a picklable object to ``dest``: a header (the pickle's length and each
+    buffer's), the pickle, then the data of its contiguous arrays straight from their
+    memory (pickle protocol 5, out of band: no copy into the pickle), each in pieces;
+    returns when all left this rank (large ones once ``dest`` receives them)."""
     core.check_usable()
     dest = check_root(dest, core.size)
-    body = np.frombuffer(_dumps(obj), np.uint8)
-    length = np.array([body.nbytes], np.int64)
-    pending = [Pending(core.comm.Isend([length, MPI.INT64_T], dest, MESSAGE_TAG), dest, "to")]
-    pending += chunking.post_send(core.comm, dest, body, MESSAGE_BODY_TAG)
-    core.count(length.nbytes + body.nbytes)
+    body, buffers = _dumps_out_of_band(obj)
+    header = np.array([body.nbytes] + [b.nbytes for b in buffers], np.int64)
+    pending = [Pending(core.comm.Isend([header, MPI.INT64_T], dest, MESSAGE_TAG), dest, "to")]
+    for part in (body, *buffers):
+        pending += chunking.post_send(core.comm, dest, part, MESSAGE_BODY_TAG)
+    core.count(header.nbytes + body.nbytes + sum(b.nbytes for b in buffers))
     core.wait("send_object", pending, timeout)
 
 
@@ -149,9 +168,12 @@ def recv_object(core, source: int | None, timeout: float | None):
     source = MPI.ANY_SOURCE if source is None else check_root(source, core.size)
     probe = _Probe(core.comm, source)
     core.wait("recv_object", [Pending(probe, source, "from")], timeout)
-    length = np.empty(1, np.int64)
-    probe.message.Recv([length, MPI.INT64_T])
+    header = np.empty(probe.status.Get_count(MPI.INT64_T), np.int64)
+    probe.message.Recv([header, MPI.INT64_T])
     sender = probe.status.Get_source()
-    body = np.empty(int(length[0]), np.uint8)
-    core.wait("recv_object", chunking.post_recv(core.comm, sender, body, MESSAGE_BODY_TAG), timeout)
-    return sender, pickle.loads(body)
+    body, *buffers = (np.empty(int(n), np.uint8) for n in header)
+    pending = []
+    for part in (body, *buffers):     # matched in the order they were sent
+        pending += chunking.post_recv(core.comm, sender, part, MESSAGE_BODY_TAG)
+    core.wait("recv_object", pending, timeout)
+    return sender, pickle.loads(body, buffers=buffers)   # arrays over the received buffers

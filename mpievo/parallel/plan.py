@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..comm.objects import message_bytes
 from .budget import budget_rounds, evaluation_shares
 from .groups import row_blocks
 from .mapping import rank_of_island
@@ -47,8 +48,6 @@ from .scheme import SCHEME_FORMAT, IslandScheme
 from .topology import build_topology
 
 SCHEMES = ("island", "hybrid", "centralized", "replicated", "master_worker")
-#: bytes before a point-to-point pickle (``send_object``'s length)
-LENGTH_BYTES = 8
 
 
 @dataclass(frozen=True)
@@ -252,8 +251,8 @@ def pulled_messages(layout: Layout, rows: int) -> list[Message]:
     out = []
     for a, b in block_bounds(rows, layout.ranks - 1):
         block = np.empty((b - a, layout.dim), layout.dtype)     # never touched: only its pickle's size
-        out.append(Message(0, 1, LENGTH_BYTES + pickled(("evaluate", block)), "evaluation"))
-        out.append(Message(1, 0, LENGTH_BYTES + pickled(np.empty(b - a, np.float64)), "evaluation"))
+        out.append(Message(0, 1, message_bytes(("evaluate", block)), "evaluation"))
+        out.append(Message(1, 0, message_bytes(np.empty(b - a, np.float64)), "evaluation"))
     return out
 
 
@@ -271,7 +270,7 @@ def summon_messages(layout: Layout, state: dict) -> list[Message]:
     if layout.scheme != "master_worker" or layout.ranks == 1:
         return []
     call = {"kind": "finish", "reason": end_reason(layout), "run_state": state}
-    size = LENGTH_BYTES + pickled(("release", call))
+    size = message_bytes(("release", call))
     return [Message(0, r, size, "evaluation") for r in range(1, layout.ranks)]
 
 

@@ -70,8 +70,10 @@ def test_centralized_sends_every_block_but_the_leaders():
 def test_master_worker_blocks_and_summons_by_hand():
     lay = Layout("master_worker", ranks=3, islands=1, dim=10, capacity=9, batch=10, generations=1)
 
-    def sent(obj):      # send_object: 8 bytes of length, then the pickle
-        return 8 + len(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
+    def sent(obj):      # send_object: a header of 8 bytes per part, the pickle, its arrays' data
+        buffers = []
+        body = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
+        return 8 * (1 + len(buffers)) + len(body) + sum(b.raw().nbytes for b in buffers)
 
     # 2 workers: blocks of ceil(rows / 8) = 2 rows out, their fitness back; 9 rows, then 10
     blocks = sum(sent(("evaluate", np.zeros((n, 10), np.float32))) + sent(np.zeros(n))
@@ -89,7 +91,7 @@ def test_master_worker_steady_waits_only_where_its_queue_drains_in_the_model():
                                             Cost(0.01, "sleep"))["wall_s"] for e in ("generational", "steady"))
     # 2 workers, 2 rows per island: the same 0.02 s per generation either way (sleep: no variance) ...
     assert generational == pytest.approx(steady) == pytest.approx(4 * 0.02)
-    shape["generations"] = 8      # generation 0 is evaluated island by island either way
+    shape["generations"] = 8
     vary = [predict_seconds(Layout("master_worker", evaluation=e, **shape), constants, Cost(0.01, "vary"))
             ["wall_s"] for e in ("generational", "steady")]
     assert vary[1] < 0.95 * vary[0]     # ... but steady never waits for one island's slower row
