@@ -20,6 +20,7 @@ from mpi4py import MPI
 
 from . import chunking
 from .buffers import check_root
+from .pickles import dumps_out_of_band
 from .progress import Pending, Poll
 
 OBJECT_TAG = 31001   # pickles too large for one Gatherv (exchange uses 31000)
@@ -116,21 +117,6 @@ def _gather_pieces(core, mine: np.ndarray, out, lengths: list, displs: list, roo
         core.wait("allgather_object" if root is None else "gather_object", pending, None)
 
 
-def _dumps_out_of_band(obj) -> tuple[np.ndarray, list[np.ndarray]]:
-    """``obj``'s pickle (protocol 5) without the data of its contiguous arrays, and
-    those data as uint8 views of the arrays themselves (not copied)."""
-    buffers: list = []
-    data = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
-    return np.frombuffer(data, np.uint8), [np.frombuffer(b.raw(), np.uint8) for b in buffers]
-
-
-def message_bytes(obj) -> int:
-    """What :func:`send_object` sends for ``obj``: its header (8 bytes, and 8 per
-    out-of-band buffer), its pickle and its arrays' data."""
-    body, buffers = _dumps_out_of_band(obj)
-    return 8 * (1 + len(buffers)) + body.nbytes + sum(b.nbytes for b in buffers)
-
-
 def send_object(core, obj, dest: int, timeout: float | None) -> None:
     """Send a picklable object to ``dest``: a header (the pickle's length and each
     buffer's), the pickle, then the data of its contiguous arrays straight from their
@@ -138,7 +124,7 @@ def send_object(core, obj, dest: int, timeout: float | None) -> None:
     returns when all left this rank (large ones once ``dest`` receives them)."""
     core.check_usable()
     dest = check_root(dest, core.size)
-    body, buffers = _dumps_out_of_band(obj)
+    body, buffers = dumps_out_of_band(obj)
     header = np.array([body.nbytes] + [b.nbytes for b in buffers], np.int64)
     pending = [Pending(core.comm.Isend([header, MPI.INT64_T], dest, MESSAGE_TAG), dest, "to")]
     for part in (body, *buffers):

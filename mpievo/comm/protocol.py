@@ -18,6 +18,7 @@ import numpy as np
 from mpievo.kernels import host
 
 from .buffers import check_root, flat_host, host_output
+from .pickles import message_bytes
 
 
 @runtime_checkable
@@ -168,10 +169,10 @@ class SelfComm:
 
     def send_object(self, obj: Any, dest: int) -> None:
         """Queue a copy of ``obj`` (its pickle) for :meth:`recv_object`; counted as a
-        Communicator counts it (8 bytes of length and the pickle)."""
+        Communicator counts it (:func:`~.pickles.message_bytes`)."""
         check_root(dest, 1)
         data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-        self._count(8 + len(data))
+        self._count(message_bytes(obj))
         self._messages.append(data)
 
     def recv_object(self, source: int | None = None) -> tuple[int, Any]:

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..comm.objects import message_bytes
+from ..comm.pickles import message_bytes
 from .budget import budget_rounds, evaluation_shares
 from .groups import row_blocks
 from .mapping import rank_of_island

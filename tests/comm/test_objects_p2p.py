@@ -60,7 +60,7 @@ def test_arrays_travel_out_of_band_and_arrive_equal(world, monkeypatch):
     """Contiguous arrays (C and Fortran order, empty ones) go as raw buffers beside the
     pickle, non-contiguous ones inside it; in pieces too; the traffic is what
     message_bytes says, and the pickle is far smaller than the data."""
-    from mpievo.comm.objects import _dumps_out_of_band, message_bytes
+    from mpievo.comm.pickles import dumps_out_of_band, message_bytes
 
     monkeypatch.setattr(chunking, "MAX_MESSAGE_BYTES", 256)
     comm = Communicator(world)
@@ -68,7 +68,7 @@ def test_arrays_travel_out_of_band_and_arrive_equal(world, monkeypatch):
     payload = {"c": rng.normal(size=(50, 7)).astype(np.float32), "f": np.asfortranarray(rng.normal(size=(9, 4))),
                "strided": np.arange(40.0)[::3], "empty": np.empty((0, 5)), "ints": np.arange(1000, dtype=np.int64),
                "label": "evaluate"}
-    body, buffers = _dumps_out_of_band(payload)
+    body, buffers = dumps_out_of_band(payload)
     ok = len(buffers) == 4 and body.nbytes < 600       # c, f, empty, ints; the strided one in band
     if comm.rank == 1:
         before = comm.traffic.get("collective", 0)
