@@ -1,8 +1,8 @@
 """mpievo.io and mpievo.faults stay independent of MPI and of the engine.
 
 mpievo.io is typed against the communication protocol (``mpievo.comm.protocol``, which
-imports no MPI, and the numpy-only host-buffer checks it uses); nothing else of
-mpievo.comm may load.
+imports no MPI, and the numpy-only host-buffer checks and message pickles it uses);
+nothing else of mpievo.comm may load.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-ALLOWED_COMM = {"mpievo.comm", "mpievo.comm.protocol", "mpievo.comm.buffers"}
+ALLOWED_COMM = {"mpievo.comm", "mpievo.comm.protocol", "mpievo.comm.buffers", "mpievo.comm.pickles"}
 
 
 def modules_after(statement: str) -> set[str]:
