@@ -286,12 +286,11 @@ class Island:
         """(genome, fitness in the user's sense) of the best archive member."""
         i = self.archive.best_index()
         encoded = genomes.encoding_of(self.problem)
-        if encoded is not None and isinstance(self.archive.genomes, np.ndarray):
-            genome = encoded.decode(self.archive.genomes[i])   # the whole genome, from a view of its row
-        else:
+        if encoded is None:
             genome = self.archive.row(i)
-            if encoded is not None:
-                genome = encoded.decode(genome)
+        else:   # the whole genome, decoded from a view of a host row (no row-sized copy)
+            host = isinstance(self.archive.genomes, np.ndarray)
+            genome = encoded.decode(self.archive.genomes[i] if host else self.archive.row(i))
         return genome, float(self.problem.to_user(self.archive.fitness[i]))
 
     def diversity(self) -> float:

@@ -226,15 +226,13 @@ def _master_worker_run(layout, constants, cost, rng, plan: Traffic) -> float:
     initial = [rows for rows in plan.batches[0] if rows]
     if layout.evaluation == "steady":
         wall = c["init_s"] * sum(initial) + _pulled_seconds(layout, constants, cost, rng, initial)
-    else:
-        wall = sum(c["init_s"] * rows + _pulled_seconds(layout, constants, cost, rng, [rows]) for rows in initial)
-    if layout.evaluation == "steady":
         breed = c["breed_s"] * _stretch(layout.ranks, constants.cores)
         for segment in _segments(plan):
             batches = [rows for g in segment for rows in plan.batches[g] if rows]
             head, rest = breed * batches[0], breed * sum(batches[1:])
             wall += head + max(rest, _pulled_seconds(layout, constants, cost, rng, batches))
     else:
+        wall = sum(c["init_s"] * rows + _pulled_seconds(layout, constants, cost, rng, [rows]) for rows in initial)
         wall += sum(c["breed_s"] * rows + _pulled_seconds(layout, constants, cost, rng, [rows])
                     for per_island in plan.batches[1:] for rows in per_island if rows)
     logs = sum(1 for g in range(plan.generations + 1) if g % LOG_EVERY == 0 or g == plan.generations)
