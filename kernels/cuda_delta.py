@@ -48,17 +48,10 @@ def _kernel(base_dtype: str, rows_dtype: str, out_dtype: str):
                                  store=_numba_type(out_dtype)))
 
 
-def base_to_device(base: np.ndarray):
-    """A device copy of the (dim,) ``base`` (float32 or float64, as bases are)."""
-    from numba import cuda
-
-    return cuda.to_device(np.ascontiguousarray(base))
-
-
 def materialize(base, rows, lower, upper, out, stream=0) -> None:
     """``out[:n] := clip(base + rows, lower, upper)`` for the ``n`` device ``rows``
-    (``base``, ``lower`` and ``upper`` from :func:`base_to_device` / :func:`~.cuda.bound_to_device`,
-    the box in ``out``'s dtype).
+    (``base`` a (dim,) device array, float32 or float64 as bases are; ``lower`` and
+    ``upper`` from :func:`~.cuda.bound_to_device`, the box in ``out``'s dtype).
 
     Raises:
         ValueError: shapes that do not fit together.

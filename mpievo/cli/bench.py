@@ -302,7 +302,11 @@ def _add_bbob_arguments(sub) -> None:
                       help="set a key of every job (TOML value), repeatable")
     bbob.add_argument("--peers", action="store_true",
                       help="also run pygmo's sade archipelago and cmaes (IPOP) when pygmo is installed")
-    bbob.add_argument("--out", default=None, help="write runs.csv, table.md, bbob.json, ecdf.png here")
+    bbob.add_argument("--out", default=None, help="write runs.csv (after every run), table.md, bbob.json, "
+                                                  "ecdf.png here")
+    bbob.add_argument("--resume", action="store_true",
+                      help="reuse the runs in --out's runs.csv made with the same job (by its digest), problem, "
+                           "seed and budget; run only the rest")
 
 
 def _seeds(text: str) -> tuple:
@@ -325,6 +329,9 @@ def _bench_bbob(args) -> int:
               "got an ImportError", file=sys.stderr)
         return 2
     given = {name: getattr(args, name) for name in _BBOB_OPTIONS if getattr(args, name) is not None}
+    if args.resume and args.out is None:
+        print("mpievo bench bbob: --resume: expected --out DIR (the runs.csv to resume), got none", file=sys.stderr)
+        return 2
     try:
         options = BbobOptions(jobs=tuple(args.jobs), assignments=tuple(args.assignments), peers=args.peers,
                               **given)
@@ -334,8 +341,8 @@ def _bench_bbob(args) -> int:
     comm = world_comm()
     with _abort_guard(comm):
         try:
-            bench_bbob(comm, options, args.out)
-        except ConfigError as err:
+            bench_bbob(comm, options, args.out, resume=args.resume)
+        except (ConfigError, FileExistsError) as err:
             if comm.rank == 0:
                 print(err, file=sys.stderr)
             return 2

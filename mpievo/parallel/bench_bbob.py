@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import hashlib
+import json
 import os
 import tempfile
 import time
@@ -257,6 +259,15 @@ def sade_archipelago(pygmo, udp, budget: int, seed: int) -> None:
         done += epoch
 
 
+def sade_single(pygmo, udp, budget: int, seed: int) -> None:
+    """One pygmo ``sade`` population of :data:`SADE_POPULATION` with the whole budget
+    (the issue's "single sade"; pygmo's own tolerances may end it early)."""
+    problem = pygmo.problem(udp)
+    pop = pygmo.population(problem, SADE_POPULATION, seed=seed)
+    generations = max(0, (budget - SADE_POPULATION) // SADE_POPULATION)
+    pygmo.algorithm(pygmo.sade(gen=generations, seed=seed * 1000)).evolve(pop)
+
+
 def cmaes_ipop(pygmo, udp, budget: int, seed: int) -> None:
     """pygmo ``cmaes`` (sigma0 0.3, bounds forced) restarted with a doubled population while
     the budget allows (IPOP): pygmo's CMA-ES has no restarts of its own; each run ends at
@@ -274,7 +285,18 @@ def cmaes_ipop(pygmo, udp, budget: int, seed: int) -> None:
         lam, restart = 2 * lam, restart + 1
 
 
-PEERS = {"pygmo:sade": sade_archipelago, "pygmo:cmaes": cmaes_ipop}
+PEERS = {"pygmo:sade": sade_archipelago, "pygmo:sade-single": sade_single, "pygmo:cmaes": cmaes_ipop}
+
+
+def peer_digest(name: str) -> str:
+    """What a peer's run depends on besides the problem, seed and budget (resume's key)."""
+    return digest({"peer": name, "islands": PEER_ISLANDS, "population": SADE_POPULATION, "epoch": SADE_EPOCH})
+
+
+def digest(config: dict) -> str:
+    """12 hex digits naming a job's configuration (a row of runs.csv is reused only under it)."""
+    text = json.dumps(config, sort_keys=True, default=str)
+    return hashlib.blake2b(text.encode(), digest_size=6).hexdigest()
 
 
 def run_peer(pygmo, name: str, function: int, dim: int, instance: int, seed: int, budget: int,
@@ -300,55 +322,116 @@ def _pygmo():
 
 
 # ------------------------------------------------------------------------- the grid
-def bench_bbob(comm, options: BbobOptions, out: str | os.PathLike | None = None, *, log=print) -> dict:
+def run_key(row: dict) -> tuple:
+    """What makes two runs the same run (resume reuses a row under this key)."""
+    return tuple(row[k] for k in ("function", "dim", "instance", "seed", "solver", "budget", "job"))
+
+
+def bench_bbob(comm, options: BbobOptions, out: str | os.PathLike | None = None, *, resume: bool = False,
+               log=print) -> dict:
     """Every job (and peer) on every (function, dim, instance, seed); collective.
 
+    With ``out``, rank 0 rewrites ``out/runs.csv`` after every run, so an interrupted
+    grid keeps what it measured; ``resume`` reuses the rows of that file whose run key
+    (:func:`run_key`: the problem, seed, solver, budget and the job's digest) is in the
+    grid and runs only the rest. Without ``resume`` an existing ``runs.csv`` with runs in
+    it is refused rather than overwritten.
+
     Returns:
-        {"rows": [...], "notes": [...], "options": {...}} (rank 0 writes it under ``out``).
+        {"rows": [...], "notes": [...], "options": {...}} (rank 0 writes it under ``out``);
+        ``rows`` are this grid's, reused ones included.
+
+    Raises:
+        FileExistsError: ``out/runs.csv`` holds runs and ``resume`` is off.
     """
-    from .bench_bbob_report import write_report
+    from .bench_bbob_report import write_csv, write_report
 
     jobs = load_jobs(options)
     pygmo = _pygmo() if options.peers else None
     notes = []
     if options.peers and pygmo is None:
         notes.append("pygmo not importable (the bench extra): peers skipped")
-    rows = []
+    kept = _previous_rows(comm, out, resume)
+    done = {run_key(row): row for row in kept}
+    rows, reused = [], 0
+
+    def record(row: dict) -> None:
+        rows.append(row)
+        old = run_key(row) in done
+        if not old:
+            kept.append(row)
+            if comm.rank == 0 and out is not None:
+                write_csv(kept, Path(out) / "runs.csv")
+        _progress(comm, log, row, " (reused)" if old else "")
+
     for dim in options.dims:
         for function in options.functions:
             for instance in options.instances:
-                fopt = f_opt(function, dim, instance)
+                fopt = None
                 for seed in options.seeds:
                     budget = options.budget_per_dim * dim
+                    key = (function, dim, instance, seed)
                     for label, config in jobs:
-                        row = run_mpievo(comm, config, function, dim, instance, seed, budget, fopt)
-                        rows.append({**row, "solver": label})
-                        _progress(comm, log, rows[-1])
+                        found = done.get((*key, label, budget, digest(config)))
+                        if found is None:
+                            fopt = f_opt(function, dim, instance) if fopt is None else fopt
+                            found = {**run_mpievo(comm, config, function, dim, instance, seed, budget, fopt),
+                                     "solver": label, "job": digest(config)}
+                        else:
+                            reused += 1
+                        record(found)
                     if pygmo is not None:
-                        rows.extend(_peers(comm, pygmo, function, dim, instance, seed, budget, fopt, log))
+                        missing = [name for name in PEERS if (*key, name, budget, peer_digest(name)) not in done]
+                        reused += len(PEERS) - len(missing)
+                        if missing:
+                            fopt = f_opt(function, dim, instance) if fopt is None else fopt
+                            fresh = dict(_peers(comm, pygmo, missing, function, dim, instance, seed, budget, fopt))
+                        for name in PEERS:
+                            record(done.get((*key, name, budget, peer_digest(name))) or fresh[name])
+    if reused:
+        notes.append(f"{reused} runs reused from {Path(out) / 'runs.csv'}")
     result = {"rows": rows, "notes": notes, "ranks": comm.size,
               "options": dict(vars(options))}
     if comm.rank == 0:
         for note in notes:
             log(f"note: {note}")
         if out is not None:
-            write_report(result, Path(out), log=log)
+            write_report(result, Path(out), all_rows=kept, log=log)
     return result
 
 
-def _peers(comm, pygmo, function, dim, instance, seed, budget, fopt, log) -> list[dict]:
-    """Rank 0 runs the peers; every rank gets their rows."""
+def _previous_rows(comm, out, resume: bool) -> list[dict]:
+    """The rows of ``out/runs.csv`` (rank 0 reads, every rank gets them); refuses to
+    overwrite them without ``resume``."""
+    from .bench_bbob_report import read_csv
+
+    rows, error = [], None
+    path = None if out is None else Path(out) / "runs.csv"
+    if comm.rank == 0 and path is not None and path.exists():
+        rows = read_csv(path)
+        if rows and not resume:
+            error = (f"{path}: expected no earlier runs (or --resume to reuse them), got "
+                     f"{len(rows)} runs")
+    with comm.purpose("control"):
+        rows, error = comm.bcast_object((rows, error))
+    if error:
+        raise FileExistsError(error)
+    return rows
+
+
+def _peers(comm, pygmo, names, function, dim, instance, seed, budget, fopt) -> list[tuple[str, dict]]:
+    """Rank 0 runs the peers ``names``; every rank gets their rows."""
     rows = None
     if comm.rank == 0:
         rows = []
-        for name in PEERS:
-            rows.append({**run_peer(pygmo, name, function, dim, instance, seed, budget, fopt), "solver": name})
-            _progress(comm, log, rows[-1])
+        for name in names:
+            row = run_peer(pygmo, name, function, dim, instance, seed, budget, fopt)
+            rows.append((name, {**row, "solver": name, "job": peer_digest(name)}))
     with comm.purpose("control"):
         return comm.bcast_object(rows)
 
 
-def _progress(comm, log, row) -> None:
+def _progress(comm, log, row, suffix: str) -> None:
     if comm.rank == 0:
-        log(f"f{row['function']} d{row['dim']} i{row['instance']} seed {row['seed']} {row['solver']:>16}: "
-            f"{row['evaluations']} evals, f-fopt {row['df_best']:.3g}, {row['wall_s']:.1f} s")
+        log(f"f{row['function']} d{row['dim']} i{row['instance']} seed {row['seed']} {row['solver']:>17}: "
+            f"{row['evaluations']} evals, f-fopt {row['df_best']:.3g}, {row['wall_s']:.1f} s{suffix}")

@@ -20,7 +20,7 @@ from .bench_bbob import TARGETS
 
 TARGET_COLUMNS = tuple(f"evals_1e{round(math.log10(t))}" for t in TARGETS)
 CSV_COLUMNS = ("function", "dim", "instance", "seed", "solver", "budget", "evaluations", "stop", "df_best",
-               "log10_df", *TARGET_COLUMNS, "wall_s")
+               "log10_df", *TARGET_COLUMNS, "wall_s", "job")
 
 
 def csv_rows(rows: list[dict]) -> list[dict]:
@@ -41,9 +41,21 @@ def read_csv(path: Path) -> list[dict]:
             row = {k: int(raw[k]) for k in ("function", "dim", "instance", "seed", "budget", "evaluations")}
             row.update(solver=raw["solver"], stop=raw["stop"], df_best=float(raw["df_best"]),
                        log10_df=float(raw["log10_df"]), wall_s=float(raw["wall_s"]),
-                       evals_to_target=[int(raw[c]) if raw[c] else None for c in TARGET_COLUMNS])
+                       evals_to_target=[int(raw[c]) if raw[c] else None for c in TARGET_COLUMNS],
+                       job=raw.get("job") or "")   # files written before the column: never reused
             rows.append(row)
     return rows
+
+
+def write_csv(rows: list[dict], path: Path) -> None:
+    """``runs.csv``, replaced whole (a crash while writing leaves the previous file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    scratch = path.with_name(path.name + ".tmp")
+    with open(scratch, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
+        writer.writeheader()
+        writer.writerows(csv_rows(rows))
+    scratch.replace(path)
 
 
 def summary(rows: list[dict]) -> dict:
@@ -59,6 +71,62 @@ def summary(rows: list[dict]) -> dict:
             for key, group in groups.items()}
 
 
+#: medians closer than this (log10 units) tie, as do two medians at the final target
+TIE = 0.1
+FINAL_LOG10 = math.log10(TARGETS[-1])
+
+
+def mark(mine: float, theirs: float) -> str:
+    """"+" better, "=" tie, "-" worse: the issue's rule on two medians of log10(f - f_opt)."""
+    if (mine <= FINAL_LOG10 and theirs <= FINAL_LOG10) or abs(mine - theirs) <= TIE + 1e-9:
+        return "="
+    return "+" if mine < theirs else "-"
+
+
+def comparisons(rows: list[dict]) -> dict:
+    """{(mpievo solver, peer): {"marks": {(function, dim): mark}, "worst": (shortfall, function, dim)}}
+    over the cells both ran; every solver not named ``mpievo:...`` is a peer (mpievo's
+    solvers are compared with one another too)."""
+    medians = {key: s["median_log10"] for key, s in summary(rows).items()}
+    solvers = list(dict.fromkeys(solver for _, _, solver in medians))
+    cells = list(dict.fromkeys((f, d) for f, d, _ in medians))
+    out = {}
+    for mine in (s for s in solvers if s.startswith("mpievo:")):
+        for other in (s for s in solvers if s != mine):
+            shared = [c for c in cells if (*c, mine) in medians and (*c, other) in medians]
+            marks = {c: mark(medians[(*c, mine)], medians[(*c, other)]) for c in shared}
+            worst = max(((medians[(*c, mine)] - medians[(*c, other)], *c) for c in shared if marks[c] == "-"),
+                        default=None)
+            out[(mine, other)] = {"marks": marks, "worst": worst}
+    return out
+
+
+def format_comparisons(rows: list[dict]) -> str:
+    """Each mpievo solver against each other solver: a mark per cell, then the counts."""
+    pairs = comparisons(rows)
+    if not pairs:
+        return ""
+    medians = {key: s["median_log10"] for key, s in summary(rows).items()}
+    solvers = list(dict.fromkeys(solver for _, _, solver in medians))
+    cells = sorted(dict.fromkeys((f, d) for f, d, _ in medians), key=lambda c: (c[1], c[0]))
+    head = ["f", "dim", *solvers, *(f"{a} vs {b}" for a, b in pairs)]
+    lines = ["", f"Medians of log10(f - f_opt) and marks: + better, = tie (both at 1e-8 or within {TIE}), "
+             "- worse", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for f, d in cells:
+        values = [f"{medians[(f, d, s)]:.2f}" if (f, d, s) in medians else "" for s in solvers]
+        marks = [p["marks"].get((f, d), "") for p in pairs.values()]
+        lines.append(f"| f{f} | {d} | " + " | ".join(values + marks) + " |")
+    lines.append("")
+    for (mine, other), p in pairs.items():
+        marks = list(p["marks"].values())
+        good = sum(m != "-" for m in marks)
+        worst = "" if p["worst"] is None else \
+            f"; worst: f{p['worst'][1]} {p['worst'][2]}-D, {p['worst'][0]:.2f} orders of magnitude behind"
+        lines.append(f"- {mine} vs {other}: better or equal on {good} of {len(marks)} cells "
+                     f"({100 * good / max(1, len(marks)):.0f} %){worst}")
+    return "\n".join(lines) + "\n"
+
+
 def format_table(result: dict) -> str:
     o = result["options"]
     lines = [f"BBOB, budget {o['budget_per_dim']} x dim evaluations, {o['islands']} islands on "
@@ -70,6 +138,7 @@ def format_table(result: dict) -> str:
     for (function, dim, solver), s in sorted(summary(result["rows"]).items(), key=lambda kv: (kv[0][1], kv[0][0])):
         lines.append(f"| f{function} | {dim} | {solver} | {s['runs']} | {s['median_log10']:.2f} | "
                      f"{s['pairs_hit']}/{s['pairs']} | {s['final_hit']}/{s['runs']} |")
+    lines.append(format_comparisons(result["rows"]))
     lines.extend(f"\nnote: {note}" for note in result["notes"])
     return "\n".join(lines) + "\n"
 
@@ -111,13 +180,10 @@ def write_ecdf(result: dict, path: Path) -> str | None:
     return None
 
 
-def write_report(result: dict, out: Path, *, log=print) -> None:
-    """runs.csv, table.md, bbob.json and ecdf.png under ``out``; a missing plot goes to the notes."""
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / "runs.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
-        writer.writeheader()
-        writer.writerows(csv_rows(result["rows"]))
+def write_report(result: dict, out: Path, *, all_rows: list[dict] | None = None, log=print) -> None:
+    """runs.csv (``all_rows``, default the result's), table.md, bbob.json and ecdf.png
+    under ``out``; a missing plot goes to the notes."""
+    write_csv(result["rows"] if all_rows is None else all_rows, out / "runs.csv")
     notes = [note for note in [write_ecdf(result, out / "ecdf.png")] if note]
     result["notes"].extend(notes)
     (out / "table.md").write_text(format_table(result))

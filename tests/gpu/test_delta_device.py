@@ -13,7 +13,7 @@ from gpu_support import elementwise_fitness
 from mpievo.evo import EngineConfig, Island, Problem, make_problem
 from mpievo.evo import device
 from mpievo.evo import operators as host_ops
-from mpievo.evo.genomes import BaseModels, delta as delta_module, encoding_of
+from mpievo.evo.genomes import BaseModels, encoding_of
 from mpievo.kernels import cuda_delta
 from mpievo.kernels.cuda import simulator_enabled
 
@@ -129,16 +129,18 @@ def test_a_device_checkpoint_resumes_on_the_host_and_back(monkeypatch, tmp_path)
 
 
 def test_the_base_goes_to_the_device_once_per_process(monkeypatch):
+    from mpievo.kernels import cuda_rows
+
     uploads = []
-    upload = cuda_delta.base_to_device
-    monkeypatch.setattr(cuda_delta, "base_to_device", lambda *a: uploads.append(a) or upload(*a))
+    upload = cuda_rows.from_host
+    monkeypatch.setattr(cuda_rows, "from_host", lambda src, *a, **k: uploads.append(src.shape) or upload(src, *a, **k))
     problem = _problem()
     islands = [_island(problem, index=i) for i in range(2)]
     for island in islands:
         island.run(3)
-    assert len(uploads) == 1
+    assert uploads.count((problem.dim,)) == 1       # the base row, not every base
     placed = [encoding_of(island.problem)._device_arrays()[0] for island in islands]
-    assert placed[0] is placed[1] is delta_module._DEVICE_BASES[problem.bases]
+    assert placed[0] is placed[1] is problem.bases.on_device(row=0)
     assert np.array_equal(placed[0].copy_to_host(), problem.bases.array[0])
 
 
@@ -168,3 +170,21 @@ def test_device_settings_with_delta_are_checked_and_auto_picks_as_for_dense():
         assert not _island(_problem("cpu"), where="auto", genome=genome).on_device
         assert not _island(_problem(), where="auto", genome=genome, algorithm="cmaes").on_device
     assert not _island(_problem(), where="cpu").on_device
+
+
+def test_bases_on_device_by_row_share_one_copy(monkeypatch):
+    from mpievo.kernels import cuda_rows
+
+    bases = BaseModels(np.arange(12, dtype=np.float32).reshape(3, 4))
+    uploads = []
+    upload = cuda_rows.from_host
+    monkeypatch.setattr(cuda_rows, "from_host", lambda src, *a, **k: uploads.append(src.shape) or upload(src, *a, **k))
+    row = bases.on_device(row=1)
+    assert bases.on_device(row=1) is row and uploads == [(4,)]
+    assert np.array_equal(row.copy_to_host(), bases.array[1])
+    whole = bases.on_device()
+    assert bases.on_device() is whole and uploads == [(4,), (3, 4)]
+    # once every base is there, a row is a view of it: no second copy of any base
+    assert np.array_equal(bases.on_device(row=2).copy_to_host(), bases.array[2]) and len(uploads) == 2
+    with pytest.raises(IndexError, match="expected a base row in 0..2, got 3"):
+        BaseModels(np.zeros((3, 4), np.float32)).on_device(row=3)

@@ -144,3 +144,73 @@ def test_ranks_share_the_evaluations_and_agree_with_one_process(world, tmp_path_
     alone = bb.bench_bbob(SelfComm(), options, **quiet)["rows"]
     same = [(r["evaluations"], r["df_best"]) for r in spread] == [(r["evaluations"], r["df_best"]) for r in alone]
     all_ranks_agree(world, same, f"{spread} vs {alone}")
+
+
+def _quiet_bench(options, out=None, **kw):
+    return bb.bench_bbob(SelfComm(), options, out, log=lambda *a, **k: None, **kw)
+
+
+def test_resume_reuses_runs_of_the_same_job_and_runs_the_rest(tmp_path, monkeypatch):
+    options = bb.BbobOptions(**{**TINY, "functions": (1,)})
+    first = _quiet_bench(options, tmp_path)["rows"]
+    with pytest.raises(FileExistsError, match=r"runs.csv: expected no earlier runs \(or --resume to reuse "
+                                              r"them\), got 1 runs"):
+        _quiet_bench(options, tmp_path)
+    ran = []
+    real = bb.run_mpievo
+    monkeypatch.setattr(bb, "run_mpievo", lambda *a, **k: ran.append(a[2]) or real(*a, **k))
+    grown = bb.BbobOptions(**{**TINY, "functions": (1, 3)})
+    again = _quiet_bench(grown, tmp_path, resume=True)
+    assert ran == [3]                                    # f1 was reused, f3 ran
+    assert again["rows"][0] == first[0] and "1 runs reused" in again["notes"][0]
+    assert [r["function"] for r in read_csv(tmp_path / "runs.csv")] == [1, 3]
+    # another job (its digest differs) is another solver run: nothing reused
+    changed = bb.BbobOptions(**{**TINY, "functions": (1,)}, assignments=("engine.batch_size=16",))
+    _quiet_bench(changed, tmp_path, resume=True)
+    assert ran == [3, 1]
+    assert len(read_csv(tmp_path / "runs.csv")) == 3     # earlier runs outside the grid are kept
+
+
+def test_runs_csv_is_written_after_every_run(tmp_path, monkeypatch):
+    real, calls = bb.run_mpievo, []
+
+    def second_fails(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("rank failed")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(bb, "run_mpievo", second_fails)
+    with pytest.raises(RuntimeError, match="rank failed"):
+        _quiet_bench(bb.BbobOptions(**{**TINY, "functions": (1, 3)}), tmp_path)
+    (kept,) = read_csv(tmp_path / "runs.csv")
+    assert (kept["function"], kept["job"]) == (1, bb.digest(bb.load_jobs(bb.BbobOptions(**TINY))[0][1]))
+
+
+def _row(function, dim, solver, log10_df):
+    return {"function": function, "dim": dim, "solver": solver, "log10_df": log10_df,
+            "evals_to_target": [None] * len(bb.TARGETS)}
+
+
+def test_marks_follow_the_issue_rule():
+    from mpievo.parallel.bench_bbob_report import comparisons, format_comparisons, mark
+
+    assert [mark(-8.5, -13.0), mark(1.0, 1.1), mark(1.0, 1.2), mark(1.2, 1.0), mark(-7.9, -8.5)] == \
+        ["=", "=", "+", "-", "-"]
+    rows = [_row(1, 10, "mpievo:a", -9), _row(1, 10, "peer", -12),         # tie: both at 1e-8
+            _row(2, 10, "mpievo:a", 2.0), _row(2, 10, "peer", 0.5),        # 1.5 behind
+            _row(3, 10, "mpievo:a", 1.0), _row(3, 10, "peer", 1.3),        # ahead
+            _row(4, 10, "mpievo:a", 0.0), _row(4, 10, "peer", -0.4),       # 0.4 behind
+            _row(5, 10, "peer", 0.0)]                                      # not shared: not a cell
+    (key, pair), = [(k, v) for k, v in comparisons(rows).items()]
+    assert key == ("mpievo:a", "peer")
+    assert pair["marks"] == {(1, 10): "=", (2, 10): "-", (3, 10): "+", (4, 10): "-"}
+    assert pair["worst"] == (1.5, 2, 10)
+    text = format_comparisons(rows)
+    assert "- mpievo:a vs peer: better or equal on 2 of 4 cells (50 %); worst: f2 10-D, 1.50 orders" in text
+    assert "| f3 | 10 | 1.00 | 1.30 | + |" in text
+
+
+def test_cli_resume_needs_out(capsys):
+    assert cli_main(["bench", "bbob", "--functions", "1", "--resume"]) == 2
+    assert "--resume: expected --out DIR (the runs.csv to resume), got none" in capsys.readouterr().err

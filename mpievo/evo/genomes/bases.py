@@ -117,15 +117,25 @@ class BaseModels:
         use loads the bases again."""
         self._array = None
 
-    def on_device(self):
-        """The bases on this process's GPU (a Numba device array), copied on first use in
-        bounded chunks and kept: one copy per process, shared by every island and
-        fitness of the process over these bases (a rank drives one GPU)."""
-        if getattr(self, "_device", None) is None:
+    def on_device(self, row: int | None = None):
+        """The bases (or base ``row`` only) on this process's GPU (a Numba device array),
+        copied on first use in bounded chunks and kept: one copy per process, shared by
+        every island and fitness of the process over these bases (a rank drives one GPU).
+        A row is a view of the whole when that is already there, so no base is on the
+        GPU twice."""
+        if row is not None and row not in range(self.shape[0]):
+            raise IndexError(f"expected a base row in 0..{self.shape[0] - 1}, got {row}")
+        bases = self.array             # first: loading attaches, which empties the cache
+        cache = getattr(self, "_device", None)
+        if cache is None:
+            cache = self._device = {}
+        if None in cache:
+            return cache[None] if row is None else cache[None][row]
+        if row not in cache:
             from mpievo.kernels import cuda_rows
 
-            self._device = cuda_rows.from_host(np.ascontiguousarray(self.array))
-        return self._device
+            cache[row] = cuda_rows.from_host(np.ascontiguousarray(bases if row is None else bases[row]))
+        return cache[row]
 
     @property
     def attached(self) -> bool:

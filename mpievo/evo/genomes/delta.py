@@ -28,7 +28,6 @@ drives one GPU (the hybrid scheme maps one rank per GPU).
 
 from __future__ import annotations
 
-import weakref
 
 import numpy as np
 
@@ -41,10 +40,6 @@ from .encoded import EncodedProblem
 
 #: genes per chunk of the shifted box (bounds its float64 temporaries to 512 KiB each)
 _CHUNK = 1 << 16
-
-#: bases -> the delta base on this process's GPU, uploaded once
-_DEVICE_BASES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
 
 def shifted_box(problem: Problem, base: np.ndarray, dtype) -> tuple[np.ndarray, np.ndarray]:
     """``[lower - base, upper - base]`` in ``dtype``, rounded inwards like every box
@@ -109,12 +104,8 @@ class DeltaProblem(EncodedProblem):
         if self._placed is None:
             from numba import cuda
 
-            from mpievo.kernels import cuda_delta
             from mpievo.kernels.cuda import bound_to_device
 
-            base = _DEVICE_BASES.get(self.bases)
-            if base is None:
-                base = _DEVICE_BASES[self.bases] = cuda_delta.base_to_device(self.bases.array[0])
-            self._placed = (base, *(bound_to_device(a) for a in self._box),
+            self._placed = (self.bases.on_device(row=0), *(bound_to_device(a) for a in self._box),
                             cuda.device_array((self.block_rows, self.genome_dim), self.dtype))
         return self._placed
