@@ -91,7 +91,8 @@ def _add_schemes_arguments(sub) -> None:
                           "(default 1e2,1e5,1e7)")
     sch.add_argument("--budget", type=_numbers(int, one=True),
                      help="evaluations per run below 1e6 genes, the same for every scheme (default "
-                          "192; from 1e6 genes 32, with archives and batches of 2 instead of 8)")
+                          "192; 32 times that at cost 0 below 1e4 genes, where a child costs microseconds; "
+                          "from 1e6 genes 32, with archives and batches of 2 instead of 8)")
     sch.add_argument("--out", default=None, help="write schemes.csv, schemes.json, table.md, schemes.png here")
 
 

@@ -356,8 +356,10 @@ def bench_bbob(comm, options: BbobOptions, out: str | os.PathLike | None = None,
     rows, reused = [], 0
 
     def record(row: dict) -> None:
+        nonlocal reused
         rows.append(row)
         old = run_key(row) in done
+        reused += old
         if not old:
             kept.append(row)
             if comm.rank == 0 and out is not None:
@@ -377,12 +379,9 @@ def bench_bbob(comm, options: BbobOptions, out: str | os.PathLike | None = None,
                             fopt = f_opt(function, dim, instance) if fopt is None else fopt
                             found = {**run_mpievo(comm, config, function, dim, instance, seed, budget, fopt),
                                      "solver": label, "job": digest(config)}
-                        else:
-                            reused += 1
                         record(found)
                     if pygmo is not None:
                         missing = [name for name in PEERS if (*key, name, budget, peer_digest(name)) not in done]
-                        reused += len(PEERS) - len(missing)
                         if missing:
                             fopt = f_opt(function, dim, instance) if fopt is None else fopt
                             fresh = dict(_peers(comm, pygmo, missing, function, dim, instance, seed, budget, fopt))

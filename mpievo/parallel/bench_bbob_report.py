@@ -84,20 +84,23 @@ def mark(mine: float, theirs: float) -> str:
 
 
 def comparisons(rows: list[dict]) -> dict:
-    """{(mpievo solver, peer): {"marks": {(function, dim): mark}, "worst": (shortfall, function, dim)}}
-    over the cells both ran; every solver not named ``mpievo:...`` is a peer (mpievo's
-    solvers are compared with one another too)."""
+    """{(mpievo solver, other): {"marks": {(function, dim): mark}, "worst": (shortfall, function, dim)}}
+    over the cells both ran. The others are the peers (every solver not named
+    ``mpievo:...``); without peers, the mpievo solvers after it. A shortfall counts from
+    the final target: a median below 1e-8 counts as 1e-8."""
     medians = {key: s["median_log10"] for key, s in summary(rows).items()}
     solvers = list(dict.fromkeys(solver for _, _, solver in medians))
+    ours = [s for s in solvers if s.startswith("mpievo:")]
+    peers = [s for s in solvers if s not in ours]
     cells = list(dict.fromkeys((f, d) for f, d, _ in medians))
     out = {}
-    for mine in (s for s in solvers if s.startswith("mpievo:")):
-        for other in (s for s in solvers if s != mine):
+    for i, mine in enumerate(ours):
+        for other in peers or ours[i + 1:]:
             shared = [c for c in cells if (*c, mine) in medians and (*c, other) in medians]
             marks = {c: mark(medians[(*c, mine)], medians[(*c, other)]) for c in shared}
-            worst = max(((medians[(*c, mine)] - medians[(*c, other)], *c) for c in shared if marks[c] == "-"),
-                        default=None)
-            out[(mine, other)] = {"marks": marks, "worst": worst}
+            gaps = [(max(medians[(*c, mine)], FINAL_LOG10) - max(medians[(*c, other)], FINAL_LOG10), *c)
+                    for c in shared if marks[c] == "-"]
+            out[(mine, other)] = {"marks": marks, "worst": max(gaps, default=None)}
     return out
 
 

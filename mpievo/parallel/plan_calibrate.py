@@ -1,4 +1,4 @@
-"""The cost model's constants measured on this machine (``mpievo plan --calibrate``, < 30 s).
+"""The cost model's constants measured on this machine (``mpievo plan --calibrate``, about a minute).
 
 * **Engine, per dim** (default 1e2, 1e5, 1e7 genes; the model interpolates between
   them in log-log space): the bench's GA islands (4; archive = batch = 8, 2 from 1e6
@@ -6,11 +6,20 @@
   stepped in this process: ``row_s`` is the time inside the fitness per row,
   ``breed_s`` the rest of a step per child (breeding, selection, archive update),
   ``init_s`` the initial population's time outside the fitness per genome, and
-  ``record_s`` one island record (what the run loop gathers at log lines).
+  ``record_s`` one island record (what the run loop gathers at log lines). Above the
+  smallest dim, ``row_s``, ``breed_s`` and ``init_s`` then come from the bench's own
+  one-rank island runs at two lengths (:func:`run_engine_costs`): a run pays for fresh
+  arrays and the run loop, which a stepping loop does not. That run is the bench's
+  one-rank row at cost 0, so the model fits that row rather than predicts it; every
+  other rank count and scheme is predicted.
 * **Links**: a ping-pong between 2 ranks (``mpievo launch -n 2``): the latency of an
   8-byte message and the bandwidth of a 16 MiB one, both one-way, over the intra-node
   link (this machine has no other node; the inter-node link is given by flags).
 * ``cores``: the CPUs this process may run on (more busy ranks than cores share them).
+* ``oversubscribed``, per dim: in the launched job with more ranks than cores, every
+  rank measures the engine costs at once; their work per child against the same alone,
+  beyond ranks / cores, is what time-slicing costs (caches and memory evicted by the
+  other ranks): about a fifth from 1e5 genes here.
 * **Run loop** (``loop``): real runs of the bench's job at cost 0 and the smallest
   dim, at two lengths (:data:`LOOP_GENERATIONS`, the median of :data:`LOOP_REPEATS`
   runs each), in launched jobs as the bench's: the island scheme on 1 rank, every
@@ -37,8 +46,10 @@ import numpy as np
 CALIBRATION_DIMS = (100, 100_000, 10_000_000)
 PING_SIZES = (8, 16 << 20)
 #: the two run lengths (generations after the initial one) the loop costs come from
-LOOP_GENERATIONS = (2, 8)
+LOOP_GENERATIONS = (8, 64)
 LOOP_REPEATS = 3
+#: the run lengths of the engine-cost runs from ``large_dim`` genes (once each)
+LARGE_GENERATIONS = (1, 3)
 #: the rank counts the schemes' loop costs are measured at by default (``mpievo bench
 #: schemes``' default sweep); 1 and 2 always (the 2-rank job also runs the ping-pong)
 LOOP_RANKS = (1, 2, 4)
@@ -89,17 +100,34 @@ def loop_budget(generations: int, dim: int) -> int:
     return options.n_islands * options.capacity_for(dim) * (generations + 1)
 
 
-def scheme_rows(dim: int, size: int) -> list[dict]:
+def scheme_rows(dims, size: int) -> list[dict]:
     """The launched side: every bench scheme's runs (one rank: the island scheme's, as
-    the bench's) at both lengths on every rank (collective); the bench's rows
-    (:func:`.bench_schemes.measure`)."""
+    the bench's) at both lengths on every rank (collective), at the smallest of ``dims``;
+    on one rank also the island's at the others (:func:`run_lengths`, for
+    :func:`run_engine_costs`). The bench's rows (:func:`.bench_schemes.measure`)."""
     from .bench_schemes import SCHEMES, SchemesOptions, Workload, measure, warm_up
 
-    options = SchemesOptions(dims=(dim,))
+    small = min(dims)
+    options = SchemesOptions(dims=tuple(sorted(dims)))
     schemes = SCHEMES if size > 1 else ("island",)
     warm_up(options, schemes)
-    return [measure(Workload(0.0, "none", dim), scheme, options, loop_budget(generations, dim))
+    rows = [measure(Workload(0.0, "none", small), scheme, options, loop_budget(generations, small))
             for scheme in schemes for generations in LOOP_GENERATIONS for _ in range(LOOP_REPEATS)]
+    if size == 1:
+        for dim in sorted(dims)[1:]:
+            lengths, repeats = run_lengths(dim)
+            rows += [measure(Workload(0.0, "none", dim), "island", options, loop_budget(generations, dim))
+                     for generations in lengths for _ in range(repeats)]
+    return rows
+
+
+def run_lengths(dim: int) -> tuple[tuple[int, int], int]:
+    """(the two run lengths in generations, repeats of each) of the one-rank runs that
+    give the engine costs at ``dim`` genes: shorter and once from ``large_dim`` genes,
+    where a generation takes seconds."""
+    from .bench_schemes import SchemesOptions
+
+    return (LARGE_GENERATIONS, 1) if dim >= SchemesOptions().large_dim else (LOOP_GENERATIONS, LOOP_REPEATS)
 
 
 def loop_costs(rows: list[dict], constants: dict) -> dict:
@@ -120,6 +148,47 @@ def loop_costs(rows: list[dict], constants: dict) -> dict:
         (g1, o1), (g2, o2) = sorted((g, statistics.median(v)) for g, v in by_length.items())
         step = max(0.0, (o2 - o1) / (g2 - g1))
         out.setdefault(ranks, {})[scheme] = {"run_s": max(0.0, o1 - step * g1), "step_s": step}
+    return out
+
+
+def run_engine_costs(rows: list[dict], constants: dict) -> dict:
+    """{str(dim): engine costs} from the one-rank island runs above the smallest dim:
+    ``row_s`` is their time inside the fitness per evaluation; ``breed_s`` and
+    ``init_s`` solve "wall = the model's" at both run lengths (the model is linear in
+    them; the run loop's costs and ``record_s`` as calibrated). A bench run pays what a
+    stepping loop does not (fresh arrays every run, the run loop around the steps): at
+    1e7 genes about a fifth more than :func:`engine_costs` measured."""
+    from .plan import bench_layout
+    from .plan_time import Constants, predict_seconds
+
+    small = min(int(d) for d in constants["engine"])
+    by_dim: dict = {}
+    for row in rows:
+        if row["ranks"] == 1 and row["dim"] != small:
+            by_dim.setdefault(row["dim"], {}).setdefault(row["generations"], []).append(row)
+    out = {}
+    for dim, by_length in sorted(by_dim.items()):
+        runs = [r for group in by_length.values() for r in group]
+        fitness = sum(r["utilisation"][0] * r["wall_s"] for r in runs)
+        costs = dict(constants["engine"][str(dim)], row_s=fitness / sum(r["evaluations"] for r in runs))
+
+        def wall(length, breed_s, init_s):
+            trial = dict(constants, engine={**constants["engine"], str(dim): dict(costs, breed_s=breed_s,
+                                                                                 init_s=init_s)})
+            layout = bench_layout(by_length[length][0], interval=_interval())
+            return predict_seconds(layout, Constants.from_dict(trial))["wall_s"]
+
+        equations = []
+        for length, group in sorted(by_length.items()):
+            base = wall(length, 0.0, 0.0)
+            equations.append(([wall(length, 1.0, 0.0) - base, wall(length, 0.0, 1.0) - base],
+                              statistics.median(r["wall_s"] for r in group) - base))
+        (a, b), (c, d) = (e[0] for e in equations)
+        (y1, y2) = (e[1] for e in equations)
+        det = a * d - b * c
+        breed_s = (y1 * d - b * y2) / det if det else 0.0
+        init_s = (a * y2 - c * y1) / det if det else 0.0
+        out[str(dim)] = dict(costs, breed_s=max(breed_s, 0.0), init_s=max(init_s, 0.0))
     return out
 
 
@@ -156,7 +225,7 @@ def ping_pong() -> dict:
     return {"latency_s": latency, "bandwidth_Bps": large / max(times[large] - latency, 1e-12)}
 
 
-def launched(dim: int, ping: bool) -> None:
+def launched(dims, ping: bool) -> None:
     """A launched job: rank 0 prints {"intra": ping-pong (on 2 ranks, else None),
     "rows": scheme rows} as JSON."""
     from mpi4py import MPI
@@ -164,18 +233,48 @@ def launched(dim: int, ping: bool) -> None:
     from ..comm import abort_on_error
     from .threads import limit_blas_threads
 
+    size = MPI.COMM_WORLD.Get_size()
     with abort_on_error(), contextlib.ExitStack() as stack:
         limit_blas_threads(1, stack)
-        result = {"intra": ping_pong() if ping else None, "rows": scheme_rows(dim, MPI.COMM_WORLD.Get_size())}
+        result = {"intra": ping_pong() if ping else None, "rows": scheme_rows(dims, size),
+                  "concurrent": concurrent_engine_costs(dims) if size > _cores() else None}
     if MPI.COMM_WORLD.Get_rank() == 0:
         print(json.dumps(result), flush=True)
 
 
-def launch_job(ranks: int, dim: int) -> dict:
+def _cores() -> int:
+    return len(os.sched_getaffinity(0))
+
+
+def concurrent_engine_costs(dims) -> dict:
+    """{str(dim): [each rank's :func:`engine_costs`]} measured by every rank at once
+    (collective): more ranks than cores, so they are time-sliced."""
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    out = {}
+    for dim in sorted(dims):
+        comm.Barrier()
+        out[str(dim)] = comm.gather(engine_costs(dim), root=0)
+    return out
+
+
+def oversubscription(concurrent: dict, ranks: int, cores: int, alone: dict) -> dict:
+    """{str(dim): slowdown of a time-sliced rank beyond ``ranks / cores``}: its engine
+    work per child (fitness row and breeding) against the same alone, at least 1."""
+    def per_child(costs):
+        return costs["row_s"] + costs["breed_s"]
+
+    return {dim: max(1.0, statistics.mean(per_child(c) for c in each) / per_child(alone[dim]) / (ranks / cores))
+            for dim, each in concurrent.items()}
+
+
+def launch_job(ranks: int, dims) -> dict:
     """Run :func:`launched` on ``ranks`` ranks; its result."""
     from ..launch import launch_command, launch_env
 
-    cmd = launch_command(ranks, ["python", "-m", "mpievo.parallel.plan_calibrate", str(dim), str(ranks == 2)])
+    cmd = launch_command(ranks, ["python", "-m", "mpievo.parallel.plan_calibrate", ",".join(map(str, dims)),
+                                 str(ranks == 2)])
     done = subprocess.run(cmd, env=launch_env(), capture_output=True, text=True, timeout=300)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
@@ -194,11 +293,16 @@ def calibrate(dims=CALIBRATION_DIMS, ranks=LOOP_RANKS) -> dict:
         limit_blas_threads(1, stack)
         engine_costs(small)                 # compiles the kernels (initial genomes included)
         engine = {str(d): engine_costs(d) for d in sorted(dims)}
-        jobs = {p: launch_job(p, small) for p in sorted({1, 2, *ranks})}
+        jobs = {p: launch_job(p, sorted(dims)) for p in sorted({1, 2, *ranks})}
         result = {"source": f"mpievo plan --calibrate, {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC",
-                  "cores": len(os.sched_getaffinity(0)), "engine": engine,
-                  "intra": jobs[2]["intra"]}
-        result["loop"] = loop_costs([row for job in jobs.values() for row in job["rows"]], result)
+                  "cores": _cores(), "engine": engine, "intra": jobs[2]["intra"]}
+        crowded = max((p for p in jobs if jobs[p].get("concurrent")), default=None)
+        if crowded is not None:
+            result["oversubscribed"] = oversubscription(jobs[crowded]["concurrent"], crowded, result["cores"],
+                                                        engine)
+        rows = [row for job in jobs.values() for row in job["rows"]]
+        result["loop"] = loop_costs([row for row in rows if row["dim"] == small], result)
+        result["engine"] = {**engine, **run_engine_costs(rows, result)}
     return result
 
 
@@ -207,4 +311,4 @@ def write(path: str | os.PathLike, result: dict) -> None:
 
 
 if __name__ == "__main__":
-    launched(int(sys.argv[1]), sys.argv[2] == "True")
+    launched([int(d) for d in sys.argv[1].split(",")], sys.argv[2] == "True")

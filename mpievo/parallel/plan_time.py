@@ -8,9 +8,11 @@ A run is simulated generation by generation on its critical path:
   made at every log line and at the end. Engine costs are calibrated per genome size
   and interpolated in log-log space between calibrated sizes (:meth:`Constants.child`);
 * cores: CPU work is stretched by ``busy ranks / cores`` when busy ranks outnumber
-  cores. Ranks waiting inside MPI calls spin and count as busy; master_worker's master
-  waits for results in a polling loop that yields its core (:mod:`mpievo.comm.progress`),
-  so its workers share the cores (:func:`_pulled_seconds`);
+  cores, times the calibrated slowdown of time-sliced ranks (:meth:`Constants.stretch`). Ranks breeding or between steps count as busy; a group rank left without rows
+  in a batch waits for the next order, and Open MPI's waits yield the core when ranks
+  outnumber cores (:func:`_evaluating`); master_worker's master waits for results in a
+  polling loop that yields its core (:mod:`mpievo.comm.progress`), so its workers share
+  the cores (:func:`_pulled_seconds`);
 * a batch cut into row blocks waits for its slowest block; an island-scheme rank
   waits for the slowest rank only where ranks synchronise (migrations, log lines);
 * master_worker's blocks go to whichever worker is free first: generational waits
@@ -72,6 +74,7 @@ class Constants:
     cores: int
     source: str = ""
     loop: dict = field(default_factory=dict)
+    oversubscribed: dict = field(default_factory=dict)   # {dim: slowdown beyond busy / cores}
 
     @classmethod
     def load(cls, path, inter: Link | None = None) -> "Constants":
@@ -84,7 +87,24 @@ class Constants:
         intra = Link(**data["intra"])
         engine = {int(d): dict(v) for d, v in data["engine"].items()}
         return cls(engine, intra, inter or intra, int(data["cores"]), data.get("source", ""),
-                   {int(p): {k: dict(v) for k, v in by.items()} for p, by in data.get("loop", {}).items()})
+                   {int(p): {k: dict(v) for k, v in by.items()} for p, by in data.get("loop", {}).items()},
+                   {int(d): float(f) for d, f in data.get("oversubscribed", {}).items()})
+
+    def stretch(self, busy: int, dim: int) -> float:
+        """How much longer engine work at ``dim`` genes takes when ``busy`` ranks share
+        the cores: ``busy / cores`` when they outnumber them, times the calibrated
+        slowdown of time-sliced ranks (their caches and memory evicted by one another;
+        1 where not calibrated), interpolated in log dim like the engine costs."""
+        if busy <= self.cores:
+            return 1.0
+        dims = sorted(self.oversubscribed)
+        factor = 1.0
+        if dims:
+            low = max([d for d in dims if d <= dim], default=dims[0])
+            high = min([d for d in dims if d >= dim], default=dims[-1])
+            t = 0.0 if low == high else math.log(dim / low) / math.log(high / low)
+            factor = _log_mix(self.oversubscribed[low], self.oversubscribed[high], t)
+        return busy / self.cores * factor
 
     def child(self, dim: int) -> dict:
         """{"row_s", "breed_s", "init_s", "record_s"} at ``dim`` genes: the calibrated
@@ -154,10 +174,23 @@ def _busy(layout: Layout) -> int:
     return layout.ranks - 1 if pulled else layout.ranks
 
 
-def _rows_seconds(layout, constants, cost, rng, rows: int) -> np.ndarray:
-    """Each row's evaluation seconds."""
+def _evaluating(layout: Layout, rows: int) -> int:
+    """Ranks that hold a core while a batch of ``rows`` is evaluated by every group at
+    once. Under the leader schemes a group rank without rows waits for the next order,
+    and Open MPI's waits yield the core when ranks outnumber cores (centralized at 1e7
+    genes: 2 rows over 4 ranks keep 2 cores busy, not 4); replicated ranks all work
+    (each updates its replica)."""
+    if layout.scheme == "replicated":
+        return layout.ranks
+    size = 1 if layout.scheme == "island" else layout.group_size
+    return len(layout.leaders) * sum(1 for a, b in row_blocks(rows, size) if b > a)
+
+
+def _rows_seconds(layout, constants, cost, rng, rows: int, busy: int | None = None) -> np.ndarray:
+    """Each row's evaluation seconds while ``busy`` ranks hold a core (default
+    :func:`_busy`)."""
     fit = constants.child(layout.dim)["row_s"]
-    cpu = _stretch(_busy(layout), constants.cores)
+    cpu = constants.stretch(_busy(layout) if busy is None else busy, layout.dim)
     extra = cost.draw(rng, rows) * (cpu if cost.mode == "burn" else 1.0)
     return fit * cpu + extra
 
@@ -170,7 +203,7 @@ def _batch_seconds(layout, constants, cost, rng, leader: int, rows: int) -> floa
     """Evaluate one batch over ``leader``'s group, messages included."""
     size = layout.group_size if layout.scheme != "island" else 1
     group = list(range(leader, leader + size))
-    seconds = _rows_seconds(layout, constants, cost, rng, rows)
+    seconds = _rows_seconds(layout, constants, cost, rng, rows, _evaluating(layout, rows))
     blocks = row_blocks(rows, size)
     block_s = [seconds[a:b].sum() for a, b in blocks]
     if size == 1:
@@ -226,7 +259,7 @@ def _master_worker_run(layout, constants, cost, rng, plan: Traffic) -> float:
     initial = [rows for rows in plan.batches[0] if rows]
     if layout.evaluation == "steady":
         wall = c["init_s"] * sum(initial) + _pulled_seconds(layout, constants, cost, rng, initial)
-        breed = c["breed_s"] * _stretch(layout.ranks, constants.cores)
+        breed = c["breed_s"] * constants.stretch(layout.ranks, layout.dim)
         for segment in _segments(plan):
             batches = [rows for g in segment for rows in plan.batches[g] if rows]
             head, rest = breed * batches[0], breed * sum(batches[1:])
@@ -271,7 +304,7 @@ def _homes(layout: Layout) -> list[int]:
 def _one_run(layout, constants, cost, plan: Traffic, rng) -> float:
     """The simulated wall time of one run, the run loop's fixed costs excluded."""
     c = constants.child(layout.dim)
-    cpu = _stretch(layout.ranks, constants.cores)
+    cpu = constants.stretch(layout.ranks, layout.dim)
     home = _homes(layout)
     held = {r: home.count(r) for r in layout.leaders}
     if layout.scheme == "master_worker" and layout.ranks > 1:

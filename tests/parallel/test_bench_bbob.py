@@ -214,3 +214,15 @@ def test_marks_follow_the_issue_rule():
 def test_cli_resume_needs_out(capsys):
     assert cli_main(["bench", "bbob", "--functions", "1", "--resume"]) == 2
     assert "--resume: expected --out DIR (the runs.csv to resume), got none" in capsys.readouterr().err
+
+
+def test_comparisons_are_against_the_peers_and_count_from_the_final_target():
+    from mpievo.parallel.bench_bbob_report import comparisons
+
+    rows = [_row(3, 10, "mpievo:a", 0.3), _row(3, 10, "mpievo:b", -7.5), _row(3, 10, "peer", -math.inf)]
+    pairs = comparisons(rows)
+    assert list(pairs) == [("mpievo:a", "peer"), ("mpievo:b", "peer")]
+    assert pairs[("mpievo:a", "peer")]["worst"] == (pytest.approx(8.3), 3, 10)
+    assert pairs[("mpievo:b", "peer")]["marks"] == {(3, 10): "-"}          # -7.5 is not at 1e-8
+    # without peers, each mpievo solver against the ones after it
+    assert list(comparisons(rows[:2])) == [("mpievo:a", "mpievo:b")]

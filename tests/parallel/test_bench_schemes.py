@@ -26,7 +26,8 @@ def sweep(tmp_path_factory):
     """The sweep with a model that is always wrong: it still writes its files, marks the
     runs and then fails naming them."""
     out = tmp_path_factory.mktemp("schemes")
-    options = SchemesOptions(ps=(1, 2), costs_ms=(0.0, 1.0), modes=("vary",), dims=(100,), budget=BUDGET)
+    options = SchemesOptions(ps=(1, 2), costs_ms=(0.0, 1.0), modes=("vary",), dims=(100,), budget=BUDGET,
+                             fast_factor=1)
     with pytest.raises(ModelCheckError) as caught:
         bench_schemes(options, out, Constants.from_dict(ZERO_MODEL))
     return caught.value.result, out, str(caught.value)
@@ -89,8 +90,8 @@ def test_tiny_sweep_counts_every_communicators_bytes(sweep):
 
 
 def _fake_rows(**changes):
-    rows = [{"workload": "w", "dim": 100, "scheme": s, "ranks": p, "evaluations": BUDGET, "best_fitness": 1.5}
-            for s in SCHEMES for p in (1, 2)]
+    rows = [{"workload": "w", "dim": 100, "cost_ms": 5.0, "scheme": s, "ranks": p, "evaluations": BUDGET,
+             "best_fitness": 1.5} for s in SCHEMES for p in (1, 2)]
     rows[-1].update(changes)
     return rows
 
@@ -106,6 +107,16 @@ def test_check_rows_names_wrong_counts_and_disagreeing_schemes():
         check_rows(_fake_rows(best_fitness=1.25), options)
     large = [dict(r, dim=10**7, evaluations=options.large_budget) for r in _fake_rows()]
     check_rows(large, options)      # from large_dim the smaller budget is the expected count
+    fast = [dict(r, cost_ms=0.0, evaluations=32 * BUDGET) for r in _fake_rows()]
+    check_rows(fast, options)       # cost 0 below fast_dim genes: 32 times the budget
+    with pytest.raises(SchemesCheckError, match="expected 2048 evaluations"):
+        check_rows([dict(r, cost_ms=0.0) for r in _fake_rows()], options)
+
+
+def test_budgets_by_genome_size_and_cost():
+    options = SchemesOptions()
+    assert [options.budget_for(d, c) for d, c in ((100, 0.0), (100, 5.0), (10**5, 0.0), (10**7, 0.0))] == \
+        [192 * 32, 192, 192, 32]
 
 
 def test_workloads_are_the_cost_axis_then_the_genome_axis():

@@ -82,6 +82,19 @@ def test_master_worker_workers_share_the_cores_its_master_yields():
     assert predict_seconds(island, c, burn)["wall_s"] == pytest.approx(3 * 3 * 0.02)
 
 
+def test_group_ranks_without_rows_leave_their_core():
+    """Centralized, 4 ranks on 2 cores, batches of 2 rows: 2 ranks evaluate, 2 wait and
+    yield, so a row costs its own time; a batch of 4 rows keeps 4 ranks busy (half speed)."""
+    c = constants(cores=2, engine={"100": dict(ZERO, row_s=0.01)})
+    two = Layout("centralized", ranks=4, islands=1, dim=100, capacity=2, batch=2, generations=2)
+    assert predict_seconds(two, c)["wall_s"] == pytest.approx(3 * 0.01)
+    four = Layout("centralized", ranks=4, islands=1, dim=100, capacity=4, batch=4, generations=2)
+    assert predict_seconds(four, c)["wall_s"] == pytest.approx(3 * 0.02)
+    # replicated ranks all keep their replica: 4 busy ranks whatever the rows
+    replicated = Layout("replicated", ranks=4, islands=1, dim=100, capacity=2, batch=2, generations=2)
+    assert predict_seconds(replicated, c)["wall_s"] == pytest.approx(3 * 0.02)
+
+
 def test_outliers_name_each_run_once_and_the_table_marks_them():
     base = {"workload": "cost 0, 100 genes", "wall_s": 0.1, "loadavg_1min": 1.5, "mode": "none",
             "evals_per_s": 1.0, "speedup": 1.0, "utilisation_mean": 0.5, "utilisation_min": 0.5,
@@ -101,3 +114,38 @@ def test_outliers_name_each_run_once_and_the_table_marks_them():
                                            "mpi_library": ["x"], "problem": "p"}}
     table = format_table(result)
     assert "| -50 % ! | +26 % ! |" in table and "| -50 % ! | +24 % |" in table
+
+
+def test_engine_costs_come_from_one_rank_runs_at_two_lengths():
+    """Runs whose walls and fitness times are the model's at known costs give those costs back."""
+    from mpievo.parallel.plan_calibrate import run_engine_costs
+
+    true = {"row_s": 2e-3, "breed_s": 3e-4, "init_s": 1e-3, "record_s": 1e-3}
+    base = {"cores": 2, "intra": {"latency_s": 0.0, "bandwidth_Bps": 1e12},
+            "loop": {"1": {"island": {"run_s": 2e-3, "step_s": 1e-4}}}}
+    measured = dict(base, engine={"100": ZERO, "100000": true})
+    rows = []
+    for g in (2, 8):
+        row = {"scheme": "island", "ranks": 1, "ranks_per_island": 1, "islands": 4, "dim": 100_000,
+               "capacity": 8, "budget": 4 * 8 * (g + 1), "generations": g, "evaluations": 4 * 8 * (g + 1)}
+        wall = predict_seconds(bench_layout(row, interval=2), Constants.from_dict(measured))["wall_s"]
+        rows += [dict(row, wall_s=wall, utilisation=[row["evaluations"] * true["row_s"] / wall])] * 3
+    # calibrated in-process costs (the stepping loop's) are what the runs correct
+    stepped = dict(base, engine={"100": ZERO, "100000": dict(true, row_s=1e-3, breed_s=1e-4, init_s=5e-4)})
+    got = run_engine_costs(rows, stepped)["100000"]
+    assert got == {k: pytest.approx(v) for k, v in true.items()}
+
+
+def test_oversubscribed_ranks_slow_down_beyond_their_share_of_the_cores():
+    from mpievo.parallel.plan_calibrate import oversubscription
+
+    alone = {"100": dict(ZERO, row_s=1e-5, breed_s=1e-5), "10000000": dict(ZERO, row_s=0.3, breed_s=0.1)}
+    concurrent = {"100": [dict(ZERO, row_s=1.5e-5, breed_s=1.5e-5)] * 4,       # faster than 4/2: 1
+                  "10000000": [dict(ZERO, row_s=0.72, breed_s=0.24)] * 4}      # 2.4x alone: 1.2
+    factors = oversubscription(concurrent, 4, 2, alone)
+    assert factors == {"100": 1.0, "10000000": pytest.approx(1.2)}
+    c = Constants.from_dict({"cores": 2, "engine": {"100": ZERO}, "intra": {"latency_s": 0.0, "bandwidth_Bps": 1.0},
+                             "oversubscribed": factors})
+    assert c.stretch(2, 10**7) == 1.0 and c.stretch(4, 100) == 2.0
+    assert c.stretch(4, 10**7) == pytest.approx(2.4) and c.stretch(8, 10**9) == pytest.approx(4.8)
+    assert c.stretch(4, 10**5) == pytest.approx(2 * 1.2 ** 0.6)     # 1e5 is 3/5 of the way in log dim
