@@ -14,6 +14,7 @@ import csv
 import json
 from pathlib import Path
 
+from .bench_schemes import SHORT_RUN_REPEATS, SHORT_RUN_S
 from .plan_time import TIME_BOUND, outside_bound
 
 CSV_COLUMNS = ("workload", "cost_ms", "mode", "dim", "scheme", "ranks", "ranks_per_island", "islands",
@@ -53,9 +54,11 @@ def format_table(result: dict) -> str:
     lines = [f"mpievo bench schemes, {c['date_utc']} UTC, {c['cores']} cores"
              + (f" ({over} oversubscribed)" if over else "") + f", {'; '.join(c['mpi_library'])}; "
              f"{c['problem']}; {c['options']['islands'] or top} islands, GA, archive capacity = batch = "
-             f"{o['capacity']} and a budget of {o['budget']} evaluations per run (from {o['large_dim']:,} "
+             f"{o['capacity']} and a budget of {o['budget']} evaluations per run ({o.get('fast_factor', 1)} "
+             f"times that at cost 0 below {o.get('fast_dim', 0):,} genes; from {o['large_dim']:,} "
              f"genes: {o['large_capacity']} and {o['large_budget']}), migration every {o['interval']} "
-             f"generations; cost model: {c.get('model_constants', 'none')}",
+             f"generations; runs under {SHORT_RUN_S:g} s: the median of {SHORT_RUN_REPEATS}; "
+             f"cost model: {c.get('model_constants', 'none')}",
              "",
              "| workload | scheme | " + " | ".join(f"evals/s P={p}" for p in ps)
              + f" | util. P={top} mean (min-max) | " + " | ".join(f"bytes/gen P={p}" for p in multi)
