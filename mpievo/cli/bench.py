@@ -59,6 +59,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                            "float32:sum,float32:max,float32:min,int32:sum for all-reduce, float32:sum "
                            "for reduce-scatter, float32 for all-gather and broadcast")
     coll.add_argument("--target-seconds", type=float, default=0.3, help="time per measurement")
+    coll.add_argument("--shared", action="store_true",
+                      help="all-reduce and reduce-scatter inputs in the node's shared memory "
+                           "(Communicator.shared_empty), which the shm algorithm reads in place; the "
+                           "native call reads the same arrays")
     coll.add_argument("--json", dest="json_path", default=None, help="write rows as JSON here")
     cal = sub.add_parser("calibrate", help="time every algorithm, print/merge selection thresholds")
     cal.add_argument("--update", default=None, help="merge the result into this tuning JSON")
@@ -185,7 +189,7 @@ def main(args: argparse.Namespace) -> int:
 
             result = run_collectives(sizes=args.sizes, collectives=_split(args.collectives),
                                      malloc_modes=_split(args.malloc), algorithm=args.algorithm,
-                                     target_s=args.target_seconds, cases=args.cases)
+                                     target_s=args.target_seconds, cases=args.cases, shared=args.shared)
         elif args.bench == "calibrate":
             result = _calibrate(args, rank)
         elif args.bench == "gpu":

@@ -133,7 +133,7 @@ class Case:
     """
 
     def __init__(self, comm: Communicator, native: MPI.Intracomm, collective: str, nbytes: int,
-                 dtype, op: str | None, algorithm: str | None):
+                 dtype, op: str | None, algorithm: str | None, shared=None):
         p, r = comm.size, comm.rank
         dtype = np.dtype(dtype)
         n = max(p, nbytes // dtype.itemsize)
@@ -144,12 +144,12 @@ class Case:
         self.offset = 0  # of this rank's output in the full result
         t, mpiop = NATIVE_TYPES[dtype], _NATIVE_OPS.get(op)
         if collective == "allreduce":
-            send = rank_input(r, 0, n, dtype, op)
+            send = _input(shared, rank_input(r, 0, n, dtype, op))
             self.outputs = ours, theirs = np.empty(n, dtype), np.empty(n, dtype)
             self.ours = lambda: comm.allreduce(send, ours, op, algorithm=algorithm)
             self.native = lambda: native.Allreduce([send, t], [theirs, t], mpiop)
         elif collective == "reduce_scatter":
-            send = rank_input(r, 0, n, dtype, op)
+            send = _input(shared, rank_input(r, 0, n, dtype, op))
             self.outputs = ours, theirs = np.empty(block, dtype), np.empty(block, dtype)
             self.offset = r * block
             self.ours = lambda: comm.reduce_scatter(send, ours, op, algorithm=algorithm)
@@ -174,6 +174,20 @@ class Case:
             if wrong:
                 found.append(f"{who} result on rank {rank}: {wrong}")
         return found
+
+
+#: the collectives whose inputs ``shared`` puts in shared arrays (those that read peers' inputs)
+SHARED_INPUTS = ("allreduce", "reduce_scatter")
+
+
+def _input(shared, data: np.ndarray) -> np.ndarray:
+    """``data`` where the collectives read it: as it is, or copied to the start of the
+    ``shared`` array (``Communicator.shared_empty``), which both sides then read."""
+    if shared is None:
+        return data
+    send = shared[:data.nbytes].view(data.dtype)
+    send[:] = data
+    return send
 
 
 def check_outputs(native: MPI.Intracomm, case: Case, where: str, with_native: bool = True) -> None:
@@ -218,7 +232,7 @@ def time_alternating(comm: MPI.Intracomm, fns, *, min_iters: int = 5, max_iters:
 
 def run_collectives(sizes=None, collectives=COLLECTIVES, malloc_modes=("default", "tuned"),
                     algorithm: str | None = None, target_s: float = 0.3, cases=None,
-                    report=print) -> dict:
+                    shared: bool = False, report=print) -> dict:
     """Benchmark mpievo vs native collectives; returns ``{"rows": [...], "memcpy_GBps": x}``.
 
     Args:
@@ -227,6 +241,8 @@ def run_collectives(sizes=None, collectives=COLLECTIVES, malloc_modes=("default"
         malloc_modes: "default" and/or "tuned" (tuned runs after default).
         algorithm: force one mpievo algorithm (default: automatic selection).
         cases: (dtype, op) pairs (see ``cases_for``); None for DEFAULT_CASES.
+        shared: all-reduce and reduce-scatter inputs in the node's shared memory
+            (``Communicator.shared_empty``; the native call reads the same arrays).
         report: called with each formatted line on rank 0.
 
     Raises:
@@ -238,13 +254,14 @@ def run_collectives(sizes=None, collectives=COLLECTIVES, malloc_modes=("default"
     comm = Communicator()
     native = MPI.COMM_WORLD.Dup()
     try:
-        return _run(comm, native, sizes, plan, malloc_modes, algorithm, target_s, report)
+        pool = comm.shared_empty(max(sizes) + 64, np.uint8) if shared else None
+        return _run(comm, native, sizes, plan, malloc_modes, algorithm, target_s, report, pool)
     finally:
         native.Free()
         comm.free()
 
 
-def _run(comm, native, sizes, plan, malloc_modes, algorithm, target_s, report) -> dict:
+def _run(comm, native, sizes, plan, malloc_modes, algorithm, target_s, report, pool) -> dict:
     p, rank = comm.size, comm.rank
     out = {"nranks": p, "mpi": MPI.Get_library_version().strip("\x00 \n").splitlines()[0], "rows": []}
     probe = min(max(sizes), 256 << 20)
@@ -252,7 +269,8 @@ def _run(comm, native, sizes, plan, malloc_modes, algorithm, target_s, report) -
     out["memcpy_GBps"] = native.bcast(memcpy, root=0)
     out["shm_copy_GBps"] = shm_copy_bandwidth(native, probe)
     say = report if rank == 0 else (lambda *_: None)
-    say(f"# mpievo collectives benchmark: {p} ranks on {len(comm.nodes)} node(s), {out['mpi']}")
+    say(f"# mpievo collectives benchmark: {p} ranks on {len(comm.nodes)} node(s), {out['mpi']}"
+        + ("; all-reduce and reduce-scatter inputs in shared arrays (both sides)" if pool is not None else ""))
     say(f"# single-core memcpy: {out['memcpy_GBps']:.2f} GB/s; shared-memory copy (rank 1 from "
         f"rank 0's window): {out['shm_copy_GBps']:.2f} GB/s; every result checked against numpy")
     for mode in malloc_modes:
@@ -268,7 +286,7 @@ def _run(comm, native, sizes, plan, malloc_modes, algorithm, target_s, report) -
             f"{'busbw GB/s':>11}{'native ms':>11}{'busbw GB/s':>11}{'ratio':>7}{'x memcpy':>9}")
         for collective, (dtype, op) in plan:
             for nbytes in sizes:
-                row = _measure(comm, native, collective, nbytes, dtype, op, algorithm, target_s, mode)
+                row = _measure(comm, native, collective, nbytes, dtype, op, algorithm, target_s, mode, pool)
                 out["rows"].append(row)
                 say(_format_row(row, out["memcpy_GBps"]))
     return out
@@ -282,15 +300,16 @@ def _format_row(row: dict, memcpy_gbps: float) -> str:
             f"{row['busbw'] / 1e9 / memcpy_gbps:>9.2f}")
 
 
-def _measure(comm, native, collective, nbytes, dtype, op, algorithm, target_s, mode) -> dict:
+def _measure(comm, native, collective, nbytes, dtype, op, algorithm, target_s, mode, pool=None) -> dict:
     if algorithm not in selection.ALGORITHMS[collective]:
         algorithm = None  # a forced name this collective does not have (e.g. ring for broadcast)
-    case = Case(comm, native, collective, nbytes, dtype, op, algorithm)
+    case = Case(comm, native, collective, nbytes, dtype, op, algorithm, pool)
     chosen = comm.algorithm_for(collective, case.nbytes, dtype, op, algorithm=algorithm)
     t_ours, t_native = time_pair(native, case.ours, case.native, target_s=target_s)
     check_outputs(native, case, f"{case.spec.label()} ({chosen}, malloc {mode})")
     factor = busbw_factor(collective, comm.size)
     return {"collective": collective, "dtype": str(case.spec.dtype), "op": op, "algorithm": chosen,
             "nranks": comm.size, "bytes": case.nbytes, "malloc": mode,
+            "inputs": "shared" if pool is not None and collective in SHARED_INPUTS else "private",
             "time_s": t_ours, "busbw": case.nbytes / t_ours * factor,
             "native_time_s": t_native, "native_busbw": case.nbytes / t_native * factor}

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import functools
 
+import numpy as np
 from mpi4py import MPI
 
 from . import allgather as allgather_driver
@@ -121,6 +122,13 @@ class Communicator:
     def broken(self) -> str | None:
         """Why the communicator became unusable (a timeout left messages in flight), or None."""
         return self._core.broken
+
+    def shared_empty(self, shape, dtype="float32") -> np.ndarray:
+        """An uninitialised array in the node's shared memory (collective: every rank
+        calls it, each with its own shape). Pass such arrays (each rank its own) to the
+        ``shm`` all-reduce and reduce-scatter and the peers reduce straight from them:
+        no input is copied into the scratch window first. Valid until :meth:`free`."""
+        return self._core.shared_empty(shape, dtype)
 
     def free(self) -> None:
         """Release the private communicator (the object is unusable afterwards).

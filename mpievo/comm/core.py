@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 from mpi4py import MPI
 
 from . import selection
@@ -23,6 +24,7 @@ from .native import FastPath
 from .nodes import NodeLayout
 from .progress import Pending, Request, ResultRequest, deadline_for, run_blocking, timeout_error, wait_pending
 from .ring import RingContext
+from .shared_buffers import SharedBuffers
 from .shm import Arena, piece_bytes
 from .staging import DeviceResources, StagingPool
 from .validation import signature_steps
@@ -92,6 +94,7 @@ class CommCore:
         self.shm_piece_bytes = _segment_option("shm_piece_bytes", shm_piece_bytes, "shm")
         self.layout = NodeLayout(self.comm)
         self._arena: Arena | None = None  # the node's shared window, made on first use
+        self.shared = SharedBuffers()     # arrays made by shared_empty
         self.fast = FastPath(self)
 
     def free(self) -> None:
@@ -102,6 +105,8 @@ class CommCore:
         """
         if self._arena is not None and self.broken is None:
             self._arena.free()
+        if self.broken is None:
+            self.shared.free()
         self._arena = None
         self.layout.free()
         if self.comm != MPI.COMM_NULL:
@@ -174,6 +179,31 @@ class CommCore:
             self._arena = Arena(layout.node, layout.nodes[layout.node_index],
                                 piece_bytes(self.shm_piece_bytes, layout.local_size))
         return self._arena
+
+    def shared_empty(self, shape, dtype) -> np.ndarray:
+        """An uninitialised array in the node's shared memory (collective over the node;
+        each rank its own shape)."""
+        dtype = np.dtype(dtype)
+        count = int(np.prod(shape, dtype=np.int64))
+        part = self.shared.allocate(self.layout.node, count * dtype.itemsize)
+        return part.view(dtype).reshape(shape)
+
+    def shared_sources_steps(self, src: np.ndarray):
+        """(collective generator over the node) Every local rank's ``src`` as this rank
+        sees it, when each is an array of one window made by :meth:`shared_empty`;
+        None otherwise (then the collective copies inputs into its scratch window).
+        Nothing is exchanged while no rank made a shared array."""
+        if not self.shared.count:      # equal on every rank: each allocation is collective
+            return None
+        node = self.layout.node
+        where = np.array([*self.shared.locate(src, node.Get_rank()), src.size], np.int64)
+        everyone = np.empty((node.Get_size(), 3), np.int64)
+        yield [Pending(node.Iallgather([where, MPI.INT64_T], [everyone, MPI.INT64_T]), -1, "from")]
+        windows = set(everyone[:, 0].tolist())
+        if len(windows) != 1 or -1 in windows:
+            return None
+        return [self.shared.view(int(w), q, int(offset), src.dtype, int(n))
+                for q, (w, offset, n) in enumerate(everyone)]
 
     def signature_steps(self, kind: str, count: int, dtype, op, root: int, counts):
         """In validate mode, compare the call with every rank's (a collective generator)."""

@@ -79,8 +79,9 @@ def _steps(core, src, dst, dtype, op, counts, algorithm, wire, blocking):
         if algorithm == "shm":
             core.count(src.nbytes - dst.nbytes)
             arena = yield from core.arena_steps()
+            sources = yield from core.shared_sources_steps(src)
             yield from reduce_steps(arena, src, counts, displs, op, out=dst,
-                                    divisor=core.size if mean else 0)
+                                    divisor=core.size if mean else 0, sources=sources)
             return dst
         work = wire.workspace(src.size)
 

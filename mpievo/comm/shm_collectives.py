@@ -43,11 +43,15 @@ def _span(k: int, piece: int, count: int) -> tuple[int, int]:
 
 
 def reduce_steps(arena: Arena, src: np.ndarray, counts, displs, op: str, *, out=None,
-                 dst=None, offsets=None, divisor: int = 0):
+                 dst=None, offsets=None, divisor: int = 0, sources=None):
     """Reduce-scatter (``out`` given) or all-reduce (``dst`` given) over the node.
 
     Args:
         src: this rank's full 1-D input (may alias ``dst``, or contain ``out``).
+        sources: every local rank's ``src`` as this rank sees it, where they are all
+            in shared windows (:meth:`mpievo.comm.core.CommCore.shared_sources_steps`):
+            peers reduce straight from them, nothing is staged, and a rank returns
+            only once its peers have read its input.
         counts, displs: elements and offsets in ``src`` of each local rank's block.
         out: where this rank's reduced block goes (``counts[rank]`` elements).
         dst: where every reduced block goes, block q at ``offsets[q]`` (default
@@ -66,6 +70,8 @@ def reduce_steps(arena: Arena, src: np.ndarray, counts, displs, op: str, *, out=
     yield arena.wait(CONSUMED, base)
 
     def stage(k):
+        if sources is not None:    # the peers read our input where it is
+            return
         if k >= 2:  # slot k % 2 held step k-2's pieces: every peer must have reduced them
             yield arena.wait(REDUCED, base + k - 1)
         slot = mine[k & 1]
@@ -86,7 +92,10 @@ def reduce_steps(arena: Arena, src: np.ndarray, counts, displs, op: str, *, out=
             result = mine[k & 1][me * piece:me * piece + z - a]
         if z > a:
             operands = [src[displs[me] + a:displs[me] + z]]
-            operands += [slots[q][k & 1][me * piece:me * piece + z - a] for q in range(size) if q != me]
+            if sources is None:
+                operands += [slots[q][k & 1][me * piece:me * piece + z - a] for q in range(size) if q != me]
+            else:
+                operands += [sources[q][displs[me] + a:displs[me] + z] for q in range(size) if q != me]
             host.reduce_all(result, operands, op)
             if divisor:
                 host.divide_into(result, divisor)
@@ -100,6 +109,8 @@ def reduce_steps(arena: Arena, src: np.ndarray, counts, displs, op: str, *, out=
                 np.copyto(dst[offsets[q] + a:offsets[q] + z], slots[q][k & 1][q * piece:q * piece + z - a])
         arena.publish(CONSUMED, base + k + 1)
 
+    if sources is not None:   # our whole input is there already
+        arena.publish(STAGED, base + steps)
     yield from stage(0)
     for k in range(steps):
         yield from reduce(k)
@@ -107,6 +118,8 @@ def reduce_steps(arena: Arena, src: np.ndarray, counts, displs, op: str, *, out=
             yield from stage(k + 1)
         if dst is not None:
             yield from gather(k)
+    if sources is not None:   # the caller may write its input again once every peer read it
+        yield arena.wait(REDUCED, base + steps)
     arena.finish(steps)
 
 

@@ -68,6 +68,31 @@ def test_every_forced_algorithm_passes_the_check(algorithm):
         assert scattered != "native"
 
 
+@pytest.mark.mpi(min_size=1)
+def test_shared_inputs_are_read_in_place_and_checked(monkeypatch):
+    probe = Communicator()
+    nodes = len(probe.nodes)
+    probe.free()
+    if nodes > 1:
+        pytest.skip("shm runs on one node")
+    from mpievo.comm import allreduce as allreduce_driver
+    from mpievo.comm import reduce_scatter as reduce_scatter_driver
+
+    in_place = []
+    for driver in (allreduce_driver, reduce_scatter_driver):
+        real = driver.reduce_steps
+        monkeypatch.setattr(driver, "reduce_steps",
+                            lambda *a, _real=real, **k: in_place.append(k["sources"] is not None) or _real(*a, **k))
+    lines = []
+    out = run_collectives(collectives=["allreduce", "reduce_scatter", "broadcast"], cases=[("float32", "sum")],
+                          algorithm="shm", shared=True, report=lines.append, **dict(TINY, sizes=[8192, 1 << 16]))
+    assert [(r["collective"], r["inputs"]) for r in out["rows"]] == [
+        ("allreduce", "shared")] * 2 + [("reduce_scatter", "shared")] * 2 + [("broadcast", "private")] * 2
+    assert (bool(in_place) and all(in_place)) if P > 1 else not in_place   # one rank: a copy
+    if MPI.COMM_WORLD.Get_rank() == 0:
+        assert "inputs in shared arrays (both sides)" in lines[0]
+
+
 def _corrupting(original, rank: int):
     """``original`` collective, then one element of ``rank``'s result set to 7 (no input
     value: floats are in [-1, 1), sums of P of them below P <= 5; NaN is replaced too)."""

@@ -1,0 +1,122 @@
+"""Arrays in the node's shared memory (Communicator.shared_empty): the ``shm``
+all-reduce and reduce-scatter read them where they are, and give the reference's
+result; a call where some rank's array is not shared copies inputs as before."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+from comm_reference import matches, rank_input, reference
+from mpievo.comm import Communicator
+from mpievo.comm import shm_collectives
+from mpievo.comm.ring import even_counts
+from mpi_support import all_ranks_agree
+
+pytestmark = pytest.mark.mpi(min_size=1)
+
+P = MPI.COMM_WORLD.Get_size()
+PIECE = 16 << 10       # many pipeline steps per call
+#: what one shm call records: read in place; one rank runs no shm steps at all
+IN_PLACE = [True] if P > 1 else []
+
+
+@pytest.fixture(scope="module")
+def comm():
+    c = Communicator(shm_piece_bytes=PIECE)
+    if len(c.nodes) > 1:
+        c.free()
+        pytest.skip("shm runs on one node; fake nodes take the hierarchical algorithm")
+    yield c
+    c.free()
+
+
+@pytest.fixture
+def paths(monkeypatch):
+    """Whether each shm call read its peers' inputs in place (True) or staged them."""
+    seen = []
+    real = shm_collectives.reduce_steps
+
+    def spy(*args, sources=None, **kwargs):
+        seen.append(sources is not None)
+        return real(*args, sources=sources, **kwargs)
+
+    from mpievo.comm import allreduce, reduce_scatter
+    monkeypatch.setattr(allreduce, "reduce_steps", spy)
+    monkeypatch.setattr(reduce_scatter, "reduce_steps", spy)
+    return seen
+
+
+def _shared_input(comm, seed, n, dtype, op, nan):
+    x = comm.shared_empty(n, dtype)
+    x[:] = rank_input(seed, comm.rank, n, dtype, op, nan)
+    return x
+
+
+@pytest.mark.parametrize("dtype, op, nan", [(np.float32, "sum", False), (np.float32, "max", True),
+                                            (np.int64, "sum", False), (np.float64, "mean", False)])
+@pytest.mark.parametrize("in_place", [False, True])
+def test_allreduce_of_shared_arrays_reads_them_in_place(comm, world, paths, dtype, op, nan, in_place):
+    n, seed = 100_003, 7
+    dtype = np.dtype(dtype)
+    x = _shared_input(comm, seed, n, dtype, op, nan)
+    original = x.copy()
+    out = comm.allreduce(x, x if in_place else None, op, algorithm="shm")
+    ok, why = matches(out, reference(seed, n, dtype, op, nan, P), dtype, op, P)
+    if not in_place:
+        ok, why = ok and np.array_equal(x.view(np.uint8), original.view(np.uint8)), why or "input modified"
+    all_ranks_agree(world, ok and paths == IN_PLACE, f"{why}; in place per call: {paths}")
+
+
+def test_reduce_scatter_of_shared_arrays(comm, world, paths):
+    n, seed, dtype = 50_021, 3, np.dtype(np.float32)
+    x = _shared_input(comm, seed, n, dtype, "sum", False)
+    block = comm.reduce_scatter(x, None, "sum", algorithm="shm")
+    counts = even_counts(n, P)
+    start = sum(counts[:comm.rank])
+    ref = reference(seed, n, dtype, "sum", False, P)[start:start + counts[comm.rank]]
+    ok, why = matches(block, ref, dtype, "sum", P)
+    all_ranks_agree(world, ok and paths == IN_PLACE, f"{why}; in place per call: {paths}")
+
+
+def test_calls_in_a_row_wait_for_peers_before_the_input_changes(comm, world, paths):
+    """The input is rewritten right after each call: a rank that returned before its
+    peers read its array would corrupt their results."""
+    n, dtype = 1 << 20, np.dtype(np.float64)
+    x = comm.shared_empty(n, dtype)
+    good = True
+    for step in range(6):
+        x[:] = comm.rank + 10.0 * step
+        out = comm.allreduce(x, None, "sum", algorithm="shm")
+        good &= bool(np.all(out == P * 10.0 * step + P * (P - 1) / 2))
+        if comm.rank == 0:       # one rank late to every reduce-scatter: the others wait for it
+            time.sleep(0.02)
+        x[:] = comm.rank - 10.0 * step
+        block = comm.reduce_scatter(x, None, "sum", algorithm="shm")
+        x[:] = np.nan            # what a peer still reading would see
+        good &= bool(np.all(block == -P * 10.0 * step + P * (P - 1) / 2))
+    all_ranks_agree(world, good and paths == IN_PLACE * 12, f"in place per call: {paths}")
+
+
+def test_a_rank_without_a_shared_array_makes_every_rank_stage(comm, world, paths):
+    n, seed, dtype = 30_001, 5, np.dtype(np.float32)
+    x = _shared_input(comm, seed, n, dtype, "sum", False)
+    mine = x.copy() if comm.rank == P - 1 else x        # the last rank passes a private copy
+    out = comm.allreduce(mine, None, "sum", algorithm="shm")
+    ok, why = matches(out, reference(seed, n, dtype, "sum", False, P), dtype, "sum", P)
+    all_ranks_agree(world, ok and paths == [False] * len(IN_PLACE), f"{why}; in place per call: {paths}")
+
+
+def test_shared_arrays_are_writable_views_of_the_asked_shape():
+    c = Communicator()
+    try:
+        a = c.shared_empty((3, 5), np.int32)
+        a[...] = np.arange(15).reshape(3, 5)
+        assert a.shape == (3, 5) and a.dtype == np.int32 and a.flags.writeable and a.flags.c_contiguous
+        assert c._core.shared.locate(a.reshape(-1), c._core.layout.node.Get_rank())[0] == 0
+        assert c._core.shared.locate(a.copy().reshape(-1), c._core.layout.node.Get_rank()) == (-1, -1)
+    finally:
+        c.free()
