@@ -379,11 +379,12 @@ def complete_rows(rows: list[dict]) -> list[dict]:
 
 def check_rows(rows: list[dict], options: SchemesOptions) -> None:
     """Raise :class:`SchemesCheckError` naming every run that is wrong (see the module docstring)."""
-    problems = [f"{r['workload']}, {r['scheme']}, P={r['ranks']}: expected {options.budget_for(r['dim'], r['cost_ms'])} "
-                f"evaluations and a finite best, got {r['evaluations']} and {r['best_fitness']}"
-                for r in rows
-                if r["evaluations"] != options.budget_for(r["dim"], r["cost_ms"])
-                or not math.isfinite(r["best_fitness"])]
+    def budget(r):
+        return options.budget_for(r["dim"], r["cost_ms"])
+
+    problems = [f"{r['workload']}, {r['scheme']}, P={r['ranks']}: expected {budget(r)} evaluations and a "
+                f"finite best, got {r['evaluations']} and {r['best_fitness']}"
+                for r in rows if r["evaluations"] != budget(r) or not math.isfinite(r["best_fitness"])]
     for label in dict.fromkeys(r["workload"] for r in rows):
         bests = {(r["scheme"], r["ranks"]): r["best_fitness"] for r in rows if r["workload"] == label}
         if len(set(bests.values())) > 1:

@@ -19,7 +19,7 @@
 * ``oversubscribed``, per dim: in the launched job with more ranks than cores, every
   rank measures the engine costs at once; their work per child against the same alone,
   beyond ranks / cores, is what time-slicing costs (caches and memory evicted by the
-  other ranks): about a fifth from 1e5 genes here.
+  other ranks): 1.0 to 1.23 at 1e7 genes here, from one calibration to the next.
 * **Run loop** (``loop``): real runs of the bench's job at cost 0 and the smallest
   dim, at two lengths (:data:`LOOP_GENERATIONS`, the median of :data:`LOOP_REPEATS`
   runs each), in launched jobs as the bench's: the island scheme on 1 rank, every
@@ -227,7 +227,8 @@ def ping_pong() -> dict:
 
 def launched(dims, ping: bool) -> None:
     """A launched job: rank 0 prints {"intra": ping-pong (on 2 ranks, else None),
-    "rows": scheme rows} as JSON."""
+    "rows": scheme rows, "concurrent": engine costs measured by every rank at once
+    (more ranks than cores, else None)} as JSON."""
     from mpi4py import MPI
 
     from ..comm import abort_on_error

@@ -8,8 +8,9 @@ A run is simulated generation by generation on its critical path:
   made at every log line and at the end. Engine costs are calibrated per genome size
   and interpolated in log-log space between calibrated sizes (:meth:`Constants.child`);
 * cores: CPU work is stretched by ``busy ranks / cores`` when busy ranks outnumber
-  cores, times the calibrated slowdown of time-sliced ranks (:meth:`Constants.stretch`). Ranks breeding or between steps count as busy; a group rank left without rows
-  in a batch waits for the next order, and Open MPI's waits yield the core when ranks
+  cores, times the calibrated slowdown of time-sliced ranks (:meth:`Constants.stretch`).
+  Ranks breeding or between steps count as busy; a group rank left without rows in a
+  batch waits for the next order, and Open MPI's waits yield the core when ranks
   outnumber cores (:func:`_evaluating`); master_worker's master waits for results in a
   polling loop that yields its core (:mod:`mpievo.comm.progress`), so its workers share
   the cores (:func:`_pulled_seconds`);
