@@ -48,7 +48,8 @@ def allreduce_steps(core, ctx, src: np.ndarray, dst: np.ndarray, op: str, wire):
     if local > 1:
         core.count(src.nbytes - lane.nbytes)
         arena = yield from core.arena_steps()
-        yield from shm.reduce_steps(arena, src, counts, displs, combine, out=lane)
+        sources = yield from core.shared_sources_steps(src)
+        yield from shm.reduce_steps(arena, src, counts, displs, combine, out=lane, sources=sources)
     else:
         copy_host(lane, src)
     if layout.cross is not None and layout.cross.Get_size() > 1:

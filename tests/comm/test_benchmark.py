@@ -82,7 +82,7 @@ def test_shared_inputs_are_read_in_place_and_checked(monkeypatch):
     for driver in (allreduce_driver, reduce_scatter_driver):
         real = driver.reduce_steps
         monkeypatch.setattr(driver, "reduce_steps",
-                            lambda *a, _real=real, **k: in_place.append(k["sources"] is not None) or _real(*a, **k))
+                            lambda *a, _real=real, **k: in_place.append(k.get("sources") is not None) or _real(*a, **k))
     lines = []
     out = run_collectives(collectives=["allreduce", "reduce_scatter", "broadcast"], cases=[("float32", "sum")],
                           algorithm="shm", shared=True, report=lines.append, **dict(TINY, sizes=[8192, 1 << 16]))

@@ -12,7 +12,8 @@ from mpi4py import MPI
 
 from comm_reference import matches, rank_input, reference
 from mpievo.comm import Communicator
-from mpievo.comm import shm_collectives
+from mpievo.comm import hierarchical, shm_collectives
+from mpievo.comm.nodes import FAKE_NODES_ENV
 from mpievo.comm.ring import even_counts
 from mpi_support import all_ranks_agree
 
@@ -120,3 +121,29 @@ def test_shared_arrays_are_writable_views_of_the_asked_shape():
         assert c._core.shared.locate(a.copy().reshape(-1), c._core.layout.node.Get_rank()) == (-1, -1)
     finally:
         c.free()
+
+
+@pytest.mark.parametrize("nodes", ["1", "2"])
+def test_hierarchical_allreduce_reads_each_nodes_shared_arrays(world, monkeypatch, nodes):
+    """On fake nodes each node's window is its own; the node-local reduction reads the
+    node's arrays in place wherever a node has more than one rank."""
+    if int(nodes) > P:
+        pytest.skip(f"{nodes} fake nodes need more ranks than {P}")
+    monkeypatch.setenv(FAKE_NODES_ENV, nodes)
+    c = Communicator(shm_piece_bytes=PIECE)
+    monkeypatch.delenv(FAKE_NODES_ENV)
+    seen = []
+    real = hierarchical.shm.reduce_steps
+    monkeypatch.setattr(hierarchical.shm, "reduce_steps",
+                        lambda *a, **k: seen.append(k.get("sources") is not None) or real(*a, **k))
+    try:
+        n, seed, dtype = 70_001, 11, np.dtype(np.float32)
+        x = _shared_input(c, seed, n, dtype, "sum", False)
+        out = c.allreduce(x, None, "sum", algorithm="hierarchical")
+        ok, why = matches(out, reference(seed, n, dtype, "sum", False, P), dtype, "sum", P)
+        # a rank alone on its node copies its input into its lane: no node-local reduction
+        expected = [True] if c._core.layout.local_size > 1 else []
+        del x              # an array over a window must not outlive it
+    finally:
+        c.free()
+    all_ranks_agree(world, ok and seen == expected, f"{why}; in place per call: {seen}, nodes {nodes}")
