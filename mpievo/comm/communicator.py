@@ -68,6 +68,7 @@ class Communicator:
         # the direct native calls, bound once: tiny calls are timed in fractions of a microsecond
         self._direct_allreduce = self._core.fast.allreduce
         self._direct_allgather = self._core.fast.allgather
+        self._direct_reduce_scatter = self._core.fast.reduce_scatter
         self._direct_broadcast = self._core.fast.broadcast
         self.rank = self._core.rank
         self.size = self._core.size
@@ -194,6 +195,9 @@ class Communicator:
         Returns:
             This rank's block of the reduced array (1-D).
         """
+        if (recvbuf is not None and counts is None and algorithm is None and timeout is None
+                and self._direct_reduce_scatter(sendbuf, recvbuf, op)):
+            return recvbuf
         return reduce_scatter_driver.run(self._core, sendbuf, recvbuf, op, counts, algorithm, timeout, True)
 
     def ireduce_scatter(self, sendbuf, recvbuf=None, op: str = "sum", *, counts=None,

@@ -166,6 +166,7 @@ class FastPath:
                              if usable else -1)
         self._allgather_max = limit("allgather")
         self._broadcast_max = limit("broadcast")
+        self._reduce_scatter_max = limit("reduce_scatter")
 
     def allreduce(self, sendbuf, recvbuf, op) -> bool:
         """MPI_Allreduce of numpy ``sendbuf`` into ``recvbuf`` (may be ``sendbuf``)."""
@@ -206,6 +207,27 @@ class FastPath:
         core.seq += 1
         traffic, purpose = core.traffic, core.purpose
         traffic[purpose] = traffic.get(purpose, 0) + sendbuf.nbytes * self._ring_factor // self._size
+        return True
+
+    def reduce_scatter(self, sendbuf, recvbuf, op) -> bool:
+        """MPI_Reduce_scatter_block of numpy ``sendbuf`` into ``recvbuf`` (equal blocks;
+        not floating max/min, whose NaN order only the general path keeps)."""
+        if type(sendbuf) is not np.ndarray or type(recvbuf) is not np.ndarray:
+            return False
+        plan = _FAST_PLANS.get((sendbuf.dtype, op))
+        nbytes = sendbuf.nbytes
+        if (plan is None or plan[2] is not None or nbytes > self._reduce_scatter_max
+                or recvbuf.dtype is not sendbuf.dtype or sendbuf.ndim != 1 or recvbuf.ndim != 1
+                or recvbuf.size * self._size != sendbuf.size or np.may_share_memory(sendbuf, recvbuf)):
+            return False
+        try:
+            self._comm.Reduce_scatter_block([sendbuf, plan[0]], [recvbuf, plan[0]], plan[1])
+        except (BufferError, ValueError):
+            return False
+        core = self._core
+        core.seq += 1
+        traffic, purpose = core.traffic, core.purpose
+        traffic[purpose] = traffic.get(purpose, 0) + nbytes - recvbuf.nbytes
         return True
 
     def allgather(self, sendbuf, recvbuf, counts) -> bool:

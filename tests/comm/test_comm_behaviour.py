@@ -232,3 +232,28 @@ def test_small_calls_skip_the_drivers_unless_they_need_them(monkeypatch, world):
           and sent == 64 * 2 * (P - 1) // P + 64 * (P - 1) + (64 * (P - 1) if comm.rank == 0 else 0))
     comm.free()
     all_ranks_agree(world, ok, f"drivers called {calls}, sent {sent}")
+
+
+@pytest.mark.mpi(min_size=2)
+def test_small_reduce_scatters_of_equal_blocks_skip_the_driver(monkeypatch, world):
+    from mpievo.comm import reduce_scatter
+
+    monkeypatch.delenv("MPIEVO_COMM_TIMEOUT", raising=False)
+    calls = []
+    real = reduce_scatter.run
+    monkeypatch.setattr(reduce_scatter, "run", lambda *a, **k: calls.append(a[3]) or real(*a, **k))
+    comm = Communicator()
+    x = np.arange(8.0 * P) + comm.rank
+    out = np.empty(8)
+    got = comm.reduce_scatter(x, out)
+    ok = got is out and np.array_equal(out, P * np.arange(8.0 * comm.rank, 8.0 * comm.rank + 8) + P * (P - 1) / 2)
+    ok &= comm.traffic["collective"] == 64 * (P - 1) and calls == []
+    nan = x.copy()
+    nan[0] = np.nan
+    comm.reduce_scatter(nan, out, "max")                          # NaN order: the general path
+    ok &= bool(np.isnan(out[0])) == (comm.rank == 0)
+    comm.reduce_scatter(x, out, counts=[8] * P)                   # counts given: the general path
+    comm.reduce_scatter(x[:-1], np.empty(8 - (comm.rank == P - 1)))  # uneven blocks: the general path
+    ok &= calls == ["max", "sum", "sum"]
+    comm.free()
+    all_ranks_agree(world, ok, f"drivers called for {calls}")
