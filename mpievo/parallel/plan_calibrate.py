@@ -276,7 +276,7 @@ def launch_job(ranks: int, dims) -> dict:
 
     cmd = launch_command(ranks, ["python", "-m", "mpievo.parallel.plan_calibrate", ",".join(map(str, dims)),
                                  str(ranks == 2)])
-    done = subprocess.run(cmd, env=launch_env(), capture_output=True, text=True, timeout=300)
+    done = subprocess.run(cmd, env=launch_env(), capture_output=True, text=True, timeout=600)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
         raise RuntimeError(f"expected the {ranks}-rank calibration job to print its result, got exit code "
