@@ -366,27 +366,34 @@ def bench_bbob(comm, options: BbobOptions, out: str | os.PathLike | None = None,
                 write_csv(kept, Path(out) / "runs.csv")
         _progress(comm, log, row, " (reused)" if old else "")
 
+    jobs = [(label, config, digest(config)) for label, config in jobs]     # each digest once
+    peers = {name: peer_digest(name) for name in PEERS} if pygmo is not None else {}
     for dim in options.dims:
+        budget = options.budget_per_dim * dim
         for function in options.functions:
             for instance in options.instances:
-                fopt = None
+                fopt = []       # f_opt of this problem, computed when a run needs it
+
+                def optimum():
+                    if not fopt:
+                        fopt.append(f_opt(function, dim, instance))
+                    return fopt[0]
+
                 for seed in options.seeds:
-                    budget = options.budget_per_dim * dim
                     key = (function, dim, instance, seed)
-                    for label, config in jobs:
-                        found = done.get((*key, label, budget, digest(config)))
+                    for label, config, job in jobs:
+                        found = done.get((*key, label, budget, job))
                         if found is None:
-                            fopt = f_opt(function, dim, instance) if fopt is None else fopt
-                            found = {**run_mpievo(comm, config, function, dim, instance, seed, budget, fopt),
-                                     "solver": label, "job": digest(config)}
+                            found = {**run_mpievo(comm, config, function, dim, instance, seed, budget, optimum()),
+                                     "solver": label, "job": job}
                         record(found)
-                    if pygmo is not None:
-                        missing = [name for name in PEERS if (*key, name, budget, peer_digest(name)) not in done]
-                        if missing:
-                            fopt = f_opt(function, dim, instance) if fopt is None else fopt
-                            fresh = dict(_peers(comm, pygmo, missing, function, dim, instance, seed, budget, fopt))
-                        for name in PEERS:
-                            record(done.get((*key, name, budget, peer_digest(name))) or fresh[name])
+                    previous = {name: done.get((*key, name, budget, job)) for name, job in peers.items()}
+                    missing = [name for name, row in previous.items() if row is None]
+                    if missing:
+                        previous.update(_peers(comm, pygmo, missing, function, dim, instance, seed, budget,
+                                               optimum()))
+                    for row in previous.values():
+                        record(row)
     if reused:
         notes.append(f"{reused} runs reused from {Path(out) / 'runs.csv'}")
     result = {"rows": rows, "notes": notes, "ranks": comm.size,
