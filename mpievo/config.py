@@ -3,7 +3,7 @@
 A job config has four tables (every key optional; ``mpievo run --help-config`` lists
 every key with its type, default and meaning)::
 
-    [run]        seed, generations, budget, target, scheme (island, hybrid,
+    [run]        seed, generations, budget, leader_rate, target, scheme (island, hybrid,
                  centralized, replicated, master_worker), islands (0: one per group),
                  ranks_per_island (hybrid: K or "node"),
                  log_every, checkpoint_every, checkpoint_seconds (default 600),
@@ -210,6 +210,8 @@ def validate(config: dict, nranks: int, source: str = "config", *, problem: Prob
         _check_evaluation(run, engines, problems)
     if engines and run.budget is not None:
         _check_budget(run.budget, engines, problems)
+    if run is not None:
+        _check_leader_rate(run, problems)
     if run is not None and migration is not None:
         policy, schedule = _migration(migration, run, engines, problems)
     if problems:
@@ -269,6 +271,18 @@ def _check_evaluation(run: RunConfig, engines, problems: list[str]) -> None:
     if run.scheme == "master_worker" and devices:
         problems.append(f'engine.device: expected "cpu" with run.scheme = \'master_worker\' (workers '
                         f"evaluate host rows), got {devices[0]!r}")
+
+
+def _check_leader_rate(run: RunConfig, problems: list[str]) -> None:
+    rate = run.leader_rate
+    if rate == 1:
+        return
+    if run.budget is None:
+        problems.append(f"run.leader_rate: expected a run.budget to split (or leader_rate = 1), got "
+                        f"leader_rate = {rate} without a budget")
+    if run.scheme != "island" or run.ranks_per_island != 1:
+        problems.append(f"run.leader_rate: expected 1 with run.scheme = {run.scheme!r} and ranks_per_island = "
+                        f"{run.ranks_per_island!r} (the budget's split is the island scheme's), got {rate}")
 
 
 def _check_budget(budget: int, engines, problems: list[str]) -> None:

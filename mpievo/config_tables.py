@@ -109,6 +109,10 @@ class RunConfig(Settings):
     budget: Any = setting(None, optional(integer(1)),
                           "evaluations over all islands, initial populations included, never exceeded: "
                           "island i gets budget // islands (+1 for the first budget % islands); none: no limit")
+    leader_rate: int = setting(1, integer(1),
+                               "with a budget and scheme = island: at each migration the budget left is "
+                               "split again and the island with the best fitness evaluates this many "
+                               "children per child of any other island; 1: fixed equal shares")
     target: Any = setting(None, optional(finite),
                           "stop once an island's best fitness is at least this good (<= when minimising, "
                           ">= when maximising), one generation later; none: no target")

@@ -14,6 +14,12 @@ The rule (the same on every rank, from the settings alone):
   ``budget % n`` islands one more). An island never evaluates beyond its share: its
   last step evaluates only the children left. Every island has spent its share by
   round :func:`budget_rounds`, where the run ends.
+* **The leader's share** (``run.leader_rate = m > 1``, island scheme): at each
+  migration, before the migrants move, the budget left is split again
+  (:func:`split_left`): the island with the best fitness (:func:`leader`) gets ``m``
+  parts, every other island one, and from then on the leader steps ``m * R``
+  children per round, the others ``R``, so all spend their new shares in the same
+  rounds (:func:`rounds_to_spend`) and the run's end moves with each split.
 
 :func:`plan` applies the rule to a run's engine settings; nothing here communicates.
 """
@@ -87,3 +93,45 @@ def budget_rounds(shares: Sequence[int], initial: Sequence[int], size: int) -> i
         raise ValueError(f"expected a budget of at least {smallest_budget(initial)} evaluations (the "
                          f"initial populations), got {sum(shares)}: islands {short} start beyond their share")
     return max(-(-(share - start) // size) for share, start in zip(shares, initial))
+
+
+# ---------------------------------------------------------------- the leader's share
+#
+# With ``run.leader_rate = m > 1`` the budget left at each migration is split again:
+# the island with the best fitness (the *leader*) evaluates m children for each child
+# of any other island until the next migration. A portfolio thus spends its budget on
+# the kind of island that works on the problem at hand (CMA-ES on a rotated function,
+# DE on a separable one) without knowing it in advance. The rule uses only values
+# every rank gathers alike, so runs stay bit-identical on any rank count.
+
+
+def leader(best: Sequence[float], current: int | None) -> int:
+    """The island holding the best (lowest) fitness in ``best``; a tie keeps ``current``
+    when it is among the tied (so an immigrant's copy never takes the lead from the
+    island that found it), else goes to the lowest index. NaN never leads."""
+    values = [float("inf") if v != v else float(v) for v in best]
+    lowest = min(values)
+    tied = [i for i, v in enumerate(values) if v == lowest]
+    return current if current in tied else tied[0]
+
+
+def leader_rates(n_islands: int, lead: int, rate: int) -> list[int]:
+    """Children per round unit of each island: ``rate`` for the leader, 1 for the others."""
+    return [rate if i == lead else 1 for i in range(n_islands)]
+
+
+def split_left(budget: int, evaluations: Sequence[int], rates: Sequence[int]) -> list[int]:
+    """New shares: each island keeps what it evaluated, and the budget left is split in
+    proportion to ``rates`` (floors; the remainder one each to the first islands)."""
+    left = max(0, int(budget) - sum(int(e) for e in evaluations))
+    total = sum(rates)
+    parts = [left * r // total for r in rates]
+    for i in range(left - sum(parts)):
+        parts[i] += 1
+    return [int(e) + p for e, p in zip(evaluations, parts)]
+
+
+def rounds_to_spend(shares: Sequence[int], base: Sequence[int], size: int, rates: Sequence[int]) -> int:
+    """Rounds after a split by which every island, stepping ``size * rate`` children per
+    round from ``base`` evaluations, has spent its share."""
+    return max(-(-(s - b) // (size * r)) for s, b, r in zip(shares, base, rates))

@@ -1,7 +1,8 @@
 """The run loop: drive a :class:`~mpievo.parallel.scheme.Scheme` until a stop rule holds.
 
 A run ends at the first of: ``generations`` reached, the scheme's budget spent
-(``scheme.budget_generation``, known in advance on every rank), the ``target``
+(``scheme.budget_generation``, alike on every rank; a split of the budget at a
+migration may move it), the ``target``
 fitness reached by some island, or a stop request (``RunResult.stop_reason``:
 "generations", "budget", "target", "stopped").
 
@@ -197,6 +198,8 @@ class RunLoop:
             if step.migration is not None:
                 self._migrants_sent += step.migration.sent
             generation = step.generation
+            # a budget split at a migration (run.leader_rate) moves the budget's round
+            last, bound, reason = self._moved_end(bound, reason)
             logged = generation % self.settings.log_every == 0 or generation == last
             if logged:
                 self._log(generation)
@@ -246,6 +249,12 @@ class RunLoop:
         if budget is not None and (generations is None or budget <= generations):
             return budget, "budget"
         return generations, "generations"
+
+    def _moved_end(self, bound: str, reason: str) -> tuple[int, str, str]:
+        """(last generation, its bound, the stop reason so far) after a step that may
+        have moved the budget's end; a reason that was the old bound becomes the new one."""
+        last, new_bound = self._last_generation()
+        return last, new_bound, new_bound if reason == bound else reason
 
     def _checkpoint_due(self, generation: int) -> bool:
         every = self.settings.checkpoint_every

@@ -28,7 +28,7 @@ from ..evo.genomes import row_dtype
 from ..evo.island import Island
 from ..evo.migration import MigrationPolicy
 from .adaptive import AdaptiveInterval
-from .budget import plan
+from .budget import leader, leader_rates, plan, rounds_to_spend, split_left
 from .mapping import islands_of_rank
 from .migration import IslandShape, MigrationReport, Migrator
 from .topology import build_topology
@@ -156,6 +156,10 @@ class IslandScheme:
         schedule: the :class:`MigrationSchedule` (default: a ring, every 10 generations).
         budget: evaluations over all islands, initial populations included (None: no
             limit); each island gets its share and the run ends at ``budget_generation``.
+        leader_rate: with a budget, > 1 splits the budget left again at each migration
+            (before the migrants move): the island with the best fitness evaluates
+            ``leader_rate`` children per child of any other island (:mod:`.budget`),
+            and ``budget_generation`` moves with each split. 1: fixed equal shares.
 
     Generation ``g`` of the run is a round (:mod:`.budget`): each island steps until
     the children it evaluated since its initial population reach ``g * R`` (``R``:
@@ -178,7 +182,7 @@ class IslandScheme:
 
     def __init__(self, comm, problem, engines: Sequence[EngineConfig], *, seed: int = 0,
                  policy: MigrationPolicy | None = None, schedule: MigrationSchedule | None = None,
-                 budget: int | None = None):
+                 budget: int | None = None, leader_rate: int = 1):
         self.comm = comm
         self.problem = problem
         self.n_islands = len(engines)
@@ -200,6 +204,18 @@ class IslandScheme:
         self.migrator = Migrator(comm, self.islands, shapes, self.policy, self.seed)
         self.plan = plan(engines, problem.dim, budget)
         self.budget_generation = self.plan.budget_generation
+        if isinstance(leader_rate, bool) or not isinstance(leader_rate, int) or leader_rate < 1:
+            raise ValueError(f"expected a leader_rate >= 1, got {leader_rate!r}")
+        if leader_rate > 1 and budget is None:
+            raise ValueError(f"expected a budget to split with leader_rate = {leader_rate}, got none")
+        self.leader_rate = leader_rate
+        # the split in force: since round split_generation, island i steps R * rates[i]
+        # children per round from base[i] evaluations, up to shares[i]
+        self.leader: int | None = None
+        self.split_generation = 0
+        self.rates = [1] * self.n_islands
+        self.base = list(self.plan.initial)
+        self.shares = None if self.plan.shares is None else list(self.plan.shares)
         self.generation = -1
         self.interval = self._clamp(self.schedule.interval)
         self.next_migration = self.interval
@@ -221,23 +237,49 @@ class IslandScheme:
             raise RuntimeError("expected initialize() or restore() before step(), got neither")
         generation = self.generation + 1
         for index in self.local_indices:
-            self._advance(self.islands[index], generation * self.plan.round_size)
+            self._advance(self.islands[index], generation)
         self.generation = generation
         result = StepResult(generation)
         if generation == self.next_migration:
+            if self.leader_rate > 1:
+                self._split(generation)
             result.migration = self._migrate(generation)
         return result
 
-    def _advance(self, island: Island, clock: int) -> None:
-        """Step ``island`` until it evaluated ``clock`` children since its initial
-        population, or until its share of the budget is spent."""
-        start = self.plan.initial[island.index]
-        share = None if self.plan.shares is None else self.plan.shares[island.index]
+    def _advance(self, island: Island, generation: int) -> None:
+        """Step ``island`` until it evaluated its children of rounds up to ``generation``
+        (since the split in force), or until its share of the budget is spent."""
+        i = island.index
+        start = self.base[i]
+        clock = (generation - self.split_generation) * self.plan.round_size * self.rates[i]
+        share = None if self.shares is None else self.shares[i]
         while island.evaluations - start < clock:
             left = None if share is None else share - island.evaluations
             if left is not None and left <= 0:
                 return
             island.step(island.generation + 1, left)
+
+    def _split(self, generation: int) -> None:
+        """Split the budget left among the islands: the leader (best fitness now, before
+        this migration's arrivals) at ``leader_rate`` (collective: one small gather)."""
+        with self.comm.purpose("control"):
+            gathered = self.comm.allgather_object([(i, self.islands[i].evaluations, self._best_internal(i))
+                                                   for i in self.local_indices])
+        rows = sorted(r for part in gathered for r in part)
+        evaluations = [e for _, e, _ in rows]
+        self.leader = leader([b for _, _, b in rows], self.leader)
+        self.rates = leader_rates(self.n_islands, self.leader, self.leader_rate)
+        self.shares = split_left(sum(self.plan.shares), evaluations, self.rates)
+        self.base, self.split_generation = evaluations, generation
+        self._update_budget_generation()
+
+    def _update_budget_generation(self) -> None:
+        self.budget_generation = self.split_generation + rounds_to_spend(
+            self.shares, self.base, self.plan.round_size, self.rates)
+
+    def _best_internal(self, index: int) -> float:
+        archive = self.islands[index].archive
+        return float(archive.fitness[archive.best_index()])
 
     def _migrate(self, generation: int) -> MigrationReport:
         report = self.migrator.migrate(generation, self.schedule.destinations(generation), self.emigrants)
@@ -284,8 +326,7 @@ class IslandScheme:
 
     def reached(self, target: float) -> bool:
         goal = -target if self.problem.maximize else target     # the engine minimises
-        return any(float(self.islands[i].archive.fitness[self.islands[i].archive.best_index()]) <= goal
-                   for i in self.local_indices)
+        return any(self._best_internal(i) <= goal for i in self.local_indices)
 
     def genome_shape(self, island: int) -> tuple[int, np.dtype]:
         shape = self.migrator.shapes[island]
@@ -302,7 +343,14 @@ class IslandScheme:
         return {"scheme": self.name, "format": SCHEME_FORMAT, "generation": self.generation,
                 "n_islands": self.n_islands, "interval": self.interval,
                 "next_migration": self.next_migration, "migrations": self.migrations,
-                "emigrants": self.emigrants}
+                "emigrants": self.emigrants, **self._split_state()}
+
+    def _split_state(self) -> dict:
+        if self.leader_rate == 1:
+            return {}
+        return {"leader": -1 if self.leader is None else self.leader, "split_generation": self.split_generation,
+                "rates": np.asarray(self.rates, np.int64), "base": np.asarray(self.base, np.int64),
+                "shares": np.asarray(self.shares, np.int64)}
 
     def restore(self, island_states, run_state) -> None:
         """Load this rank's islands and the schedule state.
@@ -325,6 +373,22 @@ class IslandScheme:
         self.migrations = int(state["migrations"])
         # checkpoints written before the count could adapt hold none: the policy's
         self.emigrants = min(int(state.get("emigrants", self.policy.emigrants)), self.policy.emigrants)
+        if self.leader_rate > 1:
+            self._restore_split(state)
+
+    def _restore_split(self, state: Mapping[str, Any]) -> None:
+        if "split_generation" not in state:
+            raise ValueError(f"expected the budget's split in the saved run state (leader_rate = "
+                             f"{self.leader_rate}), got a state without one")
+        lead = int(state["leader"])
+        self.leader = None if lead < 0 else lead
+        self.split_generation = int(state["split_generation"])
+        self.rates, self.base, self.shares = ([int(v) for v in np.asarray(state[key]).ravel()]
+                                              for key in ("rates", "base", "shares"))
+        budget = sum(self.plan.shares)
+        if sum(self.shares) != budget:      # resumed with another run.budget: split that one
+            self.shares = split_left(budget, self.base, self.rates)
+        self._update_budget_generation()
 
 
 def nest_state(flat: Mapping[str, Any]) -> dict:

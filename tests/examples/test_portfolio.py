@@ -22,6 +22,7 @@ def test_four_islands_alternate_cmaes_ipop_and_shade_in_float64(job):
     assert [e.algorithm for e in job.engines] == ["cmaes", "shade", "cmaes", "shade"]
     assert all(e.dtype == "float64" for e in job.engines)
     assert all(e.cma_restarts == "ipop" for e in job.engines if e.algorithm == "cmaes")
+    assert job.run.leader_rate == 7 and job.run.budget == 100_000
 
 
 def test_every_island_sends_to_an_island_of_the_other_kind(job):
@@ -38,6 +39,7 @@ def test_a_short_run_improves_well_on_its_initial_populations():
     assert initial.stop_reason == "budget" and initial.migrations == 0
     result = mpievo.minimize(config=str(PORTFOLIO), budget=4000)
     assert result.stop_reason == "budget" and result.evaluations == 4000
-    assert [i["evaluations"] for i in result.islands] == [1000] * 4   # shares of evaluations
+    spent = [i["evaluations"] for i in result.islands]
+    assert sum(spent) == 4000 and max(spent) > 2 * min(spent), spent     # the budget followed the leader
     assert result.migrations >= 1
     assert result.fun < 0.5 * initial.fun, (result.fun, initial.fun)

@@ -205,9 +205,10 @@ def test_marks_follow_the_issue_rule():
     (key, pair), = [(k, v) for k, v in comparisons(rows).items()]
     assert key == ("mpievo:a", "peer")
     assert pair["marks"] == {(1, 10): "=", (2, 10): "-", (3, 10): "+", (4, 10): "-"}
-    assert pair["worst"] == (1.5, 2, 10)
+    assert pair["worst"] == (1.5, 2, 10) and pair["far"] == 1     # f2: 1.5 behind; f4: 0.4
     text = format_comparisons(rows)
-    assert "- mpievo:a vs peer: better or equal on 2 of 4 cells (50 %); worst: f2 10-D, 1.50 orders" in text
+    assert "- mpievo:a vs peer: better or equal on 2 of 4 cells (50.0 %), more than 1.0 behind on 1; " \
+        "worst: f2 10-D, 1.50 orders" in text
     assert "| f3 | 10 | 1.00 | 1.30 | + |" in text
 
 
