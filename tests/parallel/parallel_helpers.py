@@ -39,3 +39,14 @@ def sleepy_sphere(genomes):
     if genomes[0, 0] > 0:
         time.sleep(5.0)
     return np.einsum("ij,ij->i", genomes, genomes)
+
+
+class StopAt:
+    """A stop flag (``requested``) raised by rank 0 once ``scheme`` passed ``generation``."""
+
+    def __init__(self, scheme, generation, rank):
+        self.scheme, self.generation, self.rank = scheme, generation, rank
+
+    @property
+    def requested(self):
+        return self.rank == 0 and self.scheme.generation >= self.generation

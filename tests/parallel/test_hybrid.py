@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 from mpi4py import MPI
-from parallel_helpers import small_job, states_digest
+from parallel_helpers import StopAt, small_job, states_digest
 
 from mpi_support import all_ranks_agree
 from mpievo.comm import Communicator
@@ -116,19 +116,10 @@ def test_node_groups_from_fake_nodes(world):
     all_ranks_agree(world, ok, f"node groups {layout.groups}")
 
 
-class _StopAt:
-    def __init__(self, scheme, generation, rank):
-        self.scheme, self.generation, self.rank = scheme, generation, rank
-
-    @property
-    def requested(self):
-        return self.rank == 0 and self.scheme.generation >= self.generation
-
-
 def _stop_and_checkpoint(comm, job, directory):
     scheme = build_scheme(comm, job)
     loop = RunLoop(comm, scheme, RunSettings(job.run.generations, 5), config=job.config,
-                   checkpointer=Checkpointer(directory, comm=comm), stop=_StopAt(scheme, 7, comm.rank))
+                   checkpointer=Checkpointer(directory, comm=comm), stop=StopAt(scheme, 7, comm.rank))
     try:
         return loop.run()
     finally:

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 from mpi4py import MPI
-from parallel_helpers import small_job
+from parallel_helpers import StopAt, small_job
 
 from mpi_support import all_ranks_agree
 from mpievo.comm import Communicator
@@ -109,15 +109,6 @@ def test_a_split_run_matches_the_serial_run_bit_for_bit(world):
                     f"evaluations; serial {serial.generations}, {serial.evaluations}")
 
 
-class _StopAt:
-    def __init__(self, scheme, generation, rank):
-        self.scheme, self.generation, self.rank = scheme, generation, rank
-
-    @property
-    def requested(self):
-        return self.rank == 0 and self.scheme.generation >= self.generation
-
-
 @pytest.mark.mpi(min_size=1)
 def test_a_split_run_resumes_from_its_checkpoint_on_one_rank(world, tmp_path_factory):
     comm = Communicator(world)
@@ -125,7 +116,7 @@ def test_a_split_run_resumes_from_its_checkpoint_on_one_rank(world, tmp_path_fac
     directory = comm.bcast_object(str(tmp_path_factory.mktemp("split")) if comm.rank == 0 else None)
     scheme = build_scheme(comm, job)
     loop = RunLoop(comm, scheme, RunSettings(job.run.generations, 5), config=job.config,
-                   checkpointer=Checkpointer(directory, comm=comm), stop=_StopAt(scheme, 8, comm.rank))
+                   checkpointer=Checkpointer(directory, comm=comm), stop=StopAt(scheme, 8, comm.rank))
     stopped = loop.run()
     all_ranks_agree(world, stopped.stopped, f"expected a stop, got {stopped.stop_reason}")
     comm.barrier()

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 from mpi4py import MPI
-from parallel_helpers import small_job, states_digest
+from parallel_helpers import StopAt, small_job, states_digest
 
 from mpi_support import all_ranks_agree
 from mpievo.comm import Communicator
@@ -57,17 +57,6 @@ def test_restore_refuses_a_foreign_state():
         build_scheme(comm, small_job(1)).restore({0: islands[0]}, run)
 
 
-class _StopAt:
-    """A stop flag raised by rank 0 once its scheme passed a generation."""
-
-    def __init__(self, scheme, generation, rank):
-        self.scheme, self.generation, self.rank = scheme, generation, rank
-
-    @property
-    def requested(self):
-        return self.rank == 0 and self.scheme.generation >= self.generation
-
-
 @pytest.mark.mpi(min_size=1)
 def test_stop_checkpoint_and_resume_on_another_rank_count(world, tmp_path_factory):
     comm = Communicator(world)
@@ -75,7 +64,7 @@ def test_stop_checkpoint_and_resume_on_another_rank_count(world, tmp_path_factor
     directory = comm.bcast_object(str(tmp_path_factory.mktemp("ckpt")) if comm.rank == 0 else None)
     scheme = build_scheme(comm, job)
     loop = RunLoop(comm, scheme, RunSettings(job.run.generations, 5), config=job.config,
-                   checkpointer=Checkpointer(directory, comm=comm), stop=_StopAt(scheme, 7, comm.rank))
+                   checkpointer=Checkpointer(directory, comm=comm), stop=StopAt(scheme, 7, comm.rank))
     stopped = loop.run()
     # the flag rises after generation 7 on rank 0 only; the vote cast then is read one
     # generation later (at once on one rank), alike on every rank
@@ -99,7 +88,7 @@ def test_stop_without_checkpointer_just_stops():
     comm = Communicator(MPI.COMM_SELF)
     job = small_job(1)
     scheme = build_scheme(comm, job)
-    result = RunLoop(comm, scheme, RunSettings(20, 5), stop=_StopAt(scheme, 4, 0)).run()
+    result = RunLoop(comm, scheme, RunSettings(20, 5), stop=StopAt(scheme, 4, 0)).run()
     assert result.stopped and result.generations == 4 and result.checkpoints == []
 
 
