@@ -88,7 +88,8 @@ def minimize(problem: Problem | Callable | str | None = None, *,
         batched: a callable takes a whole batch (True) or one genome (default: the
             config's ``problem.batched``, else True).
         budget: evaluations over all islands, initial populations included, never
-            exceeded (each island gets an equal share).
+            exceeded (each island gets an equal share; with ``run.leader_rate`` in
+            ``config`` the island with the best fitness takes more at each migration).
         target: stop once some island's best fitness is at least this good (<= when
             minimising), one generation after the one that reached it.
         generations: the most generations (default 200 without a budget, none with one).
