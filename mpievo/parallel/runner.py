@@ -2,9 +2,8 @@
 
 A run ends at the first of: ``generations`` reached, the scheme's budget spent
 (``scheme.budget_generation``, alike on every rank; a split of the budget at a
-migration may move it), the ``target``
-fitness reached by some island, or a stop request (``RunResult.stop_reason``:
-"generations", "budget", "target", "stopped").
+migration may move it), the ``target`` fitness reached by some island, or a stop
+request (``RunResult.stop_reason``: "generations", "budget", "target", "stopped").
 
 Per generation every rank steps its islands (migrating when due). Every
 ``log_every`` generations the island records go to rank 0 (one gather: the global
