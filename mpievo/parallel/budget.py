@@ -92,7 +92,7 @@ def budget_rounds(shares: Sequence[int], initial: Sequence[int], size: int) -> i
     if short:
         raise ValueError(f"expected a budget of at least {smallest_budget(initial)} evaluations (the "
                          f"initial populations), got {sum(shares)}: islands {short} start beyond their share")
-    return max(-(-(share - start) // size) for share, start in zip(shares, initial))
+    return rounds_to_spend(shares, initial, size, [1] * len(shares))
 
 
 # ---------------------------------------------------------------- the leader's share

@@ -98,12 +98,11 @@ class Constants:
         1 where not calibrated), interpolated in log dim like the engine costs."""
         if busy <= self.cores:
             return 1.0
-        dims = sorted(self.oversubscribed)
         factor = 1.0
-        if dims:
-            low = max([d for d in dims if d <= dim], default=dims[0])
-            high = min([d for d in dims if d >= dim], default=dims[-1])
-            t = 0.0 if low == high else math.log(dim / low) / math.log(high / low)
+        if self.oversubscribed:     # outside the calibrated dims: the nearest one's
+            dims = sorted(self.oversubscribed)
+            low, high, t = _bracket(dims, dim)
+            low, high = (dims[0] if low is None else low), (dims[-1] if high is None else high)
             factor = _log_mix(self.oversubscribed[low], self.oversubscribed[high], t)
         return busy / self.cores * factor
 
@@ -111,15 +110,12 @@ class Constants:
         """{"row_s", "breed_s", "init_s", "record_s"} at ``dim`` genes: the calibrated
         dim's; between two calibrated dims, interpolated in log-log space (memory-bound
         work costs more per gene at large dims); outside them, per gene from the nearest."""
-        dims = sorted(self.engine)
-        low = max([d for d in dims if d <= dim], default=None)
-        high = min([d for d in dims if d >= dim], default=None)
+        low, high, t = _bracket(sorted(self.engine), dim)
         if low is None or high is None:
             base = low if high is None else high
             return {k: self.engine[base].get(k, 0.0) * dim / base for k in ENGINE_KEYS}
         if low == high:
             return {k: self.engine[low].get(k, 0.0) for k in ENGINE_KEYS}
-        t = math.log(dim / low) / math.log(high / low)
         return {k: _log_mix(self.engine[low].get(k, 0.0), self.engine[high].get(k, 0.0), t)
                 for k in ENGINE_KEYS}
 
@@ -134,6 +130,16 @@ class Constants:
         costs = self.loop[measured].get("island" if layout.ranks == 1 else bench_name(layout), {})
         stretch = _stretch(layout.ranks, self.cores) / _stretch(measured, self.cores)
         return costs.get("run_s", 0.0) * stretch, costs.get("step_s", 0.0) * stretch
+
+
+def _bracket(dims: list[int], dim: int) -> tuple[int | None, int | None, float]:
+    """(the largest of the sorted ``dims`` <= ``dim``, the smallest >= it, ``dim``'s
+    position between them in log space); None beyond the ends, position 0 then."""
+    low = max([d for d in dims if d <= dim], default=None)
+    high = min([d for d in dims if d >= dim], default=None)
+    if low is None or high is None or low == high:
+        return low, high, 0.0
+    return low, high, math.log(dim / low) / math.log(high / low)
 
 
 def _log_mix(a: float, b: float, t: float) -> float:

@@ -307,7 +307,7 @@ class IslandScheme:
         _, best = island.best()
         return IslandRecord(island.index, self.generation, best, mean, island.diversity(),
                             island.evaluations, self.migrations, island.immigrants_accepted,
-                            float(island.archive.fitness[island.archive.best_index()]), island.nonfinite,
+                            self._best_internal(island.index), island.nonfinite,
                             island.generation)
 
     def evaluations(self) -> int:
