@@ -274,7 +274,15 @@ def _check_evaluation(run: RunConfig, engines, problems: list[str]) -> None:
 
 
 def _check_leader_rate(run: RunConfig, problems: list[str]) -> None:
-    rate = run.leader_rate
+    rate, final = run.leader_rate, run.leader_rate_final
+    if final is not None and final < rate:
+        problems.append(f"run.leader_rate_final: expected >= run.leader_rate = {rate} (or none), got {final}")
+    if final is not None and final > 1 and rate == 1:
+        problems.append(f"run.leader_rate_final: expected run.leader_rate > 1 for the rate to grow from, "
+                        f"got leader_rate = 1 and leader_rate_final = {final}")
+    if run.leader_margin > 0 and rate == 1:
+        problems.append(f"run.leader_margin: expected run.leader_rate > 1 for a lead to keep, got "
+                        f"leader_rate = 1 and leader_margin = {run.leader_margin}")
     if rate == 1:
         return
     if run.budget is None:

@@ -113,6 +113,15 @@ class RunConfig(Settings):
                                "with a budget and scheme = island: at each migration the budget left is "
                                "split again and the island with the best fitness evaluates this many "
                                "children per child of any other island; 1: fixed equal shares")
+    leader_rate_final: Any = setting(None, optional(integer(1)),
+                                     "with leader_rate > 1: the leader's rate once the whole budget is "
+                                     "spent; from half the budget spent the rate grows geometrically "
+                                     "from leader_rate to this (late commitment); none: leader_rate "
+                                     "throughout")
+    leader_margin: Any = setting(0.0, number(0.0, 1.0),
+                                 "with leader_rate > 1: the lead changes hands only when another island's "
+                                 "best is better by more than this fraction of the spread of the islands' "
+                                 "best fitness at the first split; 0: any improvement (a tie keeps the leader)")
     target: Any = setting(None, optional(finite),
                           "stop once an island's best fitness is at least this good (<= when minimising, "
                           ">= when maximising), one generation later; none: no target")

@@ -106,6 +106,10 @@ class EngineConfig(Settings):
                                    "GA: improvement (of the best or the median) that counts as progress, as a "
                                    "fraction of the fitness spread (median - best) of the first bred generation "
                                    "since the start or the last restart")
+    immigration_patience: Any = _setting(0, integer(0),
+                                         "generations the island's best must have stalled before it takes "
+                                         "immigrants (its own children's improvements reset the count); "
+                                         "0: immigrants always enter (under migration.replacement)")
     restart_elite: Any = _setting(1, integer(1),
                                   "GA: best members kept on a restart (they stay out of breeding)")
     restart_growth: Any = _setting(2.0, number(1.0, 1e3),

@@ -126,6 +126,7 @@ class Island:
         self.nonfinite = 0            # evaluations that returned NaN or +-inf
         self.children_accepted = 0    # children that entered the archive
         self.immigrants_accepted = 0
+        self.stalled = 0              # own generations since the best last improved
         self._next_id = 0
         self._pending = None
 
@@ -257,10 +258,15 @@ class Island:
         self.nonfinite += bad
         told = fitness if n == size else np.concatenate([fitness, np.full(size - n, np.inf)])
         self.algorithm.tell(genomes, told)
+        before = self._best_fitness()
         result = self.archive.insert(genomes[:n], fitness, self._new_ids(n), self.index, generation)
+        self.stalled = 0 if self._best_fitness() < before else self.stalled + 1
         self.children_accepted += len(result.entered)
         self.generation = generation
         return len(result.entered)
+
+    def _best_fitness(self) -> float:
+        return float(self.archive.fitness[self.archive.best_index()]) if self.archive.size else np.inf
 
     def step(self, generation: int, limit: int | None = None) -> int:
         """Breed, evaluate and select one generation; returns the children accepted.
@@ -357,7 +363,9 @@ class Island:
             unique: elite-unique: drop genomes the island holds and repeats first.
 
         Returns:
-            Number of immigrants that entered the archive.
+            Number of immigrants that entered the archive: none while the island's own
+            children improved its best within its last ``immigration_patience``
+            generations (``self.stalled`` counts them).
         """
         if not self.initialized:
             raise RuntimeError(f"island {self.index}: call initialize() or load_state_dict() first")
@@ -366,6 +374,8 @@ class Island:
             raise ValueError(f"expected max_replace to be an int >= 0, got {max_replace!r}")
         migrants = self._check_migrants(genomes, fitness, ids, origins,
                                         self.generation if births is None else births)
+        if self.stalled < self.config.immigration_patience:
+            return 0       # still improving on its own: immigrants would only pull it off course
         entered = admit(self.archive, migrants, policy, int(limit), unique)
         self.immigrants_accepted += len(entered.fitness)
         if len(entered.fitness) and callable(getattr(self.algorithm, "migrate_in", None)):
@@ -408,6 +418,7 @@ class Island:
             "island/next_id": self._next_id, "algorithm/name": str(self.algorithm.name),
         }
         state.update({f"island/{k}": v for k, v in self.counters().items()})
+        state["island/stalled"] = self.stalled
         encoded = genomes.encoding_of(self.problem)
         if encoded is not None:
             state.update(encoded.metadata())
@@ -445,4 +456,5 @@ class Island:
         for key in ("generation", "evaluations", "nonfinite", "children_accepted", "immigrants_accepted"):
             setattr(self, key, int(state[f"island/{key}"]))
         self._next_id = int(state["island/next_id"])
+        self.stalled = int(state.get("island/stalled", 0))    # states from before the count: 0
         self._pending = None

@@ -20,12 +20,20 @@ The rule (the same on every rank, from the settings alone):
   parts, every other island one, and from then on the leader steps ``m * R``
   children per round, the others ``R``, so all spend their new shares in the same
   rounds (:func:`rounds_to_spend`) and the run's end moves with each split.
+  With ``run.leader_rate_final = M > m`` the rate grows once half the budget is
+  spent (:func:`rate_at`): geometrically from ``m`` to ``M`` over the second half, so
+  a portfolio explores with moderate shares first and commits late. With
+  ``run.leader_margin = e > 0`` the lead changes hands only when another island is
+  better by more than ``e`` times the spread of the islands' best fitness at the
+  first split (:func:`lead_scale`): an island that polishes an immigrant's copy does
+  not take the budget from the island that found it.
 
 :func:`plan` applies the rule to a run's engine settings; nothing here communicates.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -105,19 +113,50 @@ def budget_rounds(shares: Sequence[int], initial: Sequence[int], size: int) -> i
 # every rank gathers alike, so runs stay bit-identical on any rank count.
 
 
-def leader(best: Sequence[float], current: int | None) -> int:
-    """The island holding the best (lowest) fitness in ``best``; a tie keeps ``current``
-    when it is among the tied (so an immigrant's copy never takes the lead from the
-    island that found it), else goes to the lowest index. NaN never leads."""
+def leader(best: Sequence[float], current: int | None, margin: float = 0.0) -> int:
+    """The island holding the best (lowest) fitness in ``best``; ``current`` keeps the
+    lead while its best is within ``margin`` of the lowest (a tie at 0), so an
+    immigrant's copy, or a copy another island polished by less than ``margin``, never
+    takes the lead from the island that found it; else the lowest index among the
+    best. NaN never leads."""
     values = [float("inf") if v != v else float(v) for v in best]
     lowest = min(values)
-    tied = [i for i, v in enumerate(values) if v == lowest]
-    return current if current in tied else tied[0]
+    if current is not None and values[current] <= lowest + margin:
+        return current
+    return values.index(lowest)
+
+
+def lead_scale(best: Sequence[float]) -> float:
+    """The spread of the islands' best fitness (max - min over the finite ones; 0 with
+    fewer than two): the run's own fitness scale, taken at its first split, that
+    ``run.leader_margin`` is a fraction of (shift- and scale-invariant)."""
+    finite = [float(v) for v in best if math.isfinite(v)]
+    return max(finite) - min(finite) if len(finite) > 1 else 0.0
 
 
 def leader_rates(n_islands: int, lead: int, rate: int) -> list[int]:
     """Children per round unit of each island: ``rate`` for the leader, 1 for the others."""
     return [rate if i == lead else 1 for i in range(n_islands)]
+
+
+#: the fraction of the budget spent before the leader's rate starts to grow
+COMMIT_FROM = 0.5
+
+
+def rate_at(spent: int, budget: int, rate: int, final: int) -> int:
+    """The leader's rate at a split once ``spent`` of ``budget`` evaluations are spent:
+    ``rate`` up to :data:`COMMIT_FROM` of the budget, then geometric to ``final`` at
+    the whole budget (rounded; never below ``rate``).
+
+    Late commitment: the island leading early (often the fastest to a local optimum,
+    e.g. CMA-ES on separable Rastrigin) is not yet trusted with the budget, and the one
+    leading late, which found the best basin, gets nearly all of what is left."""
+    if final <= rate or budget <= 0:
+        return rate
+    progress = (spent / budget - COMMIT_FROM) / (1.0 - COMMIT_FROM)
+    if progress <= 0:
+        return rate
+    return max(rate, int(round(rate * (final / rate) ** min(1.0, progress))))
 
 
 def split_left(budget: int, evaluations: Sequence[int], rates: Sequence[int]) -> list[int]:

@@ -107,7 +107,9 @@ def build_scheme(comm, job, problem: Problem | None = None) -> Scheme:
         return MasterWorkerScheme(comm, problem, job.engines, **common)
     layout = scheme_layout(comm, job.run)
     if layout.trivial:      # one rank per group: the plain island model
-        return IslandScheme(comm, problem, job.engines, leader_rate=job.run.leader_rate, **common)
+        return IslandScheme(comm, problem, job.engines, leader_rate=job.run.leader_rate,
+                            leader_rate_final=job.run.leader_rate_final,
+                            leader_margin=job.run.leader_margin, **common)
     if job.run.scheme == "replicated":
         return ReplicatedScheme(comm, problem, job.engines, **common)
     return HybridScheme(comm, layout, problem, job.engines, **common)

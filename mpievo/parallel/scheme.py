@@ -28,7 +28,7 @@ from ..evo.genomes import row_dtype
 from ..evo.island import Island
 from ..evo.migration import MigrationPolicy
 from .adaptive import AdaptiveInterval
-from .budget import leader, leader_rates, plan, rounds_to_spend, split_left
+from .budget import lead_scale, leader, leader_rates, plan, rate_at, rounds_to_spend, split_left
 from .mapping import islands_of_rank
 from .migration import IslandShape, MigrationReport, Migrator
 from .topology import build_topology
@@ -160,6 +160,12 @@ class IslandScheme:
             (before the migrants move): the island with the best fitness evaluates
             ``leader_rate`` children per child of any other island (:mod:`.budget`),
             and ``budget_generation`` moves with each split. 1: fixed equal shares.
+        leader_rate_final: with ``leader_rate > 1``, the leader's rate at the whole budget:
+            from half the budget spent it grows geometrically from ``leader_rate`` to
+            this (:func:`.budget.rate_at`); None: ``leader_rate`` throughout.
+        leader_margin: the lead changes hands only when another island is better by more
+            than this fraction of the spread of the islands' best fitness at the first
+            split (:func:`.budget.lead_scale`); 0: any improvement.
 
     Generation ``g`` of the run is a round (:mod:`.budget`): each island steps until
     the children it evaluated since its initial population reach ``g * R`` (``R``:
@@ -182,7 +188,8 @@ class IslandScheme:
 
     def __init__(self, comm, problem, engines: Sequence[EngineConfig], *, seed: int = 0,
                  policy: MigrationPolicy | None = None, schedule: MigrationSchedule | None = None,
-                 budget: int | None = None, leader_rate: int = 1):
+                 budget: int | None = None, leader_rate: int = 1, leader_rate_final: int | None = None,
+                 leader_margin: float = 0.0):
         self.comm = comm
         self.problem = problem
         self.n_islands = len(engines)
@@ -209,6 +216,15 @@ class IslandScheme:
         if leader_rate > 1 and budget is None:
             raise ValueError(f"expected a budget to split with leader_rate = {leader_rate}, got none")
         self.leader_rate = leader_rate
+        final = leader_rate if leader_rate_final is None else leader_rate_final
+        if isinstance(final, bool) or not isinstance(final, int) or final < leader_rate:
+            raise ValueError(f"expected a leader_rate_final >= leader_rate = {leader_rate} (or None), "
+                             f"got {leader_rate_final!r}")
+        self.leader_rate_final = final
+        if not 0.0 <= leader_margin <= 1.0:
+            raise ValueError(f"expected a leader_margin in [0, 1], got {leader_margin!r}")
+        self.leader_margin = float(leader_margin)
+        self.lead_scale: float | None = None     # set at the first split
         # the split in force: since round split_generation, island i steps R * rates[i]
         # children per round from base[i] evaluations, up to shares[i]
         self.leader: int | None = None
@@ -267,9 +283,14 @@ class IslandScheme:
                                                    for i in self.local_indices])
         rows = sorted(r for part in gathered for r in part)
         evaluations = [e for _, e, _ in rows]
-        self.leader = leader([b for _, _, b in rows], self.leader)
-        self.rates = leader_rates(self.n_islands, self.leader, self.leader_rate)
-        self.shares = split_left(sum(self.plan.shares), evaluations, self.rates)
+        budget = sum(self.plan.shares)
+        best = [b for _, _, b in rows]
+        if self.lead_scale is None:
+            self.lead_scale = lead_scale(best)
+        self.leader = leader(best, self.leader, self.leader_margin * self.lead_scale)
+        rate = rate_at(sum(evaluations), budget, self.leader_rate, self.leader_rate_final)
+        self.rates = leader_rates(self.n_islands, self.leader, rate)
+        self.shares = split_left(budget, evaluations, self.rates)
         self.base, self.split_generation = evaluations, generation
         self._update_budget_generation()
 
@@ -349,6 +370,7 @@ class IslandScheme:
         if self.leader_rate == 1:
             return {}
         return {"leader": -1 if self.leader is None else self.leader, "split_generation": self.split_generation,
+                "lead_scale": -1.0 if self.lead_scale is None else self.lead_scale,
                 "rates": np.asarray(self.rates, np.int64), "base": np.asarray(self.base, np.int64),
                 "shares": np.asarray(self.shares, np.int64)}
 
@@ -382,6 +404,9 @@ class IslandScheme:
                              f"{self.leader_rate}), got a state without one")
         lead = int(state["leader"])
         self.leader = None if lead < 0 else lead
+        # checkpoints from before the margin hold no scale: the next split takes it
+        scale = float(state.get("lead_scale", -1.0))
+        self.lead_scale = None if scale < 0 else scale
         self.split_generation = int(state["split_generation"])
         self.rates, self.base, self.shares = ([int(v) for v in np.asarray(state[key]).ravel()]
                                               for key in ("rates", "base", "shares"))

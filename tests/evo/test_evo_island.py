@@ -128,6 +128,39 @@ def test_immigrate_better_merges_migrants_like_children():
     assert np.array_equal(isl.archive.births[kept], m.births[np.isin(m.ids, isl.archive.ids[kept])])
 
 
+def test_immigrants_enter_only_once_the_best_stalled_for_the_patience():
+    isl = island(capacity=8, immigration_patience=3).run(1)
+    good = np.zeros((1, 6), np.float32), [-1.0], [99], 1     # better than every member
+    seen = []
+    for generation in range(2, 200):
+        before, stalled = isl.best()[1], isl.stalled
+        entered = isl.immigrate(*good)
+        seen.append((stalled, entered))
+        if entered:
+            break
+        isl.step(generation)
+        improved = isl.best()[1] < before
+        assert isl.stalled == (0 if improved else stalled + 1), (isl.stalled, stalled, improved)
+    # refused while the island improved within its last 3 generations, taken at 3
+    assert seen[-1] == (3, 1) and len(seen) > 3 and all(s < 3 and e == 0 for s, e in seen[:-1]), seen
+    assert isl.best()[1] == -1.0 and isl.immigrants_accepted == 1
+    plain = island(capacity=8).run(1)
+    assert plain.stalled == 0 and plain.immigrate(*good) == 1          # patience 0: always
+
+
+def test_the_stall_count_is_saved_and_old_states_load():
+    a = island("shade", immigration_patience=5).run(8)
+    state = a.state_dict()
+    assert state["island/stalled"] == a.stalled
+    b = island("shade", immigration_patience=5)
+    b.load_state_dict(dict(state))
+    assert b.stalled == a.stalled
+    del state["island/stalled"]
+    c = island("shade", immigration_patience=5)
+    c.load_state_dict(state)
+    assert c.stalled == 0
+
+
 @pytest.mark.parametrize("max_replace, expected", [(None, 1), (2, 2)])
 def test_immigrate_fair_lets_in_the_best_max_replace(max_replace, expected):
     m = migrants_from(seed=11, k=4)

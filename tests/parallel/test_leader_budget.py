@@ -11,7 +11,7 @@ from mpievo.comm.protocol import SelfComm
 from mpievo.config import ConfigError
 from mpievo.io import Checkpointer, load_latest
 from mpievo.parallel import RunLoop, RunSettings, best_genome_bytes, build_scheme, run_job
-from mpievo.parallel.budget import leader, leader_rates, rounds_to_spend, split_left
+from mpievo.parallel.budget import lead_scale, leader, leader_rates, rate_at, rounds_to_spend, split_left
 
 # GA 16 children, CMA-ES 9 (dim 6), DE 32, GA 16: batches that do not divide each other
 LEADING = {"engine": {"algorithm": ["ga", "cmaes", "de", "ga"]},
@@ -30,6 +30,17 @@ def test_the_leader_is_the_best_and_a_tie_keeps_the_current_one():
     assert leader([1.0, 1.0, 0.5], 1) == 2
     assert leader([float("nan"), 2.0], 0) == 1           # NaN never leads
     assert leader_rates(4, 2, 7) == [1, 1, 7, 1]
+
+
+def test_a_lead_changes_hands_only_beyond_the_margin():
+    assert leader([1.0, 0.99, 2.0], 0, margin=0.02) == 0   # a copy polished by 0.01 < 0.02
+    assert leader([1.0, 0.97, 2.0], 0, margin=0.02) == 1   # better by 0.03: the lead moves
+    assert leader([1.0, 0.98, 2.0], 0, margin=0.02) == 0   # exactly the margin keeps it
+    assert leader([1.0, 0.99, 2.0], None, margin=0.5) == 1  # no leader yet: the best
+    assert leader([float("nan"), 2.0], 0, margin=1e9) == 1  # NaN never keeps the lead
+    assert leader([float("inf"), float("inf")], 1) == 1
+    assert lead_scale([3.0, 1.0, float("inf"), float("nan"), 2.0]) == 2.0
+    assert lead_scale([5.0, float("inf")]) == 0.0
 
 
 def test_the_budget_left_is_split_by_rate_and_adds_up():
@@ -57,6 +68,61 @@ def test_a_split_run_spends_its_budget_exactly_and_the_leader_most():
     assert result.generations == scheme.budget_generation < planned, (result.generations, planned)
     equal = run_job(leading_job(1, rate=1), SelfComm())
     assert [i["evaluations"] for i in equal.islands] == [751, 750, 750, 750]
+
+
+def test_the_rate_grows_geometrically_over_the_second_half_of_the_budget():
+    assert [rate_at(s, 1000, 7, 700) for s in (0, 300, 500)] == [7, 7, 7]
+    assert rate_at(750, 1000, 7, 700) == 70                 # halfway: the geometric mean
+    assert rate_at(1000, 1000, 7, 700) == rate_at(1200, 1000, 7, 700) == 700
+    assert rate_at(900, 1000, 7, 7) == 7                   # final = rate: a constant rate
+    rates = [rate_at(s, 1000, 3, 50) for s in range(0, 1001, 50)]
+    assert rates == sorted(rates) and rates[0] == 3 and rates[-1] == 50
+
+
+def test_a_late_commitment_gives_the_leader_more_of_the_second_half():
+    runs = {}
+    for final in (None, 200):
+        scheme = build_scheme(SelfComm(), leading_job(1, leader_rate_final=final))
+        scheme.initialize()
+        splits = []          # (share of the budget spent, the leader's rate) at each split
+        while scheme.generation < scheme.budget_generation:
+            if scheme.step().migration is not None:
+                spent = sum(i.evaluations for i in scheme.islands.values())
+                splits.append((round(spent / BUDGET, 2), max(scheme.rates)))
+        assert sum(i.evaluations for i in scheme.islands.values()) == BUDGET
+        runs[final] = scheme, splits
+    (constant, fixed), (growing, grown) = runs[None], runs[200]
+    assert [r for _, r in fixed] == [5, 5, 5, 5]
+    # splits before half the budget keep the rate; at 66 % it is 5 * 40 ** 0.32 = 16
+    assert grown == [(0.14, 5), (0.4, 5), (0.66, 16)], grown
+    assert growing.leader == constant.leader == 1
+    assert growing.islands[1].evaluations > constant.islands[1].evaluations + 200
+
+
+def test_a_margin_of_the_first_splits_spread_keeps_the_lead_and_is_saved():
+    def leaders(margin, script):
+        scheme = build_scheme(SelfComm(), leading_job(1, leader_margin=margin))
+        scheme.initialize()
+        seen = []
+        for generation, best in enumerate(script, start=1):
+            scheme._best_internal = lambda i, best=best: best[i]
+            scheme._split(generation)
+            seen.append(scheme.leader)
+        return scheme, seen
+    # the first split's spread is 30: a margin of 1e-3 is 0.03 of fitness
+    script = [[10.0, 20.0, 30.0, 40.0], [1.0, 0.99, 30.0, 40.0], [1.0, 0.98, 3.0, 4.0], [1.0, 0.9, 3.0, 4.0]]
+    assert leaders(0.0, script)[1] == [0, 1, 1, 1]
+    scheme, seen = leaders(1e-3, script)
+    assert seen == [0, 0, 0, 1] and scheme.lead_scale == 30.0
+    assert scheme.rates == [1, 5, 1, 1]
+    state = scheme.run_state()
+    assert state["lead_scale"] == 30.0
+    resumed = build_scheme(SelfComm(), leading_job(1, leader_margin=1e-3))
+    resumed.restore(scheme.island_states(), state)
+    assert resumed.lead_scale == 30.0 and resumed.leader == 1
+    del state["lead_scale"]                 # a checkpoint from before the margin
+    resumed.restore(scheme.island_states(), state)
+    assert resumed.lead_scale is None       # the next split takes the scale
 
 
 def test_a_rate_of_one_is_the_plain_run():
@@ -92,13 +158,20 @@ def test_leader_rate_needs_a_budget_and_the_island_scheme():
         small_job(1, run={"leader_rate": 3, "budget": BUDGET, "scheme": "replicated", "islands": 4})
     with pytest.raises(ConfigError, match="run.leader_rate"):
         small_job(1, run={"leader_rate": 0})
+    with pytest.raises(ConfigError, match="run.leader_rate_final: expected >= run.leader_rate = 5"):
+        small_job(1, run={"leader_rate": 5, "leader_rate_final": 3, "budget": BUDGET})
+    with pytest.raises(ConfigError, match="run.leader_rate_final: expected run.leader_rate > 1"):
+        small_job(1, run={"leader_rate_final": 30, "budget": BUDGET})
+    with pytest.raises(ConfigError, match="run.leader_margin: expected run.leader_rate > 1"):
+        small_job(1, run={"leader_margin": 1e-6, "budget": BUDGET})
 
 
 @pytest.mark.mpi(min_size=1)
-def test_a_split_run_matches_the_serial_run_bit_for_bit(world):
+@pytest.mark.parametrize("run", [{}, {"leader_rate_final": 100, "leader_margin": 1e-3}])
+def test_a_split_run_matches_the_serial_run_bit_for_bit(world, run):
     comm = Communicator(world)
-    distributed = run_job(leading_job(comm.size), comm)
-    serial = run_job(leading_job(1), SelfComm())
+    distributed = run_job(leading_job(comm.size, **run), comm)
+    serial = run_job(leading_job(1, **run), SelfComm())
     same = (distributed.generations, distributed.evaluations, distributed.best_fitness) == \
         (serial.generations, serial.evaluations, serial.best_fitness)
     if comm.rank == 0:
