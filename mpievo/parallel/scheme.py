@@ -277,7 +277,8 @@ class IslandScheme:
 
     def _split(self, generation: int) -> None:
         """Split the budget left among the islands: the leader (best fitness now, before
-        this migration's arrivals) at ``leader_rate`` (collective: one small gather)."""
+        this migration's arrivals; the current one kept within ``leader_margin``) at the
+        rate :func:`.budget.rate_at` gives (collective: one small gather)."""
         with self.comm.purpose("control"):
             gathered = self.comm.allgather_object([(i, self.islands[i].evaluations, self._best_internal(i))
                                                    for i in self.local_indices])
