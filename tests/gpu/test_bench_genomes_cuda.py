@@ -34,6 +34,9 @@ def _migrant_bytes(rows) -> dict:
 
 
 @pytest.mark.mpi(min_size=1)
+# about 100 s alone in the CUDA simulator (a Python thread per GPU thread), and over the
+# stage's 180 s once when the machine was busier: a guard against hangs, not a target
+@pytest.mark.timeout(600)
 def test_a_device_grid_runs_on_the_device_with_the_host_bytes(world):
     from mpievo.comm import Communicator
 
