@@ -68,7 +68,7 @@ if [ -z "${MPIEVO_TEST_QUICK:-}" ]; then
         failed+=("set-up of .venv-mpich")
     fi
     if [ -d tests/gpu ]; then
-        NUMBA_ENABLE_CUDASIM=1 stage "cudasim serial" $OMPI 0 1200 --with-mpi --timeout=180 tests/gpu
+        NUMBA_ENABLE_CUDASIM=1 stage "cudasim serial" $OMPI 0 1500 --with-mpi --timeout=600 tests/gpu
         NUMBA_ENABLE_CUDASIM=1 stage "cudasim -n 2" $OMPI 2 600 --only-mpi --timeout=180 tests/gpu
         NUMBA_ENABLE_CUDASIM=1 stage "cudasim -n 4" $OMPI 4 600 --only-mpi --timeout=240 tests/gpu
     fi
