@@ -258,15 +258,12 @@ class Island:
         self.nonfinite += bad
         told = fitness if n == size else np.concatenate([fitness, np.full(size - n, np.inf)])
         self.algorithm.tell(genomes, told)
-        before = self._best_fitness()
+        before = self.best_internal()
         result = self.archive.insert(genomes[:n], fitness, self._new_ids(n), self.index, generation)
-        self.stalled = 0 if self._best_fitness() < before else self.stalled + 1
+        self.stalled = 0 if self.best_internal() < before else self.stalled + 1
         self.children_accepted += len(result.entered)
         self.generation = generation
         return len(result.entered)
-
-    def _best_fitness(self) -> float:
-        return float(self.archive.fitness[self.archive.best_index()]) if self.archive.size else np.inf
 
     def step(self, generation: int, limit: int | None = None) -> int:
         """Breed, evaluate and select one generation; returns the children accepted.
@@ -288,6 +285,10 @@ class Island:
         return self
 
     # --- results -----------------------------------------------------------------
+    def best_internal(self) -> float:
+        """The archive's best fitness as the engine sees it (minimised; inf when empty)."""
+        return float(self.archive.fitness[self.archive.best_index()]) if self.archive.size else np.inf
+
     def best(self) -> tuple[np.ndarray, float]:
         """(genome, fitness in the user's sense) of the best archive member."""
         i = self.archive.best_index()

@@ -280,8 +280,8 @@ class IslandScheme:
         this migration's arrivals; the current one kept within ``leader_margin``) at the
         rate :func:`.budget.rate_at` gives (collective: one small gather)."""
         with self.comm.purpose("control"):
-            gathered = self.comm.allgather_object([(i, self.islands[i].evaluations, self._best_internal(i))
-                                                   for i in self.local_indices])
+            mine = [(i, self.islands[i].evaluations, self.islands[i].best_internal()) for i in self.local_indices]
+            gathered = self.comm.allgather_object(mine)
         rows = sorted(r for part in gathered for r in part)
         evaluations = [e for _, e, _ in rows]
         budget = sum(self.plan.shares)
@@ -298,10 +298,6 @@ class IslandScheme:
     def _update_budget_generation(self) -> None:
         self.budget_generation = self.split_generation + rounds_to_spend(
             self.shares, self.base, self.plan.round_size, self.rates)
-
-    def _best_internal(self, index: int) -> float:
-        archive = self.islands[index].archive
-        return float(archive.fitness[archive.best_index()])
 
     def _migrate(self, generation: int) -> MigrationReport:
         report = self.migrator.migrate(generation, self.schedule.destinations(generation), self.emigrants)
@@ -329,7 +325,7 @@ class IslandScheme:
         _, best = island.best()
         return IslandRecord(island.index, self.generation, best, mean, island.diversity(),
                             island.evaluations, self.migrations, island.immigrants_accepted,
-                            self._best_internal(island.index), island.nonfinite,
+                            island.best_internal(), island.nonfinite,
                             island.generation)
 
     def evaluations(self) -> int:
@@ -348,7 +344,7 @@ class IslandScheme:
 
     def reached(self, target: float) -> bool:
         goal = -target if self.problem.maximize else target     # the engine minimises
-        return any(self._best_internal(i) <= goal for i in self.local_indices)
+        return any(self.islands[i].best_internal() <= goal for i in self.local_indices)
 
     def genome_shape(self, island: int) -> tuple[int, np.dtype]:
         shape = self.migrator.shapes[island]

@@ -105,7 +105,8 @@ def test_a_margin_of_the_first_splits_spread_keeps_the_lead_and_is_saved():
         scheme.initialize()
         seen = []
         for generation, best in enumerate(script, start=1):
-            scheme._best_internal = lambda i, best=best: best[i]
+            for i, island in scheme.islands.items():
+                island.best_internal = lambda i=i, best=best: best[i]
             scheme._split(generation)
             seen.append(scheme.leader)
         return scheme, seen
