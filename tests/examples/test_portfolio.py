@@ -21,8 +21,9 @@ def test_four_islands_alternate_cmaes_ipop_and_shade_in_float64(job):
     assert job.n_islands == 4
     assert [e.algorithm for e in job.engines] == ["cmaes", "shade", "cmaes", "shade"]
     assert all(e.dtype == "float64" for e in job.engines)
-    assert all(e.cma_restarts == "ipop" for e in job.engines if e.algorithm == "cmaes")
-    assert job.run.leader_rate == 7 and job.run.budget == 100_000
+    cmaes = [e for e in job.engines if e.algorithm == "cmaes"]
+    assert all(e.cma_restarts == "ipop" and e.cma_popsize_growth == 4 for e in cmaes)
+    assert job.run.leader_rate == 7 and job.run.leader_margin == 1e-6 and job.run.budget == 100_000
 
 
 def test_every_island_sends_to_an_island_of_the_other_kind(job):
