@@ -79,8 +79,8 @@ def test_rate_zero_only_interpolates(interpolate):
     assert unchanged != interpolate
 
 
-# 17,385 genes in the simulator take about a minute, more on a busy machine: it once
-# passed the default 120 s guard with its threads waiting on the simulator's lock around
+# 17,385 genes in the simulator take a minute or more (more on a busy machine): it ran
+# past the default 120 s guard with its threads waiting on the simulator's lock around
 # device-function calls, which looks like a stall but is only slowness
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("dense, rate", [(True, 0.05), (False, 0.01)])
