@@ -118,8 +118,10 @@ def test_checkpoints_resume_across_schemes(world, tmp_path_factory, evaluation):
 
 
 def _slow_on_rank_one(genomes):
+    # 100 ms a block of 2 rows: slower than the other workers' share of a batch by far, even
+    # when the scheduler holds a fast worker back for tens of milliseconds
     if MPI.COMM_WORLD.Get_rank() == 1:
-        time.sleep(0.01 * len(genomes))
+        time.sleep(0.05 * len(genomes))
     return np.einsum("ij,ij->i", genomes, genomes, dtype=np.float64)
 
 
@@ -132,7 +134,12 @@ def test_a_fast_worker_pulls_more_blocks(world):
     run_job(job, comm)
     sent = comm.allgather_object(comm.traffic.get("evaluation", 0))
     # every block's fitness is the same size: bytes sent count a worker's blocks
-    ok = sent[1] * 2 < min(sent[2:])
+    # pulled on demand, the slow worker takes about one block of each batch's 8 and the fast
+    # ones share the rest (static shares would give each worker about 8 / workers); which
+    # fast worker takes more depends on the scheduler (4 ranks on 2 cores), so only their mean
+    # is held to twice the slow one's
+    fast = sent[2:]
+    ok = sent[1] < min(fast) and sent[1] * 2 < sum(fast) / len(fast)
     all_ranks_agree(world, ok, f"the slow worker sent {sent[1]} bytes, the others {sent[2:]}")
 
 
