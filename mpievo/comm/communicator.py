@@ -27,7 +27,7 @@ from . import objects
 from . import reduce_scatter as reduce_scatter_driver
 from .buckets import DEFAULT_BUCKET_BYTES
 from .core import CommCore
-from .progress import Request
+from .progress import Request, ResultRequest
 from .selection import ALGORITHMS
 
 
@@ -305,6 +305,13 @@ class Communicator:
     def send_object(self, obj, dest: int, *, timeout: float | None = None) -> None:
         """Send a picklable object to rank ``dest`` (point to point; see :meth:`recv_object`)."""
         objects.send_object(self._core, obj, dest, timeout)
+
+    def isend_object(self, obj, dest: int, *, timeout: float | None = None) -> ResultRequest:
+        """:meth:`send_object` without waiting: ``wait()`` (or ``test()``) the returned
+        request; leave ``obj``'s arrays unchanged until it is done (their data is sent
+        from their memory). A sender that must not stall on a busy receiver (a master
+        feeding several workers) posts its message and goes on."""
+        return objects.isend_object(self._core, obj, dest, timeout)
 
     def recv_object(self, source: int | None = None, *, timeout: float | None = None):
         """Receive the next object sent to this rank with :meth:`send_object` from

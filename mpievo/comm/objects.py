@@ -117,11 +117,11 @@ def _gather_pieces(core, mine: np.ndarray, out, lengths: list, displs: list, roo
         core.wait("allgather_object" if root is None else "gather_object", pending, None)
 
 
-def send_object(core, obj, dest: int, timeout: float | None) -> None:
-    """Send a picklable object to ``dest``: a header (the pickle's length and each
+def _post_object(core, obj, dest: int) -> list[Pending]:
+    """Post a message of ``obj`` to ``dest``: a header (the pickle's length and each
     buffer's), the pickle, then the data of its contiguous arrays straight from their
-    memory (pickle protocol 5, out of band: no copy into the pickle), each in pieces;
-    returns when all left this rank (large ones once ``dest`` receives them)."""
+    memory (pickle protocol 5, out of band: no copy into the pickle), each in pieces.
+    The requests to wait for (each holds its buffer)."""
     core.check_usable()
     dest = check_root(dest, core.size)
     body, buffers = dumps_out_of_band(obj)
@@ -130,7 +130,25 @@ def send_object(core, obj, dest: int, timeout: float | None) -> None:
     for part in (body, *buffers):
         pending += chunking.post_send(core.comm, dest, part, MESSAGE_BODY_TAG)
     core.count(header.nbytes + body.nbytes + sum(b.nbytes for b in buffers))
-    core.wait("send_object", pending, timeout)
+    return pending
+
+
+def send_object(core, obj, dest: int, timeout: float | None) -> None:
+    """Send a picklable object to ``dest`` (see :func:`_post_object`); returns when all
+    left this rank (large ones once ``dest`` receives them)."""
+    core.wait("send_object", _post_object(core, obj, dest), timeout)
+
+
+def isend_object(core, obj, dest: int, timeout: float | None):
+    """:func:`send_object` without the wait: a request whose ``wait()`` returns once the
+    message left this rank. Until then ``obj``'s arrays are read in place: leave them
+    unchanged."""
+    pending = _post_object(core, obj, dest)
+
+    def steps():
+        yield pending
+
+    return core.execute("isend_object", steps(), timeout, False, None)
 
 
 class _Probe(Poll):

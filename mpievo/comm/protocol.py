@@ -65,6 +65,9 @@ class EngineComm(Protocol):
     def send_object(self, obj: Any, dest: int) -> None:
         """Send a picklable object to rank ``dest`` (point to point)."""
 
+    def isend_object(self, obj: Any, dest: int) -> EngineRequest:
+        """Start sending a picklable object to rank ``dest``; done when it left this rank."""
+
     def recv_object(self, source: int | None = None) -> tuple[int, Any]:
         """``(sender, object)`` of the next :meth:`send_object` to this rank from
         ``source`` (None: from any rank)."""
@@ -174,6 +177,11 @@ class SelfComm:
         data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
         self._count(message_bytes(obj))
         self._messages.append(data)
+
+    def isend_object(self, obj: Any, dest: int) -> FinishedRequest:
+        """:meth:`send_object`, done when it returns (the pickle is queued)."""
+        self.send_object(obj, dest)
+        return FinishedRequest(None)
 
     def recv_object(self, source: int | None = None) -> tuple[int, Any]:
         """``(0, object)`` of the oldest object sent to itself.

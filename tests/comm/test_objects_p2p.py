@@ -81,3 +81,20 @@ def test_arrays_travel_out_of_band_and_arrive_equal(world, monkeypatch):
                         and got[k].shape == payload[k].shape for k in ("c", "f", "strided", "empty", "ints"))
         got["c"][0, 0] = 1.0     # the arrays are the receiver's own, writable
     all_ranks_agree(world, ok, "arrays sent out of band arrived different, or the traffic was not message_bytes")
+
+
+@pytest.mark.mpi(min_size=2)
+def test_isend_object_returns_before_the_receiver_takes_the_message(world):
+    """Two ranks each post a large message to the other before either receives: with
+    blocking sends both would wait for the other's receive (a large message waits for
+    its receiver) and time out; each then receives the other's array intact."""
+    comm = Communicator(world, timeout=20)
+    ok = True
+    if comm.rank < 2:
+        peer = 1 - comm.rank
+        rows = np.full((4, 1 << 18), comm.rank + 1.0, np.float32)     # 4 MiB
+        sending = comm.isend_object(("evaluate", rows), peer)
+        sender, (label, got) = comm.recv_object(peer)
+        ok = sending.wait() is None and sending.done and sender == peer and label == "evaluate"
+        ok = ok and np.array_equal(got, np.full((4, 1 << 18), peer + 1.0, np.float32))
+    all_ranks_agree(world, ok, "isend_object blocked, or the crossed messages arrived different")

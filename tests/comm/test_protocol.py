@@ -43,9 +43,10 @@ def _iallreduce(comm):
 
 def _objects(comm):
     comm.send_object({"block": np.arange(3)}, 0)
-    comm.send_object("second", 0)
+    sending = comm.isend_object("second", 0)
     first = comm.recv_object()
-    return first[0], first[1]["block"], comm.recv_object(0)
+    second = comm.recv_object(0)
+    return first[0], first[1]["block"], second, sending.wait(), sending.done
 
 
 #: every EngineComm member, exercised the way the engine uses it
@@ -60,6 +61,7 @@ CALLS = {
     "allgather_object": lambda c: c.allgather_object([1, 2]),
     "iallreduce": _iallreduce,
     "send_object": _objects,
+    "isend_object": _objects,
     "recv_object": _objects,
     "traffic": lambda c: dict(c.traffic),  # last: what the calls above counted
 }
@@ -91,7 +93,7 @@ def test_every_member_gives_the_same_result_on_one_rank(one_rank):
         return 8 * (1 + len(buffers)) + len(body) + sum(b.raw().nbytes for b in buffers)
 
     pickles = sent({"block": np.arange(3)}) + sent("second")
-    assert alone.traffic == {"migration": 24, "collective": 2 * pickles}   # _objects runs twice
+    assert alone.traffic == {"migration": 24, "collective": 3 * pickles}   # _objects runs 3 times
 
 
 def test_self_comm_refuses_what_a_one_rank_communicator_refuses(one_rank):

@@ -21,7 +21,7 @@ from mpievo.comm.protocol import SelfComm
 from mpievo.config import RESUMABLE_KEYS, ConfigError, validate
 from mpievo.evo.problems import Problem
 from mpievo.io import check_config_compatible, load_latest
-from mpievo.parallel import best_genome_bytes, build_scheme, run_job
+from mpievo.parallel import best_genome_bytes, build_scheme, master_worker, run_job
 from mpievo.parallel.master_worker import MasterWorkerScheme, block_bounds
 
 MODES = ("generational", "steady")
@@ -141,6 +141,33 @@ def test_a_fast_worker_pulls_more_blocks(world):
     fast = sent[2:]
     ok = sent[1] < min(fast) and sent[1] * 2 < sum(fast) / len(fast)
     all_ranks_agree(world, ok, f"the slow worker sent {sent[1]} bytes, the others {sent[2:]}")
+
+
+def _sum_of_squares(genomes):
+    return np.einsum("ij,ij->i", genomes, genomes, dtype=np.float64)
+
+
+@pytest.mark.mpi(min_size=3)
+def test_the_master_feeds_the_others_while_a_worker_is_late_to_take_its_block(world, monkeypatch):
+    """A run of one batch (8 blocks) with worker 1 starting 2 s late. Its block (rows of
+    64 KiB: too large to be buffered, the message waits for the receive) is posted, and
+    meanwhile the other workers take the batch's 7 other blocks; a master that waited
+    for worker 1 to take it would hand out nothing for 2 s and then share the 7 with it."""
+    comm = Communicator(world)
+    problem = Problem(_sum_of_squares, 16384, -5.0, 5.0, name="sum of squares")
+    job = validate({"run": {"scheme": "master_worker", "islands": 1, "budget": 16},
+                    "engine": {"capacity": 16, "batch_size": 16}}, comm.size, problem=problem)
+    if comm.rank == 1:
+        def late(problem, comm, serve=master_worker.serve):
+            time.sleep(2.0)
+            return serve(problem, comm)
+
+        monkeypatch.setattr(master_worker, "serve", late)
+    run_job(job, comm)
+    sent = comm.allgather_object(comm.traffic.get("evaluation", 0))
+    # every block's fitness message is the same size (2 rows at 2 or 3 workers)
+    ok = len(block_bounds(16, comm.size - 1)) == 8 and sent[1] * 7 == sum(sent[2:])
+    all_ranks_agree(world, ok, f"the late worker sent {sent[1]} bytes of fitness, the others {sent[2:]}")
 
 
 def _varied_sleep(genomes):
