@@ -112,8 +112,7 @@ class WorkerPool:
         self.comm = comm
         self.queue: deque = deque()            # (batch, start, stop) not handed out yet
         self.idle = deque(range(1, comm.size))
-        self.out: dict[int, tuple] = {}        # worker -> (batch, start, stop) it evaluates
-        self.posted: dict[int, object] = {}    # worker -> the request of its block's message
+        self.out: dict[int, tuple] = {}        # worker -> ((batch, start, stop), its message's request)
 
     def submit(self, batch: Batch) -> None:
         """Queue ``batch``'s blocks (handed out by :meth:`feed`)."""
@@ -126,15 +125,14 @@ class WorkerPool:
             worker = self.idle.popleft()
             batch, start, stop = block = self.queue.popleft()
             with self.comm.purpose("evaluation"):
-                self.posted[worker] = self.comm.isend_object(("evaluate", batch.genomes[start:stop]), worker)
-            self.out[worker] = block
+                self.out[worker] = block, self.comm.isend_object(("evaluate", batch.genomes[start:stop]), worker)
 
     def collect(self) -> Batch:
         """Wait for one block's fitness, place it by row; its batch (done when ``left`` is 0)."""
         with self.comm.purpose("evaluation"):
             worker, fitness = self.comm.recv_object()
-        self.posted.pop(worker).wait()      # returns at once: the worker had the block
-        batch, start, stop = self.out.pop(worker)
+        (batch, start, stop), posted = self.out.pop(worker)
+        posted.wait()       # returns at once: the worker had the block
         batch.fitness[start:stop] = fitness
         batch.left -= stop - start
         self.idle.append(worker)

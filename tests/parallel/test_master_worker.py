@@ -19,7 +19,7 @@ from mpi_support import all_ranks_agree
 from mpievo.comm import Communicator
 from mpievo.comm.protocol import SelfComm
 from mpievo.config import RESUMABLE_KEYS, ConfigError, validate
-from mpievo.evo.problems import Problem
+from mpievo.evo.problems import Problem, builtin_problem
 from mpievo.io import check_config_compatible, load_latest
 from mpievo.parallel import best_genome_bytes, build_scheme, master_worker, run_job
 from mpievo.parallel.master_worker import MasterWorkerScheme, block_bounds
@@ -143,10 +143,6 @@ def test_a_fast_worker_pulls_more_blocks(world):
     all_ranks_agree(world, ok, f"the slow worker sent {sent[1]} bytes, the others {sent[2:]}")
 
 
-def _sum_of_squares(genomes):
-    return np.einsum("ij,ij->i", genomes, genomes, dtype=np.float64)
-
-
 @pytest.mark.mpi(min_size=3)
 def test_the_master_feeds_the_others_while_a_worker_is_late_to_take_its_block(world, monkeypatch):
     """A run of one batch (8 blocks at 3 or 4 ranks) with worker 1 starting 2 s late. Its
@@ -155,7 +151,7 @@ def test_the_master_feeds_the_others_while_a_worker_is_late_to_take_its_block(wo
     that waited for worker 1 to take it would hand out nothing for 2 s and then share
     the rest with it."""
     comm = Communicator(world)
-    problem = Problem(_sum_of_squares, 16384, -5.0, 5.0, name="sum of squares")
+    problem = builtin_problem("sphere", 16384)
     job = validate({"run": {"scheme": "master_worker", "islands": 1, "budget": 16},
                     "engine": {"capacity": 16, "batch_size": 16}}, comm.size, problem=problem)
     if comm.rank == 1:
