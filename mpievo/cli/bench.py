@@ -97,6 +97,9 @@ def _add_schemes_arguments(sub) -> None:
                      help="evaluations per run below 1e6 genes, the same for every scheme (default "
                           "192; 32 times that at cost 0 below 1e4 genes, where a child costs microseconds; "
                           "from 1e6 genes 32, with archives and batches of 2 instead of 8)")
+    sch.add_argument("--sweeps", type=int,
+                     help="whole sweeps one after another; each row is the run of median wall time over "
+                          "them (default 3, about 8 minutes each here)")
     sch.add_argument("--out", default=None, help="write schemes.csv, schemes.json, table.md, schemes.png here")
 
 
@@ -223,7 +226,7 @@ def _bench_gpu(args) -> dict:
         comm.free()
 
 
-_SCHEMES_OPTIONS = ("ps", "costs_ms", "modes", "dims", "budget")
+_SCHEMES_OPTIONS = ("ps", "costs_ms", "modes", "dims", "budget", "sweeps")
 _LAUNCHED = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK")
 
 

@@ -90,6 +90,10 @@ class SchemesOptions:
     #: slices, which no throughput model (nor a second run) reproduces
     fast_dim: int = 10_000
     fast_factor: int = 32
+    #: whole sweeps, one after another (each runs every P in turn); a run's row is the
+    #: one of median wall time over them: here a cost-0 run moves by a third from one
+    #: quarter hour to the next, in both directions
+    sweeps: int = 3
 
     def __post_init__(self):
         if not self.ps or min(self.ps) < 1 or 1 not in self.ps:
@@ -103,6 +107,8 @@ class SchemesOptions:
             if budget < self.n_islands * capacity:
                 raise ValueError(f"expected a budget of at least {self.n_islands * capacity} evaluations "
                                  f"(every island's first population), got {budget}")
+        if self.sweeps < 1:
+            raise ValueError(f"expected at least 1 sweep, got {self.sweeps}")
         if self.islands and self.islands < max(self.ps):
             raise ValueError(f"expected at least {max(self.ps)} islands (one per rank), got {self.islands}")
 
@@ -362,6 +368,20 @@ def launch_ranks(ranks: int, options: SchemesOptions, workdir: Path) -> dict:
     return json.loads(out.read_text())
 
 
+def median_rows(runs: list[dict]) -> list[dict]:
+    """One row per (workload, scheme, P) from the sweeps' runs: the run of median wall
+    time (the upper one of an even count), with ``sweep_walls``, every sweep's wall time
+    in sweep order."""
+    by_key: dict = {}
+    for run in runs:
+        by_key.setdefault((run["workload"], run["scheme"], run["ranks"]), []).append(run)
+    rows = []
+    for group in by_key.values():
+        ranked = sorted(group, key=lambda run: run["wall_s"])
+        rows.append({**ranked[len(ranked) // 2], "sweep_walls": [run["wall_s"] for run in group]})
+    return rows
+
+
 def complete_rows(rows: list[dict]) -> list[dict]:
     """Every scheme's P = 1 row (the one island run, see the module docstring) and each
     row's ``speedup`` over its scheme at P = 1, in (workload, scheme, P) order."""
@@ -386,10 +406,10 @@ def check_rows(rows: list[dict], options: SchemesOptions) -> None:
                 f"finite best, got {r['evaluations']} and {r['best_fitness']}"
                 for r in rows if r["evaluations"] != budget(r) or not math.isfinite(r["best_fitness"])]
     for label in dict.fromkeys(r["workload"] for r in rows):
-        bests = {(r["scheme"], r["ranks"]): r["best_fitness"] for r in rows if r["workload"] == label}
-        if len(set(bests.values())) > 1:
-            problems.append(f"{label}: expected the same best fitness from every scheme and P, got "
-                            + ", ".join(f"{s} P={p}: {b!r}" for (s, p), b in bests.items()))
+        bests = {(r["scheme"], r["ranks"], r["best_fitness"]) for r in rows if r["workload"] == label}
+        if len({b for _, _, b in bests}) > 1:
+            problems.append(f"{label}: expected the same best fitness from every scheme, P and sweep, got "
+                            + ", ".join(f"{s} P={p}: {b!r}" for s, p, b in sorted(bests)))
     if problems:
         raise SchemesCheckError("mpievo bench schemes: wrong results:\n  " + "\n  ".join(problems))
 
@@ -411,7 +431,7 @@ def bench_schemes(options: SchemesOptions, out_dir: str | os.PathLike | None = N
         model's ``model_*`` fields) and ``conditions``.
     """
     from .bench_schemes_report import format_table, write_outputs
-    from .plan_calibrate import calibrate
+    from .plan_calibrate import anchor_engine_costs, calibrate
     from .plan_time import TIME_BOUND, Constants, model_rows, time_outliers
 
     calibration = None
@@ -419,14 +439,16 @@ def bench_schemes(options: SchemesOptions, out_dir: str | os.PathLike | None = N
         calibration = calibrate(dims=sorted(set(options.dims)), ranks=options.ps)
         constants = Constants.from_dict(calibration)
     start = time.perf_counter()
-    rows, libraries = [], set()
+    runs, libraries = [], set()
     with tempfile.TemporaryDirectory(prefix="mpievo-schemes-") as tmp:
-        for ranks in options.ps:
-            part = launch_ranks(ranks, options, Path(tmp))
-            rows += part["rows"]
-            libraries.add(part["mpi_library"])
-    rows = complete_rows(rows)
-    check_rows(rows, options)
+        for sweep in range(options.sweeps):
+            for ranks in options.ps:
+                part = launch_ranks(ranks, options, Path(tmp))
+                runs += part["rows"]
+                libraries.add(part["mpi_library"])
+    check_rows(runs, options)
+    rows = complete_rows(median_rows(runs))
+    constants, anchors = anchor_engine_costs(constants, rows, options.interval)
     wrong = model_rows(rows, options.interval, constants)
     cores = len(os.sched_getaffinity(0))
     result = {
@@ -437,6 +459,7 @@ def bench_schemes(options: SchemesOptions, out_dir: str | os.PathLike | None = N
             "problem": f"shifted rastrigin, rotated up to {ROTATE_MAX_DIM} genes, float32 genomes",
             "options": dataclasses.asdict(options), "model_constants": constants.source,
             "model_calibration": calibration,       # None: constants given
+            "model_anchors": anchors,
         },
         "rows": rows,
     }

@@ -21,7 +21,8 @@ CSV_COLUMNS = ("workload", "cost_ms", "mode", "dim", "scheme", "ranks", "ranks_p
                "capacity", "budget", "generations", "evaluations", "wall_s", "evals_per_s", "speedup",
                "bytes_per_generation", "bytes_per_generation_by_purpose", "utilisation_mean",
                "utilisation_min", "utilisation_max", "utilisation", "best_fitness", "stop_reason",
-               "loadavg_1min", "note", "model_bytes_per_generation", "model_wall_s", "model_time_error")
+               "loadavg_1min", "note", "sweep_walls", "model_bytes_per_generation", "model_wall_s",
+               "model_time_error", "model_fitted")
 
 
 def _bytes(n: float) -> str:
@@ -33,7 +34,9 @@ def _bytes(n: float) -> str:
 
 def _error(row: dict) -> str:
     error = row.get("model_time_error")
-    return "-" if error is None else f"{100 * error:+.0f} %" + (" !" if outside_bound(row) else "")
+    if error is None:
+        return "-"
+    return f"{100 * error:+.0f} %" + (" !" if outside_bound(row) else " (fit)" if row.get("model_fitted") else "")
 
 
 def _by_key(rows: list[dict]) -> dict:
@@ -57,7 +60,8 @@ def format_table(result: dict) -> str:
              f"{o['capacity']} and a budget of {o['budget']} evaluations per run ({o.get('fast_factor', 1)} "
              f"times that at cost 0 below {o.get('fast_dim', 0):,} genes; from {o['large_dim']:,} "
              f"genes: {o['large_capacity']} and {o['large_budget']}), migration every {o['interval']} "
-             f"generations; runs under {SHORT_RUN_S:g} s: the median of {SHORT_RUN_REPEATS}; "
+             f"generations; runs under {SHORT_RUN_S:g} s: the median of {SHORT_RUN_REPEATS}; each row: the "
+             f"run of median wall time over {o.get('sweeps', 1)} sweeps; "
              f"cost model: {c.get('model_constants', 'none')}",
              "",
              "| workload | scheme | " + " | ".join(f"evals/s P={p}" for p in ps)
@@ -75,7 +79,10 @@ def format_table(result: dict) -> str:
         cells.append(f"{by_p[ps[0]]['best_fitness']:.6g}")
         cells += [_error(by_p[p]) for p in ps]
         lines.append(f"| {workload} | {scheme} | " + " | ".join(cells) + " |")
-    lines += ["", f"Model time errors marked ! are outside the {100 * TIME_BOUND:.0f} % bound."]
+    lines += ["", f"Model time errors marked ! are outside the {100 * TIME_BOUND:.0f} % bound; (fit): the "
+              f"one-rank cost-0 run the model's engine costs are scaled to (scales: "
+              + ", ".join(f"{int(d):,} genes x{s:.2f}" for d, s in c.get("model_anchors", {}).items())
+              + ")."]
     return "\n".join(lines)
 
 
@@ -88,6 +95,7 @@ def write_csv(rows: list[dict], path: Path) -> None:
             cells["bytes_per_generation_by_purpose"] = ";".join(
                 f"{p}={n:.0f}" for p, n in row["bytes_per_generation_by_purpose"].items())
             cells["utilisation"] = ";".join(f"{u:.4f}" for u in row["utilisation"])
+            cells["sweep_walls"] = ";".join(f"{w:.4f}" for w in row.get("sweep_walls", ()))
             writer.writerow(cells)
 
 

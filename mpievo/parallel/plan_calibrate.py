@@ -192,6 +192,43 @@ def run_engine_costs(rows: list[dict], constants: dict) -> dict:
     return out
 
 
+def anchor_engine_costs(constants, rows: list[dict], interval: int):
+    """(``constants`` with each calibrated dim's engine costs scaled so that the model
+    gives the wall time of the sweep's own one-rank cost-0 run there, {str(dim): the
+    scale}). Calibration fits the engine costs to that same run (see the module
+    docstring), but minutes earlier: here one calibration measured breeding at 1e7 genes
+    at 198 ms per child, the two before it 59 and 79 ms. Scaled in the sweep, both sides
+    see the machine of the same minutes, and the model still predicts every other rank
+    count and scheme from that run, the links, the loop costs and the oversubscription.
+    The model is linear in the engine costs, so two predictions give the scale."""
+    import dataclasses
+
+    from .plan import bench_layout
+    from .plan_time import predict_seconds
+
+    engine, anchors = dict(constants.engine), {}
+    for row in rows:
+        if row["ranks"] != 1 or row["scheme"] != "island" or row["mode"] != "none" or row["dim"] not in engine:
+            continue
+        layout, dim = bench_layout(row, interval=interval), row["dim"]
+        row_s = row["utilisation"][0] * row["wall_s"] / row["evaluations"]
+
+        def wall(scale):
+            costs = {k: v * scale for k, v in engine[dim].items()}
+            costs = {**engine, dim: dict(costs, row_s=row_s)}
+            return predict_seconds(layout, dataclasses.replace(constants, engine=costs))["wall_s"]
+
+        base, full = wall(0.0), wall(1.0)
+        if full <= base:        # no engine costs to scale
+            continue
+        scale = max(row["wall_s"] - base, 0.0) / (full - base)
+        engine[dim] = dict({k: v * scale for k, v in engine[dim].items()}, row_s=row_s)
+        anchors[str(dim)] = scale
+    for row in rows:        # the one-rank run, reported under every scheme
+        row["model_fitted"] = row["ranks"] == 1 and row["mode"] == "none" and str(row["dim"]) in anchors
+    return dataclasses.replace(constants, engine=engine), anchors
+
+
 def _interval() -> int:
     from .bench_schemes import SchemesOptions
 

@@ -185,11 +185,10 @@ def _evaluating(layout: Layout, rows: int) -> int:
     """Ranks that hold a core while a batch of ``rows`` is evaluated by every group at
     once. Under the leader schemes a group rank without rows waits for the next order,
     and Open MPI's waits yield the core when ranks outnumber cores (centralized at 1e7
-    genes: 2 rows over 4 ranks keep 2 cores busy, not 4); replicated ranks all work
-    (each updates its replica)."""
-    if layout.scheme == "replicated":
-        return layout.ranks
-    size = 1 if layout.scheme == "island" else layout.group_size
+    genes: 2 rows over 4 ranks keep 2 cores busy, not 4); a replicated rank without rows
+    waits in the fitness all-gather alike (its replica's breeding, before, is charged
+    to every rank by the caller)."""
+    size = 1 if layout.scheme == "island" else layout.ranks if layout.scheme == "replicated" else layout.group_size
     return len(layout.leaders) * sum(1 for a, b in row_blocks(rows, size) if b > a)
 
 

@@ -11,7 +11,7 @@ from mpievo.cli.main import main as cli_main
 from mpievo.evo.problems import builtin_problem
 from mpievo.parallel.bench_schemes import (SCHEMES, ModelCheckError, SchemesCheckError, SchemesOptions,
                                            Workload, WorkloadFitness, bench_schemes, check_rows,
-                                           vary_factor, workloads)
+                                           median_rows, vary_factor, workloads)
 from mpievo.parallel.bench_schemes_report import CSV_COLUMNS
 from mpievo.parallel.plan_time import Constants
 
@@ -27,7 +27,7 @@ def sweep(tmp_path_factory):
     runs and then fails naming them."""
     out = tmp_path_factory.mktemp("schemes")
     options = SchemesOptions(ps=(1, 2), costs_ms=(0.0, 1.0), modes=("vary",), dims=(100,), budget=BUDGET,
-                             fast_factor=1)
+                             fast_factor=1, sweeps=2)
     with pytest.raises(ModelCheckError) as caught:
         bench_schemes(options, out, Constants.from_dict(ZERO_MODEL))
     return caught.value.result, out, str(caught.value)
@@ -47,6 +47,21 @@ def test_tiny_sweep_writes_every_column_and_row(sweep):
     assert json.loads((out / "schemes.json").read_text())["rows"] == result["rows"]
     assert "| cost 0, 100 genes | master_worker_steady |" in (out / "table.md").read_text()
     assert result["conditions"]["oversubscribed_p"] == [p for p in (1, 2) if p > result["conditions"]["cores"]]
+
+
+def test_tiny_sweep_keeps_each_runs_median_over_the_sweeps(sweep):
+    for row in sweep[0]["rows"]:
+        walls = row["sweep_walls"]
+        assert len(walls) == 2 and row["wall_s"] == max(walls)      # the upper median of two
+        assert row["evals_per_s"] == row["evaluations"] / row["wall_s"]
+
+
+def test_median_rows_keep_the_whole_median_run_per_scheme_and_p():
+    runs = [{"workload": "w", "scheme": "island", "ranks": p, "wall_s": w, "tag": t}
+            for t, (p, w) in enumerate([(2, 3.0), (4, 1.0), (2, 1.0), (4, 5.0), (2, 2.0), (4, 9.0)])]
+    rows = median_rows(runs)
+    assert [(r["ranks"], r["wall_s"], r["tag"], r["sweep_walls"]) for r in rows] == [
+        (2, 2.0, 4, [3.0, 1.0, 2.0]), (4, 5.0, 3, [1.0, 5.0, 9.0])]
 
 
 def test_tiny_sweep_fails_naming_every_run_the_model_misses(sweep):
@@ -105,6 +120,9 @@ def test_check_rows_names_wrong_counts_and_disagreeing_schemes():
         check_rows(_fake_rows(best_fitness=float("nan")), options)
     with pytest.raises(SchemesCheckError, match="w: expected the same best fitness"):
         check_rows(_fake_rows(best_fitness=1.25), options)
+    again = _fake_rows()[-1:]          # a second sweep's run that found another best
+    with pytest.raises(SchemesCheckError, match=f"{SCHEMES[-1]} P=2: 1.25"):
+        check_rows(_fake_rows() + [dict(again[0], best_fitness=1.25)], options)
     large = [dict(r, dim=10**7, evaluations=options.large_budget) for r in _fake_rows()]
     check_rows(large, options)      # from large_dim the smaller budget is the expected count
     fast = [dict(r, cost_ms=0.0, evaluations=32 * BUDGET) for r in _fake_rows()]

@@ -21,7 +21,7 @@ CONSTANTS = {"source": "test", "cores": 64, "engine": {"100": {"row_s": 0.0, "br
 def sweep(tmp_path_factory):
     """A tiny real sweep at P = 1, 2, 4 (launched by the bench itself), modelled."""
     options = SchemesOptions(ps=(1, 2, 4), costs_ms=(0.0, 10.0), modes=("sleep",), dims=(100,), budget=128,
-                             fast_factor=1)
+                             fast_factor=1, sweeps=1)
     try:
         return bench_schemes(options, tmp_path_factory.mktemp("plan"))
     except ModelCheckError as err:     # cost-0 runs on this shared machine may miss the bound

@@ -90,9 +90,13 @@ def test_group_ranks_without_rows_leave_their_core():
     assert predict_seconds(two, c)["wall_s"] == pytest.approx(3 * 0.01)
     four = Layout("centralized", ranks=4, islands=1, dim=100, capacity=4, batch=4, generations=2)
     assert predict_seconds(four, c)["wall_s"] == pytest.approx(3 * 0.02)
-    # replicated ranks all keep their replica: 4 busy ranks whatever the rows
+    # replicated: ranks without rows wait in the fitness all-gather (and yield) as well,
+    # but every rank breeds its replica's children, so breeding keeps all 4 busy
+    bred = constants(cores=2, engine={"100": dict(ZERO, row_s=0.01, breed_s=0.005)})
     replicated = Layout("replicated", ranks=4, islands=1, dim=100, capacity=2, batch=2, generations=2)
-    assert predict_seconds(replicated, c)["wall_s"] == pytest.approx(3 * 0.02)
+    assert predict_seconds(replicated, bred)["wall_s"] == pytest.approx(3 * 0.01 + 2 * 2 * 0.005 * 2)
+    replicated4 = Layout("replicated", ranks=4, islands=1, dim=100, capacity=4, batch=4, generations=2)
+    assert predict_seconds(replicated4, bred)["wall_s"] == pytest.approx(3 * 0.02 + 2 * 4 * 0.005 * 2)
 
 
 def test_outliers_name_each_run_once_and_the_table_marks_them():
@@ -149,3 +153,36 @@ def test_oversubscribed_ranks_slow_down_beyond_their_share_of_the_cores():
     assert c.stretch(2, 10**7) == 1.0 and c.stretch(4, 100) == 2.0
     assert c.stretch(4, 10**7) == pytest.approx(2.4) and c.stretch(8, 10**9) == pytest.approx(4.8)
     assert c.stretch(4, 10**5) == pytest.approx(2 * 1.2 ** 0.6)     # 1e5 is 3/5 of the way in log dim
+
+
+def test_engine_costs_are_scaled_to_the_sweeps_own_one_rank_run():
+    """A calibration that saw breeding and fitness twice as slow as the sweep's minutes:
+    the row cost taken from the sweep's one-rank cost-0 run (its time inside the
+    fitness), the other costs scaled to its wall time, the model predicts the other runs
+    as the true costs do; that run (every scheme's copy of it) is marked fitted."""
+    from mpievo.parallel.plan_calibrate import anchor_engine_costs
+
+    true = {"row_s": 2e-3, "breed_s": 3e-4, "init_s": 1e-3, "record_s": 1e-3}
+    base = {"cores": 64, "intra": {"latency_s": 1e-6, "bandwidth_Bps": 1e10},
+            "loop": {"1": {"island": {"run_s": 2e-3, "step_s": 1e-4}},
+                     "2": {"island": {"run_s": 3e-3, "step_s": 2e-4}}}}
+    truth = Constants.from_dict(dict(base, engine={"100000": true}))
+    stale = Constants.from_dict(dict(base, engine={"100000": dict({k: 2 * v for k, v in true.items()},
+                                                                 row_s=5 * true["row_s"])}))
+    rows = []
+    for ranks, scheme, mode in ((1, "island", "none"), (1, "hybrid", "none"), (2, "island", "none")):
+        row = {"scheme": scheme, "ranks": ranks, "ranks_per_island": 1, "islands": 4, "dim": 100_000,
+               "capacity": 8, "budget": 96, "generations": 2, "evaluations": 96, "mode": mode, "cost_ms": 0.0}
+        row["wall_s"] = predict_seconds(bench_layout(row, interval=2), truth)["wall_s"]
+        row["utilisation"] = [96 * true["row_s"] / row["wall_s"]] * ranks   # time inside the fitness
+        rows.append(row)
+    anchored, scales = anchor_engine_costs(stale, rows, 2)
+    assert scales == {"100000": pytest.approx(0.5)}
+    assert anchored.engine[100_000] == {k: pytest.approx(v) for k, v in true.items()}
+    assert [r["model_fitted"] for r in rows] == [True, True, False]
+    other = bench_layout(rows[2], interval=2)
+    assert predict_seconds(other, anchored)["wall_s"] == pytest.approx(rows[2]["wall_s"])
+    assert predict_seconds(other, stale)["wall_s"] > 1.5 * rows[2]["wall_s"]
+    # a model without engine costs has nothing to scale
+    zero = Constants.from_dict(dict(base, engine={"100000": ZERO}))
+    assert anchor_engine_costs(zero, rows, 2)[1] == {}
