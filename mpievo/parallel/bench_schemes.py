@@ -21,8 +21,11 @@ budget, the best is finite, and every scheme at every P finds the same best for 
 workload (the fitness treats rows on their own), else :class:`SchemesCheckError`;
 the cost model's bytes are exact and its time within :data:`.plan_time.TIME_BOUND`
 of every run, else :class:`ModelCheckError` after the files are written, those runs
-marked (the model is calibrated right before the sweep, so both see the machine's
-load alike).
+marked (the model is calibrated right before the sweeps, and its engine costs are then
+scaled to the sweeps' own one-rank cost-0 runs,
+:func:`.plan_calibrate.anchor_engine_costs`, so both see the machine's load alike).
+The whole sweep runs ``sweeps`` times, every P in turn each time; a row is the run of
+median wall time over them (:func:`median_rows`).
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@
   one-rank island runs at two lengths (:func:`run_engine_costs`): a run pays for fresh
   arrays and the run loop, which a stepping loop does not. That run is the bench's
   one-rank row at cost 0, so the model fits that row rather than predicts it; every
-  other rank count and scheme is predicted.
+  other rank count and scheme is predicted. ``mpievo bench schemes`` fits it again to
+  its own one-rank runs (:func:`anchor_engine_costs`): calibration is minutes older.
 * **Links**: a ping-pong between 2 ranks (``mpievo launch -n 2``): the latency of an
   8-byte message and the bandwidth of a 16 MiB one, both one-way, over the intra-node
   link (this machine has no other node; the inter-node link is given by flags).
