@@ -34,6 +34,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import statistics
@@ -194,18 +195,17 @@ def run_engine_costs(rows: list[dict], constants: dict) -> dict:
 
 
 def anchor_engine_costs(constants, rows: list[dict], interval: int):
-    """(``constants`` with each calibrated dim's engine costs scaled so that the model
-    gives the wall time of the sweep's own one-rank cost-0 run there, {str(dim): the
-    scale}). Calibration fits the engine costs to that same run (see the module
-    docstring), but minutes earlier: here one calibration measured breeding at 1e7 genes
-    at 198 ms per child, the two before it 59 and 79 ms. Scaled in the sweep, both sides
-    see the machine of the same minutes, and the model still predicts every other rank
-    count and scheme from that run, the links, the loop costs and the oversubscription.
-    The model is linear in the engine costs, so two predictions give the scale."""
-    import dataclasses
-
+    """(``constants`` with each calibrated dim's engine costs fitted to the sweep's own
+    one-rank cost-0 run there, {str(dim): the scale of the costs other than the row}).
+    The row cost is that run's time inside the fitness per evaluation; the others are
+    scaled by one factor so that the model gives its wall time (the model is linear in
+    them, so two predictions give the factor). Calibration fits the engine costs to that
+    same run (see the module docstring), but minutes earlier: here one calibration
+    measured breeding at 1e7 genes at 198 ms per child, the two before it 59 and 79 ms.
+    Fitted in the sweep, both sides see the machine of the same minutes, and the model
+    still predicts every other rank count and scheme from that run, the links, the loop
+    costs and the oversubscription. Marks the run (under every scheme) ``model_fitted``."""
     from .plan import bench_layout
-    from .plan_time import predict_seconds
 
     engine, anchors = dict(constants.engine), {}
     for row in rows:
@@ -213,13 +213,7 @@ def anchor_engine_costs(constants, rows: list[dict], interval: int):
             continue
         layout, dim = bench_layout(row, interval=interval), row["dim"]
         row_s = row["utilisation"][0] * row["wall_s"] / row["evaluations"]
-
-        def wall(scale):
-            costs = {k: v * scale for k, v in engine[dim].items()}
-            costs = {**engine, dim: dict(costs, row_s=row_s)}
-            return predict_seconds(layout, dataclasses.replace(constants, engine=costs))["wall_s"]
-
-        base, full = wall(0.0), wall(1.0)
+        base, full = (_fitted_wall(constants, engine, layout, row_s, scale) for scale in (0.0, 1.0))
         if full <= base:        # no engine costs to scale
             continue
         scale = max(row["wall_s"] - base, 0.0) / (full - base)
@@ -228,6 +222,16 @@ def anchor_engine_costs(constants, rows: list[dict], interval: int):
     for row in rows:        # the one-rank run, reported under every scheme
         row["model_fitted"] = row["ranks"] == 1 and row["mode"] == "none" and str(row["dim"]) in anchors
     return dataclasses.replace(constants, engine=engine), anchors
+
+
+def _fitted_wall(constants, engine: dict, layout, row_s: float, scale: float) -> float:
+    """The model's wall time of ``layout`` with the row cost ``row_s`` and the other
+    engine costs at its dim times ``scale``."""
+    from .plan_time import predict_seconds
+
+    costs = dict({k: v * scale for k, v in engine[layout.dim].items()}, row_s=row_s)
+    trial = dataclasses.replace(constants, engine={**engine, layout.dim: costs})
+    return predict_seconds(layout, trial)["wall_s"]
 
 
 def _interval() -> int:
