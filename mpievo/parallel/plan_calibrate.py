@@ -171,8 +171,7 @@ def run_engine_costs(rows: list[dict], constants: dict) -> dict:
     out = {}
     for dim, by_length in sorted(by_dim.items()):
         runs = [r for group in by_length.values() for r in group]
-        fitness = sum(r["utilisation"][0] * r["wall_s"] for r in runs)
-        costs = dict(constants["engine"][str(dim)], row_s=fitness / sum(r["evaluations"] for r in runs))
+        costs = dict(constants["engine"][str(dim)], row_s=_fitness_per_evaluation(runs))
 
         def wall(length, breed_s, init_s):
             trial = dict(constants, engine={**constants["engine"], str(dim): dict(costs, breed_s=breed_s,
@@ -194,6 +193,11 @@ def run_engine_costs(rows: list[dict], constants: dict) -> dict:
     return out
 
 
+def _fitness_per_evaluation(runs: list[dict]) -> float:
+    """Seconds inside the fitness per evaluation of one-rank runs."""
+    return sum(r["utilisation"][0] * r["wall_s"] for r in runs) / sum(r["evaluations"] for r in runs)
+
+
 def anchor_engine_costs(constants, rows: list[dict], interval: int):
     """(``constants`` with each calibrated dim's engine costs fitted to the sweep's own
     one-rank cost-0 run there, {str(dim): the scale of the costs other than the row}).
@@ -212,7 +216,7 @@ def anchor_engine_costs(constants, rows: list[dict], interval: int):
         if row["ranks"] != 1 or row["scheme"] != "island" or row["mode"] != "none" or row["dim"] not in engine:
             continue
         layout, dim = bench_layout(row, interval=interval), row["dim"]
-        row_s = row["utilisation"][0] * row["wall_s"] / row["evaluations"]
+        row_s = _fitness_per_evaluation([row])
         base, full = (_fitted_wall(constants, engine, layout, row_s, scale) for scale in (0.0, 1.0))
         if full <= base:        # no engine costs to scale
             continue

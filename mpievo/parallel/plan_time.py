@@ -188,8 +188,7 @@ def _evaluating(layout: Layout, rows: int) -> int:
     genes: 2 rows over 4 ranks keep 2 cores busy, not 4); a replicated rank without rows
     waits in the fitness all-gather alike (its replica's breeding, before, is charged
     to every rank by the caller)."""
-    size = 1 if layout.scheme == "island" else layout.ranks if layout.scheme == "replicated" else layout.group_size
-    return len(layout.leaders) * sum(1 for a, b in row_blocks(rows, size) if b > a)
+    return len(layout.leaders) * sum(1 for a, b in row_blocks(rows, layout.group_size) if b > a)
 
 
 def _rows_seconds(layout, constants, cost, rng, rows: int, busy: int | None = None) -> np.ndarray:
@@ -207,7 +206,7 @@ def _link(layout, constants, a: int, b: int) -> Link:
 
 def _batch_seconds(layout, constants, cost, rng, leader: int, rows: int) -> float:
     """Evaluate one batch over ``leader``'s group, messages included."""
-    size = layout.group_size if layout.scheme != "island" else 1
+    size = layout.group_size
     group = list(range(leader, leader + size))
     seconds = _rows_seconds(layout, constants, cost, rng, rows, _evaluating(layout, rows))
     blocks = row_blocks(rows, size)
