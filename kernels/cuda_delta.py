@@ -2,7 +2,7 @@
 
 The host's :meth:`mpievo.evo.genomes.DeltaProblem.materialize_into` bit for bit: the
 sum in numpy's result dtype of the base's and the rows' dtypes, rounded once to the
-genomes' dtype, then clipped to the box (a NaN stays NaN, as with ``np.clip``).
+genomes' dtype, then clipped to the box (a NaN gene stays that NaN, bits included, as on the host).
 
 Only a (dim,) base and, for a box that is not uniform, the (dim,) bounds live on the
 device; a uniform box travels as two one-element arrays. Nothing here touches CUDA
@@ -24,7 +24,13 @@ def _materialize_kernel(base, rows, lower, upper, out):
     uniform = lower.shape[0] == 1
     for r in range(r0, rows.shape[0], sr):
         for g in range(g0, out.shape[1], sg):
-            v = store(wide(base[g]) + wide(rows[r, g]))  # noqa: F821
+            d = rows[r, g]
+            # a NaN gene passes through as it is: the host's add returns the NaN
+            # operand's bits, a GPU float32 add its canonical NaN (bases are finite)
+            if d != d:
+                v = store(d)  # noqa: F821
+            else:
+                v = store(wide(base[g]) + wide(d))  # noqa: F821
             b = 0 if uniform else g
             if v < lower[b]:
                 v = lower[b]

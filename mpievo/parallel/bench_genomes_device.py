@@ -76,9 +76,13 @@ def release_pending() -> None:
     batches), so the next cell sees the GPU's memory without the previous one's."""
     from numba import cuda
 
-    pending = getattr(cuda.current_context(), "deallocations", None)   # the simulator has none
-    if pending is not None:
-        pending.clear()
+    context = cuda.current_context()
+    # device memory's frees queue in the memory manager's list, streams' and events' in
+    # the context's; the simulator has neither, a foreign memory manager maybe not the first
+    for owner in (getattr(context, "memory_manager", None), context):
+        pending = getattr(owner, "deallocations", None)
+        if pending is not None:
+            pending.clear()
 
 
 def gpu_used() -> int | None:

@@ -47,12 +47,20 @@ def _same_run(a, b) -> None:
     assert g_a.tobytes() == g_b.tobytes() and f_a.tobytes() == f_b.tobytes()
 
 
+def _nan_with_payload(dtype):
+    bits = {4: np.uint32(0x7FC01234), 8: np.uint64(0x7FF8000012340000)}[np.dtype(dtype).itemsize]
+    return np.array(bits).view(dtype)[()]
+
+
 @pytest.mark.parametrize("base_dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_the_device_materialises_the_hosts_bits(base_dtype, dtype):
+    # a NaN with a payload of its own too: a GPU float32 add gives its canonical NaN,
+    # the host's add the NaN operand's bits (bases are finite: the box is checked)
     problem = encoding_of(_island(_problem(base=_base(base_dtype)), dtype=dtype).problem)
     rows = np.random.default_rng(1).uniform(-2.5, 2.5, (7, DIM)).astype(dtype)
     rows[0, :3] = [np.nan, np.inf, -np.inf]
+    rows[1, 5] = _nan_with_payload(dtype)
     expected = np.empty((7, DIM), dtype)
     problem.materialize_into(rows, expected)
     base, lower, upper, _ = problem._device_arrays()

@@ -164,6 +164,39 @@ def test_gpu_columns_are_the_peak_over_phases_against_the_use_before():
     assert gpu_columns(SelfComm(), {"init": None}, None, 123) == {"gpu_need_bytes": 123}
 
 
+def test_release_pending_frees_the_memory_managers_queued_frees(monkeypatch):
+    # numba-cuda queues device-memory frees in the memory manager, streams' and events' in
+    # the context: a cell must start with both flushed, or the last cell's genomes are
+    # freed during it and its GPU column reads negative (seen on an H100)
+    from numba import cuda
+
+    from mpievo.parallel import bench_genomes_device
+
+    flushed = []
+
+    class Queue:
+        def __init__(self, name):
+            self.name = name
+
+        def clear(self):
+            flushed.append(self.name)
+
+    class Context:
+        deallocations = Queue("context")
+
+        class memory_manager:  # noqa: N801 (an attribute, as numba-cuda names it)
+            deallocations = Queue("memory manager")
+
+    monkeypatch.setattr(cuda, "current_context", lambda: Context())
+    bench_genomes_device.release_pending()
+    assert flushed == ["memory manager", "context"]
+    # a foreign memory manager without the queue, and the simulator's context without any
+    Context.memory_manager = object()
+    flushed.clear()
+    bench_genomes_device.release_pending()
+    assert flushed == ["context"]
+
+
 def test_an_encoding_the_islands_refuse_is_skipped_with_their_reason(monkeypatch, tmp_path):
     from mpievo.evo import device
 
