@@ -21,8 +21,9 @@ budget, the best is finite, and every scheme at every P finds the same best for 
 workload (the fitness treats rows on their own), else :class:`SchemesCheckError`;
 the cost model's bytes are exact and its time within :data:`.plan_time.TIME_BOUND`
 of every run, else :class:`ModelCheckError` after the files are written, those runs
-marked (the model is calibrated right before the sweeps, and its engine costs are then
-scaled to the sweeps' own one-rank cost-0 runs,
+marked (the model is calibrated before each sweep, its constants are the median of
+those calibrations, :func:`.plan_calibrate.median_calibration`, and its engine costs
+are then scaled to the sweeps' own one-rank cost-0 runs,
 :func:`.plan_calibrate.anchor_engine_costs`, so both see the machine's load alike).
 The whole sweep runs ``sweeps`` times, every P in turn each time; a row is the run of
 median wall time over them (:func:`median_rows`).
@@ -421,8 +422,9 @@ def bench_schemes(options: SchemesOptions, out_dir: str | os.PathLike | None = N
     """Run the sweep (driver side, no MPI here), check it, write CSV/JSON/PNG to ``out_dir``.
 
     ``constants``: the cost model's (:class:`mpievo.parallel.plan_time.Constants`);
-    None: calibrated here first at the sweep's dims (``mpievo plan --calibrate``, < 30 s),
-    so that model and runs see the machine's load alike.
+    None: calibrated here at the sweep's dims before each sweep (``mpievo plan
+    --calibrate``, about a minute each) and the median of those calibrations taken, so
+    that model and runs see the machine's load alike.
 
     Raises:
         SchemesCheckError: wrong results (before writing anything).
@@ -434,22 +436,24 @@ def bench_schemes(options: SchemesOptions, out_dir: str | os.PathLike | None = N
         model's ``model_*`` fields) and ``conditions``.
     """
     from .bench_schemes_report import format_table, write_outputs
-    from .plan_calibrate import anchor_engine_costs, calibrate
+    from .plan_calibrate import anchor_engine_costs, calibrate, median_calibration
     from .plan_time import TIME_BOUND, Constants, model_rows, time_outliers
 
-    calibration = None
-    if constants is None:
-        calibration = calibrate(dims=sorted(set(options.dims)), ranks=options.ps)
-        constants = Constants.from_dict(calibration)
+    calibrations = []
     start = time.perf_counter()
     runs, libraries = [], set()
     with tempfile.TemporaryDirectory(prefix="mpievo-schemes-") as tmp:
         for sweep in range(options.sweeps):
+            if constants is None:       # a calibration before each sweep: see median_calibration
+                calibrations.append(calibrate(dims=sorted(set(options.dims)), ranks=options.ps))
             for ranks in options.ps:
                 part = launch_ranks(ranks, options, Path(tmp))
                 runs += part["rows"]
                 libraries.add(part["mpi_library"])
     check_rows(runs, options)
+    calibration = median_calibration(calibrations) if calibrations else None
+    if calibration is not None:
+        constants = Constants.from_dict(calibration)
     rows = complete_rows(median_rows(runs))
     constants, anchors = anchor_engine_costs(constants, rows, options.interval)
     wrong = model_rows(rows, options.interval, constants)
@@ -462,6 +466,7 @@ def bench_schemes(options: SchemesOptions, out_dir: str | os.PathLike | None = N
             "problem": f"shifted rastrigin, rotated up to {ROTATE_MAX_DIM} genes, float32 genomes",
             "options": dataclasses.asdict(options), "model_constants": constants.source,
             "model_calibration": calibration,       # None: constants given
+            "model_calibrations": calibrations,     # one per sweep; calibration is their median
             "model_anchors": anchors,
         },
         "rows": rows,

@@ -186,3 +186,29 @@ def test_engine_costs_are_scaled_to_the_sweeps_own_one_rank_run():
     # a model without engine costs has nothing to scale
     zero = Constants.from_dict(dict(base, engine={"100000": ZERO}))
     assert anchor_engine_costs(zero, rows, 2)[1] == {}
+
+
+def test_calibrations_merge_into_each_constants_median():
+    """The bench calibrates before each sweep: the model's constants are each one's median
+    over them (a slow moment in one calibration is outvoted), a count stays a count, a
+    key that one calibration lacks is left out, and the source names the span."""
+    from mpievo.parallel.plan_calibrate import median_calibration
+
+    def calibration(hour, step_s, breed_s, extra=None):
+        return {"source": f"mpievo plan --calibrate, 2026-11-27 0{hour}:00 UTC", "cores": 2,
+                "engine": {"100": {"row_s": 1e-5, "breed_s": breed_s}},
+                "intra": {"latency_s": 1e-6, "bandwidth_Bps": 1e10},
+                "loop": {"4": {"centralized": {"run_s": 0.0, "step_s": step_s}}}, **(extra or {})}
+
+    merged = median_calibration([calibration(1, 0.62e-3, 3e-5), calibration(2, 2.30e-3, 1e-5, {"oversubscribed": {}}),
+                                 calibration(3, 1.22e-3, 2e-5)])
+    assert merged["loop"]["4"]["centralized"]["step_s"] == pytest.approx(1.22e-3)
+    assert merged["engine"]["100"] == {"row_s": 1e-5, "breed_s": pytest.approx(2e-5)}
+    assert merged["cores"] == 2 and isinstance(merged["cores"], int) and "oversubscribed" not in merged
+    assert merged["source"] == "median of 3 calibrations (mpievo plan --calibrate, 2026-11-27 01:00 UTC .. 2026-11-27 03:00 UTC)"
+    Constants.from_dict(merged)         # the model takes it
+    # one calibration is itself; none is refused
+    single = calibration(1, 1e-3, 1e-5)
+    assert median_calibration([single]) is single
+    with pytest.raises(ValueError, match="expected at least 1 calibration, got none"):
+        median_calibration([])
