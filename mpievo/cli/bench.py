@@ -98,8 +98,8 @@ def _add_schemes_arguments(sub) -> None:
                           "192; 32 times that at cost 0 below 1e4 genes, where a child costs microseconds; "
                           "from 1e6 genes 32, with archives and batches of 2 instead of 8)")
     sch.add_argument("--sweeps", type=int,
-                     help="whole sweeps one after another; each row is the run of median wall time over "
-                          "them (default 3, about 8 minutes each here)")
+                     help="whole sweeps one after another, each after its own calibration; each row is "
+                          "the run of median wall time over them (default 3, about 10 minutes a sweep here)")
     sch.add_argument("--out", default=None, help="write schemes.csv, schemes.json, table.md, schemes.png here")
 
 
