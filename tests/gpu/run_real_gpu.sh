@@ -43,8 +43,13 @@ finish() {  # finish NAME RC SECONDS LOG: record the outcome of a stage
     summary "$name: exit $rc in ${secs}s: ${tail:-no pytest summary}"
 }
 
-backend_is_gpu() {  # a pytest log's header must name the real GPU
-    grep -a -q "tests/gpu backend: $EXPECT_BACKEND" "$1"
+finish_tests() {  # finish_tests NAME RC SECONDS LOG: finish, failing unless the pytest header names the real GPU
+    local rc=$2
+    if ! grep -a -q "tests/gpu backend: $EXPECT_BACKEND" "$4"; then
+        rc=97
+        echo "backend is not the GPU" >>"$4"
+    fi
+    finish "$1" $rc "$3" "$4"
 }
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >"$OUT/gpu.txt" 2>&1
@@ -58,7 +63,7 @@ try:
     print("cupy", cupy.__version__)
 except ImportError:
     print("cupy: none")
-print("cuda available", cuda.is_available(), cuda.get_current_device().name)
+print("cuda available", cuda.is_available(), getattr(cuda.get_current_device(), "name", "(the simulator)"))
 EOF
 cat "$OUT/gpu.txt"
 
@@ -66,7 +71,7 @@ cat "$OUT/gpu.txt"
 JOBS=${JOBS:-7}
 groups=()
 i=0
-for f in $(cd tests/gpu && ls -S test_*.py); do
+for f in $(ls -S tests/gpu/test_*.py); do
     groups[i % JOBS]="${groups[i % JOBS]:-}$f "
     i=$((i + 1))
 done
@@ -74,22 +79,19 @@ start=$SECONDS
 lim=$(limit 300)
 pids=()
 for i in "${!groups[@]}"; do
-    files=$(for f in ${groups[$i]}; do echo -n "tests/gpu/$f "; done)
     "${TESTS[@]}" timeout -k 10 "$lim" "$PY" -m pytest -p no:randomly -p no:cacheprovider --with-mpi --timeout=240 -rs \
-        $files >"$OUT/serial-$i.log" 2>&1 &
+        ${groups[$i]} >"$OUT/serial-$i.log" 2>&1 &
     pids+=($!)
 done
 "${TESTS[@]}" timeout -k 10 "$lim" "${MPIEVO[@]}" launch -n 2 -- python -m pytest -p no:randomly -p no:cacheprovider \
     --only-mpi --timeout=240 -rs tests/gpu >"$OUT/mpi2.log" 2>&1 &
 mpi_pid=$!
 for i in "${!pids[@]}"; do
-    wait "${pids[$i]}"; rc=$?
-    backend_is_gpu "$OUT/serial-$i.log" || { rc=97; echo "backend is not the GPU" >>"$OUT/serial-$i.log"; }
-    finish "tests/gpu 1 rank [${groups[$i]}]" $rc $((SECONDS - start)) "$OUT/serial-$i.log"
+    wait "${pids[$i]}"
+    finish_tests "tests/gpu 1 rank [${groups[$i]}]" $? $((SECONDS - start)) "$OUT/serial-$i.log"
 done
-wait $mpi_pid; rc=$?
-backend_is_gpu "$OUT/mpi2.log" || rc=97
-finish "tests/gpu -n 2 (MPI-marked)" $rc $((SECONDS - start)) "$OUT/mpi2.log"
+wait $mpi_pid
+finish_tests "tests/gpu -n 2 (MPI-marked)" $? $((SECONDS - start)) "$OUT/mpi2.log"
 
 # 2. encodings on the GPU, up to 1e9 genes
 start=$SECONDS
@@ -107,9 +109,7 @@ finish "bench gpu" $? $((SECONDS - start)) "$OUT/bench-gpu.log"
 start=$SECONDS
 "${TESTS[@]}" timeout -k 10 "$(limit 150)" "${MPIEVO[@]}" launch -n 4 -- python -m pytest -p no:randomly \
     -p no:cacheprovider --only-mpi --timeout=120 -rs tests/gpu >"$OUT/mpi4.log" 2>&1
-rc=$?
-backend_is_gpu "$OUT/mpi4.log" || rc=97
-finish "tests/gpu -n 4 (MPI-marked)" $rc $((SECONDS - start)) "$OUT/mpi4.log"
+finish_tests "tests/gpu -n 4 (MPI-marked)" $? $((SECONDS - start)) "$OUT/mpi4.log"
 
 if [ ${#failed[@]} -gt 0 ]; then
     summary "FAILED: ${failed[*]}"
