@@ -22,13 +22,16 @@
   beyond ranks / cores, is what time-slicing costs (caches and memory evicted by the
   other ranks): 1.0 to 1.23 at 1e7 genes here, from one calibration to the next.
 * **Run loop** (``loop``): real runs of the bench's job at cost 0 and the smallest
-  dim, at two lengths (:data:`LOOP_GENERATIONS`, the median of :data:`LOOP_REPEATS`
-  runs each), in launched jobs as the bench's: the island scheme on 1 rank, every
+  dim, at two lengths (:func:`loop_lengths`: a short one and the bench's own, the
+  median of :data:`LOOP_REPEATS` runs each), in launched jobs as the bench's: the island scheme on 1 rank, every
   bench scheme on 2 and on 4 ranks (the 2-rank job also runs the ping-pong; on 2 cores
   the 4-rank runs share them, as the bench's do). Each run's wall time minus the model's
   prediction without loop costs is its overhead; the overhead's growth per generation
   is ``step_s`` (Python and messages of a step beyond the model's per-child and
-  per-byte terms), the rest ``run_s`` (start, log gathers, finish).
+  per-byte terms), the rest ``run_s`` (start, log gathers, finish). The long runs are
+  the bench's length, so its cost-0 rows at that dim are measured, not extrapolated
+  (runs of 64 generations tripled the slope's noise out to the bench's 191); what the
+  bench tests there is that the machine gives the same loop costs minutes later.
 """
 
 from __future__ import annotations
@@ -47,9 +50,15 @@ import numpy as np
 
 CALIBRATION_DIMS = (100, 100_000, 10_000_000)
 PING_SIZES = (8, 16 << 20)
-#: the two run lengths (generations after the initial one) the loop costs come from
-LOOP_GENERATIONS = (8, 64)
-LOOP_REPEATS = 3
+#: the short run length (generations after the initial one) of the loop-cost runs; the
+#: long one is the bench's (:func:`loop_lengths`)
+LOOP_SHORT_GENERATIONS = 8
+#: runs of each loop-cost length, the median kept: one 191-generation run at 2 ranks
+#: ranged 0.37-0.50 s over five runs of one minute here
+LOOP_REPEATS = 5
+#: the two run lengths and the repeats of the engine-cost runs above the smallest dim
+ENGINE_GENERATIONS = (8, 64)
+ENGINE_REPEATS = 3
 #: the run lengths of the engine-cost runs from ``large_dim`` genes (once each)
 LARGE_GENERATIONS = (1, 3)
 #: the rank counts the schemes' loop costs are measured at by default (``mpievo bench
@@ -102,6 +111,17 @@ def loop_budget(generations: int, dim: int) -> int:
     return options.n_islands * options.capacity_for(dim) * (generations + 1)
 
 
+def loop_lengths(dim: int) -> tuple[int, int]:
+    """The two lengths (generations after the initial one) of the loop-cost runs at
+    ``dim`` genes: :data:`LOOP_SHORT_GENERATIONS` and the bench's cost-0 run's (191 at
+    100 genes)."""
+    from .bench_schemes import SchemesOptions
+
+    options = SchemesOptions()
+    bench = options.budget_for(dim, 0.0) // (options.n_islands * options.capacity_for(dim)) - 1
+    return LOOP_SHORT_GENERATIONS, max(bench, LOOP_SHORT_GENERATIONS + 1)
+
+
 def scheme_rows(dims, size: int) -> list[dict]:
     """The launched side: every bench scheme's runs (one rank: the island scheme's, as
     the bench's) at both lengths on every rank (collective), at the smallest of ``dims``;
@@ -114,7 +134,7 @@ def scheme_rows(dims, size: int) -> list[dict]:
     schemes = SCHEMES if size > 1 else ("island",)
     warm_up(options, schemes)
     rows = [measure(Workload(0.0, "none", small), scheme, options, loop_budget(generations, small))
-            for scheme in schemes for generations in LOOP_GENERATIONS for _ in range(LOOP_REPEATS)]
+            for scheme in schemes for generations in loop_lengths(small) for _ in range(LOOP_REPEATS)]
     if size == 1:
         for dim in sorted(dims)[1:]:
             lengths, repeats = run_lengths(dim)
@@ -129,7 +149,7 @@ def run_lengths(dim: int) -> tuple[tuple[int, int], int]:
     where a generation takes seconds."""
     from .bench_schemes import SchemesOptions
 
-    return (LARGE_GENERATIONS, 1) if dim >= SchemesOptions().large_dim else (LOOP_GENERATIONS, LOOP_REPEATS)
+    return (LARGE_GENERATIONS, 1) if dim >= SchemesOptions().large_dim else (ENGINE_GENERATIONS, ENGINE_REPEATS)
 
 
 def loop_costs(rows: list[dict], constants: dict) -> dict:

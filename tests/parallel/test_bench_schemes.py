@@ -11,8 +11,9 @@ from mpievo.cli.main import main as cli_main
 from mpievo.evo.problems import builtin_problem
 from mpievo.parallel.bench_schemes import (SCHEMES, ModelCheckError, SchemesCheckError, SchemesOptions,
                                            Workload, WorkloadFitness, bench_schemes, check_rows,
-                                           median_rows, vary_factor, workloads)
+                                           median_rows, repeats_wanted, vary_factor, workloads)
 from mpievo.parallel.bench_schemes_report import CSV_COLUMNS
+from mpievo.parallel.plan_calibrate import loop_lengths
 from mpievo.parallel.plan_time import Constants
 
 BUDGET = 64
@@ -135,6 +136,18 @@ def test_budgets_by_genome_size_and_cost():
     options = SchemesOptions()
     assert [options.budget_for(d, c) for d, c in ((100, 0.0), (100, 5.0), (10**5, 0.0), (10**7, 0.0))] == \
         [192 * 32, 192, 192, 32]
+
+
+def test_cost0_runs_are_repeated_up_to_a_longer_first_run():
+    cost0, sleep = Workload(0.0, "none", 100), Workload(5.0, "sleep", 100)
+    assert [repeats_wanted(cost0, w) for w in (0.3, 1.5, 2.5)] == [5, 5, 1]
+    assert [repeats_wanted(sleep, w) for w in (0.3, 1.5)] == [5, 1]
+
+
+def test_loop_cost_runs_end_at_the_benchs_own_length():
+    options = SchemesOptions()
+    short, long = loop_lengths(100)
+    assert short < long and options.budget_for(100, 0.0) == options.n_islands * options.capacity * (long + 1)
 
 
 def test_workloads_are_the_cost_axis_then_the_genome_axis():

@@ -4,7 +4,7 @@ import pytest
 
 from mpievo.parallel.bench_schemes_report import format_table
 from mpievo.parallel.plan import Layout, bench_layout
-from mpievo.parallel.plan_calibrate import LOOP_GENERATIONS, loop_costs
+from mpievo.parallel.plan_calibrate import loop_costs, loop_lengths
 from mpievo.parallel.plan_time import Constants, Cost, predict_seconds, time_outliers
 
 ZERO = {"row_s": 0.0, "breed_s": 0.0, "init_s": 0.0, "record_s": 0.0}
@@ -38,7 +38,7 @@ def test_loop_costs_come_from_two_run_lengths():
     engine = {"100": dict(ZERO, row_s=1e-4, breed_s=1e-4)}
     rows = []
     for scheme, ranks in (("island", 1), ("hybrid", 2), ("master_worker_steady", 2)):
-        for g in LOOP_GENERATIONS:
+        for g in loop_lengths(100):
             row = {"scheme": scheme, "ranks": ranks, "ranks_per_island": ranks if scheme == "hybrid" else 1,
                    "islands": 4, "dim": 100, "capacity": 8, "budget": 4 * 8 * (g + 1), "generations": g}
             model = predict_seconds(bench_layout(row, interval=2), constants(engine=engine), loop=False)
