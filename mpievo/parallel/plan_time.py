@@ -258,7 +258,9 @@ def _master_worker_run(layout, constants, cost, rng, plan: Traffic) -> float:
       breeds its next one while the workers evaluate (all ranks busy), also into the
       next generation, except before a migration and at the end of the run: the queue
       drains only there, so the workers wait once per such segment of generations and
-      only its first batch's breeding is not overlapped.
+      only its first batch's breeding is not overlapped; where the ranks outnumber the
+      cores, the overlap takes at least the cores' time for its CPU work
+      (:func:`_shared_cores_seconds`).
     """
     c = constants.child(layout.dim)
     initial = [rows for rows in plan.batches[0] if rows]
@@ -268,13 +270,30 @@ def _master_worker_run(layout, constants, cost, rng, plan: Traffic) -> float:
         for segment in _segments(plan):
             batches = [rows for g in segment for rows in plan.batches[g] if rows]
             head, rest = breed * batches[0], breed * sum(batches[1:])
-            wall += head + max(rest, _pulled_seconds(layout, constants, cost, rng, batches))
+            wall += head + max(rest, _pulled_seconds(layout, constants, cost, rng, batches),
+                               _shared_cores_seconds(layout, constants, cost, sum(batches[1:]), sum(batches)))
     else:
         wall = sum(c["init_s"] * rows + _pulled_seconds(layout, constants, cost, rng, [rows]) for rows in initial)
         wall += sum(c["breed_s"] * rows + _pulled_seconds(layout, constants, cost, rng, [rows])
                     for per_island in plan.batches[1:] for rows in per_island if rows)
     logs = sum(1 for g in range(plan.generations + 1) if g % LOG_EVERY == 0 or g == plan.generations)
     return wall + c["record_s"] * layout.islands * (logs + 1)     # and the final records
+
+
+def _shared_cores_seconds(layout, constants, cost, bred: int, rows: int) -> float:
+    """The least time in which the cores breed ``bred`` children (the master) and do the
+    CPU work of ``rows`` rows (the workers) while every rank is busy and the ranks
+    outnumber the cores: time-slicing shares the cores out but adds no CPU time beyond
+    its calibrated slowdown, so the two stretched terms cannot both run at their own
+    stretch (master_worker_steady at 1e7 genes, 4 ranks on 2 cores: -26 % without this
+    and -24 % with it, over one sweep);
+    0 where every rank has a core. Sleeping children hold no core."""
+    if layout.ranks <= constants.cores:
+        return 0.0
+    c = constants.child(layout.dim)
+    row_cpu = c["row_s"] + (cost.seconds if cost.mode == "burn" else 0.0)
+    slowdown = constants.stretch(layout.ranks, layout.dim) * constants.cores / layout.ranks
+    return (c["breed_s"] * bred + row_cpu * rows) * slowdown / constants.cores
 
 
 def _segments(plan: Traffic) -> list[list[int]]:

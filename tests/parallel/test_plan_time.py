@@ -68,6 +68,25 @@ def test_loop_costs_are_taken_at_the_rank_count_else_stretched_from_the_nearest(
     assert predict_seconds(steady, c)["wall_s"] == pytest.approx(0.0, abs=1e-6)   # not calibrated
 
 
+def test_a_steady_run_on_shared_cores_takes_at_least_its_cpu_work_over_the_cores():
+    """4 ranks on 2 cores, steady: the master breeds while 3 workers evaluate, so every
+    rank is busy; the cores still do every child's breeding and row, 1 ms and 4 ms of CPU.
+    Alone, the stretched terms overlap to less: a 2-generation segment of 64 rows would
+    take 16 ms of unoverlapped breeding plus max(56 x 2 ms, 64 x 4 ms x 1.5 / 3) = 144 ms."""
+    c = constants(cores=2, engine={"100": dict(ZERO, row_s=4e-3, breed_s=1e-3)})
+    generations = 6
+    steady = Layout("master_worker", ranks=4, islands=4, dim=100, capacity=8, batch=8, interval=2,
+                    generations=generations, evaluation="steady")
+    children, rows = 32 * generations, 32 * (generations + 1)
+    cpu_over_cores = (1e-3 * children + 4e-3 * rows) / 2
+    wall = predict_seconds(steady, c)["wall_s"]
+    assert wall >= cpu_over_cores
+    # generation 0: 32 rows in blocks of 11, 11 and 10 at 1.5x; per segment: the first
+    # batch's 8 children bred alone (at the model's stretch of 2), then the rest of the CPU
+    # work over both cores
+    assert wall == pytest.approx(11 * 4e-3 * 1.5 + generations // 2 * (16e-3 + (56e-3 + 256e-3) / 2))
+
+
 def test_master_worker_workers_share_the_cores_its_master_yields():
     """4 ranks on 2 cores: the island scheme's burning ranks run at half speed, master_worker's
     3 workers at 2/3 (the master waits in a yielding poll)."""
