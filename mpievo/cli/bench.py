@@ -99,7 +99,7 @@ def _add_schemes_arguments(sub) -> None:
                           "from 1e6 genes 32, with archives and batches of 2 instead of 8)")
     sch.add_argument("--sweeps", type=int,
                      help="whole sweeps one after another, each after its own calibration; each row is "
-                          "the run of median wall time over them (default 3, about 10 minutes a sweep here)")
+                          "the run of median wall time over them (default 3, about 12 minutes a sweep here)")
     sch.add_argument("--out", default=None, help="write schemes.csv, schemes.json, table.md, schemes.png here")
 
 
