@@ -1,4 +1,4 @@
-"""The cost model's constants measured on this machine (``mpievo plan --calibrate``, about a minute).
+"""The cost model's constants measured on this machine (``mpievo plan --calibrate``, 2-3 minutes).
 
 * **Engine, per dim** (default 1e2, 1e5, 1e7 genes; the model interpolates between
   them in log-log space): the bench's GA islands (4; archive = batch = 8, 2 from 1e6
@@ -23,15 +23,16 @@
   other ranks): 1.0 to 1.23 at 1e7 genes here, from one calibration to the next.
 * **Run loop** (``loop``): real runs of the bench's job at cost 0 and the smallest
   dim, at two lengths (:func:`loop_lengths`: a short one and the bench's own, the
-  median of :data:`LOOP_REPEATS` runs each), in launched jobs as the bench's: the island scheme on 1 rank, every
-  bench scheme on 2 and on 4 ranks (the 2-rank job also runs the ping-pong; on 2 cores
-  the 4-rank runs share them, as the bench's do). Each run's wall time minus the model's
-  prediction without loop costs is its overhead; the overhead's growth per generation
-  is ``step_s`` (Python and messages of a step beyond the model's per-child and
-  per-byte terms), the rest ``run_s`` (start, log gathers, finish). The long runs are
-  the bench's length, so its cost-0 rows at that dim are measured, not extrapolated
-  (runs of 64 generations tripled the slope's noise out to the bench's 191); what the
-  bench tests there is that the machine gives the same loop costs minutes later.
+  median of :data:`LOOP_REPEATS` runs each), in launched jobs as the bench's: the
+  island scheme on 1 rank, every bench scheme on 2 and on 4 ranks (the 2-rank job
+  also runs the ping-pong; on 2 cores the 4-rank runs share them, as the bench's do).
+  Each run's wall time minus the model's prediction without loop costs is its
+  overhead; the overhead's growth per generation is ``step_s`` (Python and messages of
+  a step beyond the model's per-child and per-byte terms), the rest ``run_s`` (start,
+  log gathers, finish). The long runs are the bench's length, so its cost-0 rows at
+  that dim are measured, not extrapolated (runs of 64 generations tripled the slope's
+  noise out to the bench's 191); what the bench tests there is that the machine gives
+  the same loop costs minutes later.
 """
 
 from __future__ import annotations

@@ -286,8 +286,8 @@ def _shared_cores_seconds(layout, constants, cost, bred: int, rows: int) -> floa
     outnumber the cores: time-slicing shares the cores out but adds no CPU time beyond
     its calibrated slowdown, so the two stretched terms cannot both run at their own
     stretch (master_worker_steady at 1e7 genes, 4 ranks on 2 cores: -26 % without this
-    and -24 % with it, over one sweep);
-    0 where every rank has a core. Sleeping children hold no core."""
+    and -24 % with it, over one sweep); 0 where every rank has a core. Sleeping children
+    hold no core."""
     if layout.ranks <= constants.cores:
         return 0.0
     c = constants.child(layout.dim)
