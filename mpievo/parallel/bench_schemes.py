@@ -283,8 +283,7 @@ def measure_median(workload: Workload, scheme_name: str, options: SchemesOptions
     time, with ``repeats`` (collective: every rank sees the same wall time, the slowest
     rank's, so every rank repeats alike)."""
     runs = [measure(workload, scheme_name, options)]
-    if repeats_wanted(workload, runs[0]["wall_s"]) > 1:
-        runs += [measure(workload, scheme_name, options) for _ in range(SHORT_RUN_REPEATS - 1)]
+    runs += [measure(workload, scheme_name, options) for _ in range(repeats_wanted(workload, runs[0]["wall_s"]) - 1)]
     runs.sort(key=lambda row: row["wall_s"])
     return {**runs[len(runs) // 2], "repeats": len(runs)}
 

@@ -292,8 +292,8 @@ def _shared_cores_seconds(layout, constants, cost, bred: int, rows: int) -> floa
         return 0.0
     c = constants.child(layout.dim)
     row_cpu = c["row_s"] + (cost.seconds if cost.mode == "burn" else 0.0)
-    slowdown = constants.stretch(layout.ranks, layout.dim) * constants.cores / layout.ranks
-    return (c["breed_s"] * bred + row_cpu * rows) * slowdown / constants.cores
+    # CPU work x slowdown / cores, where stretch = ranks / cores x slowdown
+    return (c["breed_s"] * bred + row_cpu * rows) * constants.stretch(layout.ranks, layout.dim) / layout.ranks
 
 
 def _segments(plan: Traffic) -> list[list[int]]:
