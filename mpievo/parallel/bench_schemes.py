@@ -235,15 +235,17 @@ def scheme_traffic(comm, scheme) -> dict[str, int]:
     return total
 
 
-def measure(workload: Workload, scheme_name: str, options: SchemesOptions, budget: int | None = None) -> dict:
-    """One timed run of ``scheme_name`` on every rank (collective); the row on every rank."""
+def measure(workload: Workload, scheme_name: str, options: SchemesOptions, budget: int | None = None,
+            mpi_comm=None) -> dict:
+    """One timed run of ``scheme_name`` on every rank of ``mpi_comm`` (default the
+    world; collective); the row on every rank."""
     from ..comm import Communicator
     from ..config import validate
     from .hybrid import HybridScheme
     from .job import build_scheme
     from .runner import RunLoop, RunSettings
 
-    comm = Communicator()      # a fresh duplicate: its traffic counts this run only
+    comm = Communicator(mpi_comm)      # a fresh duplicate: its traffic counts this run only
     problem, fitness = workload_problem(workload, options.seed)
     job = validate(job_table(options, scheme_name, comm.size, workload, budget), comm.size,
                    problem=problem)

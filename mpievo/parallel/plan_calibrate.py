@@ -17,10 +17,11 @@
   8-byte message and the bandwidth of a 16 MiB one, both one-way, over the intra-node
   link (this machine has no other node; the inter-node link is given by flags).
 * ``cores``: the CPUs this process may run on (more busy ranks than cores share them).
-* ``oversubscribed``, per dim: in the launched job with more ranks than cores, every
-  rank measures the engine costs at once; their work per child against the same alone,
-  beyond ranks / cores, is what time-slicing costs (caches and memory evicted by the
-  other ranks): 1.0 to 1.23 at 1e7 genes here, from one calibration to the next.
+* ``contention``, per rank count and dim: in each launched job of P > 1 ranks, every
+  rank makes the one-rank run of the bench's island job at once (:func:`concurrent_runs`);
+  their wall time against the same run alone, beyond P / cores where the ranks
+  outnumber the cores, is what ranks side by side cost each other (shared caches,
+  memory bandwidth and clock budget; time slices that evict each other's caches).
 * **Run loop** (``loop``): real runs of the bench's job at cost 0 and the smallest
   dim, at two lengths (:func:`loop_lengths`: a short one and the bench's own, the
   median of :data:`LOOP_REPEATS` runs each), in launched jobs as the bench's: the
@@ -229,7 +230,7 @@ def anchor_engine_costs(constants, rows: list[dict], interval: int):
     measured breeding at 1e7 genes at 198 ms per child, the two before it 59 and 79 ms.
     Fitted in the sweep, both sides see the machine of the same minutes, and the model
     still predicts every other rank count and scheme from that run, the links, the loop
-    costs and the oversubscription. Marks the run (under every scheme) ``model_fitted``."""
+    costs and the contention. Marks the run (under every scheme) ``model_fitted``."""
     from .plan import bench_layout
 
     engine, anchors = dict(constants.engine), {}
@@ -294,8 +295,8 @@ def ping_pong() -> dict:
 
 def launched(dims, ping: bool) -> None:
     """A launched job: rank 0 prints {"intra": ping-pong (on 2 ranks, else None),
-    "rows": scheme rows, "concurrent": engine costs measured by every rank at once
-    (more ranks than cores, else None)} as JSON."""
+    "rows": scheme rows, "concurrent": every rank's walls of the one-rank runs it made
+    while the others made the same (:func:`concurrent_runs`; None on one rank)} as JSON."""
     from mpi4py import MPI
 
     from ..comm import abort_on_error
@@ -305,7 +306,7 @@ def launched(dims, ping: bool) -> None:
     with abort_on_error(), contextlib.ExitStack() as stack:
         limit_blas_threads(1, stack)
         result = {"intra": ping_pong() if ping else None, "rows": scheme_rows(dims, size),
-                  "concurrent": concurrent_engine_costs(dims) if size > _cores() else None}
+                  "concurrent": concurrent_runs(dims) if size > 1 else None}
     if MPI.COMM_WORLD.Get_rank() == 0:
         print(json.dumps(result), flush=True)
 
@@ -314,27 +315,58 @@ def _cores() -> int:
     return len(os.sched_getaffinity(0))
 
 
-def concurrent_engine_costs(dims) -> dict:
-    """{str(dim): [each rank's :func:`engine_costs`]} measured by every rank at once
-    (collective): more ranks than cores, so they are time-sliced."""
-    from mpi4py import MPI
-
-    comm = MPI.COMM_WORLD
-    out = {}
-    for dim in sorted(dims):
-        comm.Barrier()
-        out[str(dim)] = comm.gather(engine_costs(dim), root=0)
+def contention_runs(dims) -> dict:
+    """{dim: (generations, repeats)} of the one-rank island runs that both the one-rank
+    job (:func:`scheme_rows`) and every rank of a larger job at once
+    (:func:`concurrent_runs`) make: the loop-cost runs' bench length at the smallest dim
+    (a shorter run there is milliseconds), the engine-cost runs' short length above."""
+    small = min(dims)
+    out = {small: (loop_lengths(small)[1], ENGINE_REPEATS)}
+    for dim in sorted(dims)[1:]:
+        (short, _), repeats = run_lengths(dim)
+        out[dim] = (short, repeats)
     return out
 
 
-def oversubscription(concurrent: dict, ranks: int, cores: int, alone: dict) -> dict:
-    """{str(dim): slowdown of a time-sliced rank beyond ``ranks / cores``}: its engine
-    work per child (fitness row and breeding) against the same alone, at least 1."""
-    def per_child(costs):
-        return costs["row_s"] + costs["breed_s"]
+def concurrent_runs(dims) -> dict:
+    """{str(dim): [each rank's wall times]} of :func:`contention_runs`' one-rank island
+    runs (the bench's, on this rank's own communicator), made by every rank at once
+    (collective): what ranks running side by side cost each other."""
+    from mpi4py import MPI
 
-    return {dim: max(1.0, statistics.mean(per_child(c) for c in each) / per_child(alone[dim]) / (ranks / cores))
-            for dim, each in concurrent.items()}
+    from .bench_schemes import SchemesOptions, Workload, measure
+
+    comm = MPI.COMM_WORLD
+    options = SchemesOptions(dims=tuple(sorted(dims)))
+    out = {}
+    for dim, (generations, repeats) in contention_runs(dims).items():
+        walls = []
+        for _ in range(repeats):
+            comm.Barrier()
+            walls.append(measure(Workload(0.0, "none", dim), "island", options, loop_budget(generations, dim),
+                                 mpi_comm=MPI.COMM_SELF)["wall_s"])
+        out[str(dim)] = comm.gather(walls, root=0)
+    return out
+
+
+def contention(concurrent: dict, ranks: int, cores: int, alone_rows: list[dict]) -> dict:
+    """{str(dim): how much longer a rank's engine work takes while ``ranks`` ranks run
+    at once, beyond sharing the cores (``ranks / cores`` where they outnumber them)}, at
+    least 1: the mean over ranks of each one's median wall time in ``concurrent``
+    (:func:`concurrent_runs`) against the median of the one-rank job's runs of the same
+    length alone (``alone_rows``). Ranks side by side share caches, memory bandwidth
+    and the chip's clock budget, and time-sliced ones evict each other's caches: with
+    6 cores of a 16-core machine, 4 ranks took up to 1.47x one rank's time inside the
+    fitness per evaluation at 1e5 genes; with 2 ranks on 2 cores, up to 1.16x at 1e7."""
+    lengths = contention_runs([int(d) for d in concurrent])
+    out = {}
+    for dim, each in concurrent.items():
+        alone = [r["wall_s"] for r in alone_rows
+                 if r["ranks"] == 1 and r["dim"] == int(dim) and r["generations"] == lengths[int(dim)][0]]
+        if alone:
+            together = statistics.mean(statistics.median(walls) for walls in each)
+            out[dim] = max(1.0, together / statistics.median(alone) / max(1.0, ranks / cores))
+    return out
 
 
 def launch_job(ranks: int, dims) -> dict:
@@ -364,10 +396,8 @@ def calibrate(dims=CALIBRATION_DIMS, ranks=LOOP_RANKS) -> dict:
         jobs = {p: launch_job(p, sorted(dims)) for p in sorted({1, 2, *ranks})}
         result = {"source": f"mpievo plan --calibrate, {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC",
                   "cores": _cores(), "engine": engine, "intra": jobs[2]["intra"]}
-        crowded = max((p for p in jobs if jobs[p].get("concurrent")), default=None)
-        if crowded is not None:
-            result["oversubscribed"] = oversubscription(jobs[crowded]["concurrent"], crowded, result["cores"],
-                                                        engine)
+        result["contention"] = {str(p): contention(job["concurrent"], p, result["cores"], jobs[1]["rows"])
+                                for p, job in jobs.items() if job.get("concurrent")}
         rows = [row for job in jobs.values() for row in job["rows"]]
         result["loop"] = loop_costs([row for row in rows if row["dim"] == small], result)
         result["engine"] = {**engine, **run_engine_costs(rows, result)}

@@ -8,9 +8,11 @@ A run is simulated generation by generation on its critical path:
   made at every log line and at the end. Engine costs are calibrated per genome size
   and interpolated in log-log space between calibrated sizes (:meth:`Constants.child`);
 * cores: CPU work is stretched by ``busy ranks / cores`` when busy ranks outnumber
-  cores, times the calibrated slowdown of time-sliced ranks (:meth:`Constants.stretch`).
-  Ranks breeding or between steps count as busy; a group rank left without rows in a
-  batch waits for the next order, and Open MPI's waits yield the core when ranks
+  cores, times the calibrated contention of that many ranks running at once, also
+  where each has its own core (:meth:`Constants.stretch`).
+  Ranks breeding or between steps count as busy (under the leader schemes only the
+  leaders breed, :func:`_breeding`); a group rank left without rows in a batch waits
+  for the next order, and Open MPI's waits yield the core when ranks
   outnumber cores (:func:`_evaluating`); master_worker's master waits for results in a
   polling loop that yields its core (:mod:`mpievo.comm.progress`), so its workers share
   the cores (:func:`_pulled_seconds`);
@@ -75,7 +77,7 @@ class Constants:
     cores: int
     source: str = ""
     loop: dict = field(default_factory=dict)
-    oversubscribed: dict = field(default_factory=dict)   # {dim: slowdown beyond busy / cores}
+    contention: dict = field(default_factory=dict)   # {ranks: {dim: slowdown beyond busy / cores}}
 
     @classmethod
     def load(cls, path, inter: Link | None = None) -> "Constants":
@@ -87,24 +89,29 @@ class Constants:
     def from_dict(cls, data: dict, inter: Link | None = None) -> "Constants":
         intra = Link(**data["intra"])
         engine = {int(d): dict(v) for d, v in data["engine"].items()}
-        return cls(engine, intra, inter or intra, int(data["cores"]), data.get("source", ""),
+        cores = int(data["cores"])
+        contention = data.get("contention")
+        if contention is None and "oversubscribed" in data:     # calibrations before 2026-11-27 12:00
+            contention = {cores + 1: data["oversubscribed"]}     # measured with more ranks than cores only
+        return cls(engine, intra, inter or intra, cores, data.get("source", ""),
                    {int(p): {k: dict(v) for k, v in by.items()} for p, by in data.get("loop", {}).items()},
-                   {int(d): float(f) for d, f in data.get("oversubscribed", {}).items()})
+                   {int(p): {int(d): float(f) for d, f in by.items()} for p, by in (contention or {}).items()})
 
     def stretch(self, busy: int, dim: int) -> float:
-        """How much longer engine work at ``dim`` genes takes when ``busy`` ranks share
-        the cores: ``busy / cores`` when they outnumber them, times the calibrated
-        slowdown of time-sliced ranks (their caches and memory evicted by one another;
-        1 where not calibrated), interpolated in log dim like the engine costs."""
-        if busy <= self.cores:
-            return 1.0
-        factor = 1.0
-        if self.oversubscribed:     # outside the calibrated dims: the nearest one's
-            dims = sorted(self.oversubscribed)
-            low, high, t = _bracket(dims, dim)
-            low, high = (dims[0] if low is None else low), (dims[-1] if high is None else high)
-            factor = _log_mix(self.oversubscribed[low], self.oversubscribed[high], t)
-        return busy / self.cores * factor
+        """How much longer engine work at ``dim`` genes takes when ``busy`` ranks run at
+        once: ``busy / cores`` where they outnumber the cores, times the calibrated
+        contention of that many ranks side by side (:mod:`.plan_calibrate`: shared
+        caches, memory and clock budget); the largest calibrated rank count up to
+        ``busy`` gives it, 1 where none does, interpolated in log dim like the engine costs."""
+        share = max(1.0, busy / self.cores)
+        counts = [p for p in self.contention if p <= busy and self.contention[p]]
+        if busy <= 1 or not counts:
+            return share
+        factors = self.contention[max(counts)]
+        dims = sorted(factors)      # outside the calibrated dims: the nearest one's
+        low, high, t = _bracket(dims, dim)
+        low, high = (dims[0] if low is None else low), (dims[-1] if high is None else high)
+        return share * _log_mix(factors[low], factors[high], t)
 
     def child(self, dim: int) -> dict:
         """{"row_s", "breed_s", "init_s", "record_s"} at ``dim`` genes: the calibrated
@@ -179,6 +186,16 @@ def _busy(layout: Layout) -> int:
     waits in a polling loop that yields its core, every other waiting rank spins in MPI."""
     pulled = layout.scheme == "master_worker" and layout.ranks > 1
     return layout.ranks - 1 if pulled else layout.ranks
+
+
+def _breeding(layout: Layout) -> int:
+    """Ranks that hold a core while the islands breed (and make their records): every
+    rank under "island" and "replicated" (each breeds its replica); under the leader
+    schemes only the leaders, while their group ranks wait for the next order and
+    Open MPI's waits yield the core where ranks outnumber cores (centralized at 1e5
+    genes, 4 ranks on 2 cores: +39, +6 and +34 % in three commands with the leader's
+    breeding stretched as if all 4 ranks bred)."""
+    return layout.ranks if layout.scheme == "replicated" else len(layout.leaders)
 
 
 def _evaluating(layout: Layout, rows: int) -> int:
@@ -328,7 +345,7 @@ def _homes(layout: Layout) -> list[int]:
 def _one_run(layout, constants, cost, plan: Traffic, rng) -> float:
     """The simulated wall time of one run, the run loop's fixed costs excluded."""
     c = constants.child(layout.dim)
-    cpu = constants.stretch(layout.ranks, layout.dim)
+    cpu = constants.stretch(_breeding(layout), layout.dim)
     home = _homes(layout)
     held = {r: home.count(r) for r in layout.leaders}
     if layout.scheme == "master_worker" and layout.ranks > 1:

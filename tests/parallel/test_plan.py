@@ -142,6 +142,9 @@ def test_calibrate_and_layout_table(tmp_path, capsys):
     assert {p: set(by) for p, by in cal["loop"].items()} == {"1": {"island"}, "2": set(SCHEMES),
                                                              "4": set(SCHEMES)}
     assert all(v["run_s"] >= 0 and v["step_s"] >= 0 for by in cal["loop"].values() for v in by.values())
+    # ranks side by side, measured in the 2- and 4-rank jobs at each dim
+    assert {p: sorted(by) for p, by in cal["contention"].items()} == {"2": ["100", "10000"], "4": ["100", "10000"]}
+    assert all(f >= 1.0 for by in cal["contention"].values() for f in by.values())
     with pytest.raises(SystemExit):
         cli_main(["plan", "--calibrate", "--dims", "1e2,x"])
     capsys.readouterr()

@@ -118,6 +118,22 @@ def test_group_ranks_without_rows_leave_their_core():
     assert predict_seconds(replicated4, bred)["wall_s"] == pytest.approx(3 * 0.02 + 2 * 4 * 0.005 * 2)
 
 
+def test_only_the_leaders_breed_under_the_leader_schemes():
+    """4 ranks on 2 cores, breeding alone: centralized's one leader breeds while the
+    other 3 wait for its order and yield (its own speed), hybrid's 2 leaders have a core
+    each, and the island scheme's 4 ranks breed at once (half speed)."""
+    c = constants(cores=2, engine={"100": dict(ZERO, breed_s=0.01)})
+
+    def wall(scheme, **kw):
+        return predict_seconds(Layout(scheme, ranks=4, islands=4, dim=100, capacity=2, batch=2,
+                                      generations=3, **kw), c)["wall_s"]
+
+    # 3 generations of 2 children per island, the leader's islands one after another
+    assert wall("centralized") == pytest.approx(3 * 4 * 2 * 0.01)
+    assert wall("hybrid", ranks_per_island=2) == pytest.approx(3 * 2 * 2 * 0.01)
+    assert wall("island") == pytest.approx(3 * 2 * 0.01 * 2)
+
+
 def test_outliers_name_each_run_once_and_the_table_marks_them():
     base = {"workload": "cost 0, 100 genes", "wall_s": 0.1, "loadavg_1min": 1.5, "mode": "none",
             "evals_per_s": 1.0, "speedup": 1.0, "utilisation_mean": 0.5, "utilisation_min": 0.5,
@@ -159,19 +175,51 @@ def test_engine_costs_come_from_one_rank_runs_at_two_lengths():
     assert got == {k: pytest.approx(v) for k, v in true.items()}
 
 
-def test_oversubscribed_ranks_slow_down_beyond_their_share_of_the_cores():
-    from mpievo.parallel.plan_calibrate import oversubscription
+def test_contention_is_the_runs_side_by_side_against_the_same_run_alone():
+    """Every rank of a P-rank job makes the one-rank run at once: their mean wall time
+    against the one-rank job's run of the same length alone, beyond P / cores where the
+    ranks outnumber the cores, at least 1."""
+    from mpievo.parallel.plan_calibrate import contention, contention_runs
 
-    alone = {"100": dict(ZERO, row_s=1e-5, breed_s=1e-5), "10000000": dict(ZERO, row_s=0.3, breed_s=0.1)}
-    concurrent = {"100": [dict(ZERO, row_s=1.5e-5, breed_s=1.5e-5)] * 4,       # faster than 4/2: 1
-                  "10000000": [dict(ZERO, row_s=0.72, breed_s=0.24)] * 4}      # 2.4x alone: 1.2
-    factors = oversubscription(concurrent, 4, 2, alone)
-    assert factors == {"100": 1.0, "10000000": pytest.approx(1.2)}
+    lengths = contention_runs([100, 10**7])
+    assert lengths == {100: (loop_lengths(100)[1], 3), 10**7: (1, 1)}
+    alone = [{"ranks": 1, "dim": dim, "generations": g, "wall_s": wall}
+             for dim, g, wall in ((100, lengths[100][0], 0.30), (100, lengths[100][0], 0.20),
+                                  (100, lengths[100][0], 0.25), (100, 8, 9.0),     # another length: not it
+                                  (10**7, 1, 6.0), (10**7, 3, 99.0))]
+    two = {"100": [[0.2, 0.25, 0.3], [0.24, 0.3, 0.36]],      # medians 0.25, 0.30 against 0.25: 1.1
+           "10000000": [[7.2], [6.6]]}                          # 6.9 against 6: 1.15
+    assert contention(two, 2, 2, alone) == {"100": pytest.approx(1.1), "10000000": pytest.approx(1.15)}
+    four = {"100": [[0.4]] * 4, "10000000": [[14.4]] * 4}      # 1.6x: less than 4 ranks on 2 cores' 2x
+    assert contention(four, 4, 2, alone) == {"100": 1.0, "10000000": pytest.approx(1.2)}
+    assert contention(four, 4, 8, alone)["100"] == pytest.approx(1.6)      # on 8 cores: all contention
+
+
+def test_ranks_at_once_are_stretched_by_their_counts_contention():
     c = Constants.from_dict({"cores": 2, "engine": {"100": ZERO}, "intra": {"latency_s": 0.0, "bandwidth_Bps": 1.0},
-                             "oversubscribed": factors})
-    assert c.stretch(2, 10**7) == 1.0 and c.stretch(4, 100) == 2.0
-    assert c.stretch(4, 10**7) == pytest.approx(2.4) and c.stretch(8, 10**9) == pytest.approx(4.8)
-    assert c.stretch(4, 10**5) == pytest.approx(2 * 1.2 ** 0.6)     # 1e5 is 3/5 of the way in log dim
+                             "contention": {"2": {"100": 1.1, "10000000": 1.15},
+                                            "4": {"100": 1.0, "10000000": 1.2}}})
+    assert c.stretch(1, 10**7) == 1.0                                   # alone: none
+    assert c.stretch(2, 10**7) == pytest.approx(1.15)                  # each has a core, still slower
+    assert c.stretch(3, 100) == pytest.approx(1.5 * 1.1)               # 3 ranks: 2 ranks' contention
+    assert c.stretch(4, 100) == 2.0 and c.stretch(4, 10**7) == pytest.approx(2.4)
+    assert c.stretch(8, 10**9) == pytest.approx(4.8)                   # beyond: the nearest calibrated
+    assert c.stretch(4, 10**5) == pytest.approx(2 * 1.2 ** 0.6)        # 1e5 is 3/5 of the way in log dim
+    # a calibration of before 2026-11-27 measured it with more ranks than cores only
+    old = Constants.from_dict({"cores": 2, "engine": {"100": ZERO}, "intra": {"latency_s": 0.0, "bandwidth_Bps": 1.0},
+                               "oversubscribed": {"10000000": 1.2}})
+    assert old.stretch(2, 10**7) == 1.0 and old.stretch(4, 10**7) == pytest.approx(2.4)
+
+
+def test_two_ranks_with_a_core_each_pay_their_contention():
+    """An island run at 2 ranks on 64 cores whose time is all engine work takes the
+    calibrated contention longer than without it."""
+    engine = {"100000": dict(ZERO, row_s=2e-3, breed_s=5e-4, init_s=1e-3, record_s=1e-3)}
+    lay = Layout("island", ranks=2, islands=4, dim=100_000, capacity=8, batch=8, generations=6)
+    free = predict_seconds(lay, constants(engine=engine))["wall_s"]
+    busy = Constants.from_dict({"cores": 64, "engine": engine, "intra": {"latency_s": 0.0, "bandwidth_Bps": 1e12},
+                                "contention": {"2": {"100000": 1.25}}})
+    assert predict_seconds(lay, busy)["wall_s"] == pytest.approx(1.25 * free)
 
 
 def test_engine_costs_are_scaled_to_the_sweeps_own_one_rank_run():
@@ -219,11 +267,11 @@ def test_calibrations_merge_into_each_constants_median():
                 "intra": {"latency_s": 1e-6, "bandwidth_Bps": 1e10},
                 "loop": {"4": {"centralized": {"run_s": 0.0, "step_s": step_s}}}, **(extra or {})}
 
-    merged = median_calibration([calibration(1, 0.62e-3, 3e-5), calibration(2, 2.30e-3, 1e-5, {"oversubscribed": {}}),
+    merged = median_calibration([calibration(1, 0.62e-3, 3e-5), calibration(2, 2.30e-3, 1e-5, {"contention": {}}),
                                  calibration(3, 1.22e-3, 2e-5)])
     assert merged["loop"]["4"]["centralized"]["step_s"] == pytest.approx(1.22e-3)
     assert merged["engine"]["100"] == {"row_s": 1e-5, "breed_s": pytest.approx(2e-5)}
-    assert merged["cores"] == 2 and isinstance(merged["cores"], int) and "oversubscribed" not in merged
+    assert merged["cores"] == 2 and isinstance(merged["cores"], int) and "contention" not in merged
     assert merged["source"] == "median of 3 calibrations (mpievo plan --calibrate, 2026-11-27 01:00 UTC .. 2026-11-27 03:00 UTC)"
     Constants.from_dict(merged)         # the model takes it
     # one calibration is itself; none is refused
