@@ -250,12 +250,17 @@ def _batch_seconds(layout, constants, cost, rng, leader: int, rows: int) -> floa
 def _pulled_seconds(layout, constants, cost, rng, batches: list[int]) -> float:
     """master_worker: the blocks of these batches pulled by the workers, first come first
     served; when the last result is back (a block costs its genomes' and its fitness's
-    messages and its rows' evaluation; the workers share the cores, the master yields)."""
+    messages and its rows' evaluation; the workers with a block share the cores, the
+    master and the workers without one yield: generational at 1e7 genes, 4 ranks on 2
+    cores, cuts each 2-row batch into 2 blocks, so 2 workers run, +7 % to +26 % in four
+    commands with all 3 counted)."""
     workers = layout.ranks - 1
+    blocks = [block_bounds(rows, workers) for rows in batches]
+    busy = min(workers, sum(len(b) for b in blocks))
     free = [0.0] * workers
-    for rows in batches:
-        seconds = _rows_seconds(layout, constants, cost, rng, rows)
-        for a, b in block_bounds(rows, workers):
+    for rows, bounds in zip(batches, blocks):
+        seconds = _rows_seconds(layout, constants, cost, rng, rows, busy)
+        for a, b in bounds:
             start = heapq.heappop(free)
             link = constants.intra.seconds((b - a) * layout.row_bytes()) + constants.intra.seconds(8 * (b - a))
             heapq.heappush(free, start + link + seconds[a:b].sum())

@@ -99,6 +99,14 @@ def test_master_worker_workers_share_the_cores_its_master_yields():
         pytest.approx(3 * 0.01)
     island = Layout("island", ranks=4, islands=4, dim=100, capacity=3, batch=3, generations=2)
     assert predict_seconds(island, c, burn)["wall_s"] == pytest.approx(3 * 3 * 0.02)
+    # a batch of 2 rows is 2 blocks: the third worker waits without one and yields, so
+    # the 2 with a block have a core each
+    two = dict(shape, capacity=2, batch=2)
+    assert predict_seconds(Layout("master_worker", **two), c, burn)["wall_s"] == pytest.approx(3 * 0.01)
+    # steady queues the blocks of every island's batches at once, so all 3 workers run (2/3
+    # speed): generation 0's 4 blocks put 2 on one worker, generations 1-2's 8 blocks 3
+    steady = Layout("master_worker", **dict(two, islands=2), evaluation="steady")
+    assert predict_seconds(steady, c, burn)["wall_s"] == pytest.approx((2 + 3) * 0.015)
 
 
 def test_group_ranks_without_rows_leave_their_core():
