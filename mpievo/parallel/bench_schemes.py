@@ -434,7 +434,7 @@ def bench_schemes(options: SchemesOptions, out_dir: str | os.PathLike | None = N
 
     ``constants``: the cost model's (:class:`mpievo.parallel.plan_time.Constants`);
     None: calibrated here at the sweep's dims before each sweep (``mpievo plan
-    --calibrate``, 2-3 minutes each) and the median of those calibrations taken, so
+    --calibrate``, 3-4 minutes each) and the median of those calibrations taken, so
     that model and runs see the machine's load alike.
 
     Raises:
