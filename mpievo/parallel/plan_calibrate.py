@@ -355,9 +355,9 @@ def contention(concurrent: dict, ranks: int, cores: int, alone_rows: list[dict])
     least 1: the mean over ranks of each one's median wall time in ``concurrent``
     (:func:`concurrent_runs`) against the median of the one-rank job's runs of the same
     length alone (``alone_rows``). Ranks side by side share caches, memory bandwidth
-    and the chip's clock budget, and time-sliced ones evict each other's caches: with
-    6 cores of a 16-core machine, 4 ranks took up to 1.47x one rank's time inside the
-    fitness per evaluation at 1e5 genes; with 2 ranks on 2 cores, up to 1.16x at 1e7."""
+    and the chip's clock budget, and time-sliced ones evict each other's caches: 2
+    ranks on 2 cores here, 1.0-1.28 at 1e7 genes over six calibrations (1.0 on 6 free
+    cores of a 16-core node)."""
     lengths = contention_runs([int(d) for d in concurrent])
     out = {}
     for dim, each in concurrent.items():
