@@ -24,7 +24,9 @@
   memory bandwidth and clock budget; time slices that evict each other's caches).
 * **Run loop** (``loop``): real runs of the bench's job at cost 0 and the smallest
   dim, at two lengths (:func:`loop_lengths`: a short one and the bench's own, the
-  median of :data:`LOOP_REPEATS` runs each), in launched jobs as the bench's: the
+  fastest of :data:`LOOP_REPEATS` runs each, made in rounds over the schemes and
+  lengths, like the bench's short runs, :func:`.bench_schemes.measure_workload`), in
+  launched jobs as the bench's: the
   island scheme on 1 rank, every bench scheme on 2 and on 4 ranks (the 2-rank job
   also runs the ping-pong; on 2 cores the 4-rank runs share them, as the bench's do).
   Each run's wall time minus the model's prediction without loop costs is its
@@ -55,9 +57,14 @@ PING_SIZES = (8, 16 << 20)
 #: the short run length (generations after the initial one) of the loop-cost runs; the
 #: long one is the bench's (:func:`loop_lengths`)
 LOOP_SHORT_GENERATIONS = 8
-#: runs of each loop-cost length, the median kept: one 191-generation run at 2 ranks
-#: ranged 0.37-0.50 s over five runs of one minute here
+#: runs of each loop-cost length, the fastest kept (as the bench keeps its short runs'
+#: fastest): one 191-generation run at 2 ranks ranged 0.37-0.50 s over five runs of one
+#: minute here
 LOOP_REPEATS = 5
+#: in-process measurements of the engine costs below ``large_dim`` genes, the fastest
+#: kept: one of 6 steps at 100 genes is tens of milliseconds, and here one such
+#: measurement put breeding at 54 us per child where the next put it at 33
+STEPPING_REPEATS = 3
 #: the two run lengths and the repeats of the engine-cost runs above the smallest dim
 ENGINE_GENERATIONS = (8, 64)
 ENGINE_REPEATS = 3
@@ -94,9 +101,18 @@ def engine_costs(dim: int) -> dict:
         scheme.step()
     wall = time.perf_counter() - start
     children = steps * capacity * islands
-    record_s = statistics.median(_seconds(scheme.records) for _ in range(3)) / islands
+    record_s = min(_seconds(scheme.records) for _ in range(3)) / islands
     return {"row_s": fitness.seconds / children, "breed_s": (wall - fitness.seconds) / children,
             "init_s": max(init_s, 0.0), "record_s": record_s}
+
+
+def fastest_engine_costs(dim: int) -> dict:
+    """:func:`engine_costs`, the fastest (least ``row_s + breed_s``) of
+    :data:`STEPPING_REPEATS` measurements below ``large_dim`` genes, else of one."""
+    from .bench_schemes import SchemesOptions
+
+    repeats = STEPPING_REPEATS if dim < SchemesOptions().large_dim else 1
+    return min((engine_costs(dim) for _ in range(repeats)), key=lambda c: c["row_s"] + c["breed_s"])
 
 
 def _seconds(call) -> float:
@@ -136,12 +152,12 @@ def scheme_rows(dims, size: int) -> list[dict]:
     schemes = SCHEMES if size > 1 else ("island",)
     warm_up(options, schemes)
     rows = [measure(Workload(0.0, "none", small), scheme, options, loop_budget(generations, small))
-            for scheme in schemes for generations in loop_lengths(small) for _ in range(LOOP_REPEATS)]
+            for _ in range(LOOP_REPEATS) for scheme in schemes for generations in loop_lengths(small)]
     if size == 1:
         for dim in sorted(dims)[1:]:
             lengths, repeats = run_lengths(dim)
             rows += [measure(Workload(0.0, "none", dim), "island", options, loop_budget(generations, dim))
-                     for generations in lengths for _ in range(repeats)]
+                     for _ in range(repeats) for generations in lengths]
     return rows
 
 
@@ -169,7 +185,7 @@ def loop_costs(rows: list[dict], constants: dict) -> dict:
         overheads.setdefault(key, {}).setdefault(row["generations"], []).append(over)
     out: dict = {}
     for (ranks, scheme), by_length in overheads.items():
-        (g1, o1), (g2, o2) = sorted((g, statistics.median(v)) for g, v in by_length.items())
+        (g1, o1), (g2, o2) = sorted((g, min(v)) for g, v in by_length.items())
         step = max(0.0, (o2 - o1) / (g2 - g1))
         out.setdefault(ranks, {})[scheme] = {"run_s": max(0.0, o1 - step * g1), "step_s": step}
     return out
@@ -177,8 +193,8 @@ def loop_costs(rows: list[dict], constants: dict) -> dict:
 
 def run_engine_costs(rows: list[dict], constants: dict) -> dict:
     """{str(dim): engine costs} from the one-rank island runs above the smallest dim:
-    ``row_s`` is their time inside the fitness per evaluation; ``breed_s`` and
-    ``init_s`` solve "wall = the model's" at both run lengths (the model is linear in
+    ``row_s`` is the time inside the fitness per evaluation of each length's fastest
+    run; ``breed_s`` and ``init_s`` solve "wall = that run's" at both lengths (the model is linear in
     them; the run loop's costs and ``record_s`` as calibrated). A bench run pays what a
     stepping loop does not (fresh arrays every run, the run loop around the steps): at
     1e7 genes about a fifth more than :func:`engine_costs` measured."""
@@ -192,8 +208,8 @@ def run_engine_costs(rows: list[dict], constants: dict) -> dict:
             by_dim.setdefault(row["dim"], {}).setdefault(row["generations"], []).append(row)
     out = {}
     for dim, by_length in sorted(by_dim.items()):
-        runs = [r for group in by_length.values() for r in group]
-        costs = dict(constants["engine"][str(dim)], row_s=_fitness_per_evaluation(runs))
+        fastest = {length: min(group, key=lambda r: r["wall_s"]) for length, group in by_length.items()}
+        costs = dict(constants["engine"][str(dim)], row_s=_fitness_per_evaluation(list(fastest.values())))
 
         def wall(length, breed_s, init_s):
             trial = dict(constants, engine={**constants["engine"], str(dim): dict(costs, breed_s=breed_s,
@@ -205,7 +221,7 @@ def run_engine_costs(rows: list[dict], constants: dict) -> dict:
         for length, group in sorted(by_length.items()):
             base = wall(length, 0.0, 0.0)
             equations.append(([wall(length, 1.0, 0.0) - base, wall(length, 0.0, 1.0) - base],
-                              statistics.median(r["wall_s"] for r in group) - base))
+                              fastest[length]["wall_s"] - base))
         (a, b), (c, d) = (e[0] for e in equations)
         (y1, y2) = (e[1] for e in equations)
         det = a * d - b * c
@@ -352,9 +368,9 @@ def concurrent_runs(dims) -> dict:
 def contention(concurrent: dict, ranks: int, cores: int, alone_rows: list[dict]) -> dict:
     """{str(dim): how much longer a rank's engine work takes while ``ranks`` ranks run
     at once, beyond sharing the cores (``ranks / cores`` where they outnumber them)}, at
-    least 1: the mean over ranks of each one's median wall time in ``concurrent``
-    (:func:`concurrent_runs`) against the median of the one-rank job's runs of the same
-    length alone (``alone_rows``). Ranks side by side share caches, memory bandwidth
+    least 1: the mean over ranks of each one's fastest wall time in ``concurrent``
+    (:func:`concurrent_runs`) against the fastest of the one-rank job's runs of the same
+    length alone (``alone_rows``; fastest, like every repeated run of calibration and bench). Ranks side by side share caches, memory bandwidth
     and the chip's clock budget, and time-sliced ones evict each other's caches: 2
     ranks on 2 cores here, 1.0-1.28 at 1e7 genes over six calibrations (1.0 on 6 free
     cores of a 16-core node)."""
@@ -364,8 +380,8 @@ def contention(concurrent: dict, ranks: int, cores: int, alone_rows: list[dict])
         alone = [r["wall_s"] for r in alone_rows
                  if r["ranks"] == 1 and r["dim"] == int(dim) and r["generations"] == lengths[int(dim)][0]]
         if alone:
-            together = statistics.mean(statistics.median(walls) for walls in each)
-            out[dim] = max(1.0, together / statistics.median(alone) / max(1.0, ranks / cores))
+            together = statistics.mean(min(walls) for walls in each)
+            out[dim] = max(1.0, together / min(alone) / max(1.0, ranks / cores))
     return out
 
 
@@ -392,7 +408,7 @@ def calibrate(dims=CALIBRATION_DIMS, ranks=LOOP_RANKS) -> dict:
     with contextlib.ExitStack() as stack:
         limit_blas_threads(1, stack)
         engine_costs(small)                 # compiles the kernels (initial genomes included)
-        engine = {str(d): engine_costs(d) for d in sorted(dims)}
+        engine = {str(d): fastest_engine_costs(d) for d in sorted(dims)}
         jobs = {p: launch_job(p, sorted(dims)) for p in sorted({1, 2, *ranks})}
         result = {"source": f"mpievo plan --calibrate, {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC",
                   "cores": _cores(), "engine": engine, "intra": jobs[2]["intra"]}

@@ -11,7 +11,8 @@ from mpievo.cli.main import main as cli_main
 from mpievo.evo.problems import builtin_problem
 from mpievo.parallel.bench_schemes import (SCHEMES, ModelCheckError, SchemesCheckError, SchemesOptions,
                                            Workload, WorkloadFitness, bench_schemes, check_rows,
-                                           median_rows, repeats_wanted, vary_factor, workloads)
+                                           measure_workload, median_rows, repeats_wanted, vary_factor,
+                                           workloads)
 from mpievo.parallel.bench_schemes_report import CSV_COLUMNS
 from mpievo.parallel.plan_calibrate import loop_lengths
 from mpievo.parallel.plan_time import Constants
@@ -142,6 +143,26 @@ def test_cost0_runs_are_repeated_up_to_a_longer_first_run():
     cost0, sleep = Workload(0.0, "none", 100), Workload(5.0, "sleep", 100)
     assert [repeats_wanted(cost0, w) for w in (0.3, 1.5, 2.5)] == [5, 5, 1]
     assert [repeats_wanted(sleep, w) for w in (0.3, 1.5)] == [5, 1]
+
+
+def test_short_runs_are_repeated_in_rounds_over_the_schemes_and_the_fastest_kept(monkeypatch):
+    """A scheme whose first run is short runs again in rounds with the other short ones
+    (spread over the workload, not back to back), and its row is its fastest run."""
+    import mpievo.parallel.bench_schemes as bench
+
+    walls = {"island": iter([0.3, 0.25, 0.2, 0.35, 0.3]), "hybrid": iter([2.5]),
+             "replicated": iter([1.0, 0.8, 1.2, 0.9, 1.1])}
+    order = []
+
+    def fake_measure(workload, scheme, options):
+        order.append(scheme)
+        return {"scheme": scheme, "wall_s": next(walls[scheme])}
+
+    monkeypatch.setattr(bench, "measure", fake_measure)
+    rows = measure_workload(Workload(0.0, "none", 100), ("island", "hybrid", "replicated"), SchemesOptions())
+    assert order == ["island", "hybrid", "replicated"] + ["island", "replicated"] * 4
+    assert [(r["scheme"], r["wall_s"], r["repeats"]) for r in rows] == \
+        [("island", 0.2, 5), ("hybrid", 2.5, 1), ("replicated", 0.8, 5)]
 
 
 def test_loop_cost_runs_end_at_the_benchs_own_length():
