@@ -17,11 +17,12 @@
   8-byte message and the bandwidth of a 16 MiB one, both one-way, over the intra-node
   link (this machine has no other node; the inter-node link is given by flags).
 * ``cores``: the CPUs this process may run on (more busy ranks than cores share them).
-* ``contention``, per rank count and dim: in each launched job of P > 1 ranks, every
-  rank makes the one-rank run of the bench's island job at once (:func:`concurrent_runs`);
-  their wall time against the same run alone, beyond P / cores where the ranks
-  outnumber the cores, is what ranks side by side cost each other (shared caches,
-  memory bandwidth and clock budget; time slices that evict each other's caches).
+* ``contention``, per rank count and dim: in each launched job of P > 1 ranks, rank 0
+  makes the one-rank run of the bench's island job alone, then every rank makes it at
+  once (:func:`concurrent_runs`); their wall time against rank 0's alone, seconds
+  earlier, beyond P / cores where the ranks outnumber the cores, is what ranks side by
+  side cost each other (shared caches, memory bandwidth and clock budget; time slices
+  that evict each other's caches).
 * **Run loop** (``loop``): real runs of the bench's job at cost 0 and the smallest
   dim, at two lengths (:func:`loop_lengths`: a short one and the bench's own, the
   fastest of :data:`LOOP_REPEATS` runs each, made in rounds over the schemes and
@@ -311,8 +312,9 @@ def ping_pong() -> dict:
 
 def launched(dims, ping: bool) -> None:
     """A launched job: rank 0 prints {"intra": ping-pong (on 2 ranks, else None),
-    "rows": scheme rows, "concurrent": every rank's walls of the one-rank runs it made
-    while the others made the same (:func:`concurrent_runs`; None on one rank)} as JSON."""
+    "rows": scheme rows, "concurrent": rank 0's walls of the one-rank runs alone and every
+    rank's while the others made the same (:func:`concurrent_runs`; None on one rank)}
+    as JSON."""
     from mpi4py import MPI
 
     from ..comm import abort_on_error
@@ -332,10 +334,9 @@ def _cores() -> int:
 
 
 def contention_runs(dims) -> dict:
-    """{dim: (generations, repeats)} of the one-rank island runs that both the one-rank
-    job (:func:`scheme_rows`) and every rank of a larger job at once
-    (:func:`concurrent_runs`) make: the loop-cost runs' bench length at the smallest dim
-    (a shorter run there is milliseconds), the engine-cost runs' short length above."""
+    """{dim: (generations, repeats)} of the one-rank island runs of
+    :func:`concurrent_runs`: the loop-cost runs' bench length at the smallest dim (a
+    shorter run there is milliseconds), the engine-cost runs' short length above."""
     small = min(dims)
     out = {small: (loop_lengths(small)[1], ENGINE_REPEATS)}
     for dim in sorted(dims)[1:]:
@@ -345,9 +346,14 @@ def contention_runs(dims) -> dict:
 
 
 def concurrent_runs(dims) -> dict:
-    """{str(dim): [each rank's wall times]} of :func:`contention_runs`' one-rank island
-    runs (the bench's, on this rank's own communicator), made by every rank at once
-    (collective): what ranks running side by side cost each other."""
+    """{str(dim): {"alone": rank 0's wall times, "together": each rank's}} (rank 0; None
+    elsewhere) of :func:`contention_runs`' one-rank island runs (the bench's, on this
+    rank's own communicator), collective: each repeat, rank 0 makes the run alone while
+    the others wait without holding a core (:func:`_idle_barrier`), then every rank
+    makes it at once. Alone and together are seconds apart, so both see the machine
+    alike: against the one-rank job minutes earlier, a calibration on a GPU node just
+    started measured no contention at 4 ranks and 1e7 genes, where its sweep's ranks
+    took 1.2-1.3x longer per evaluation than one rank."""
     from mpi4py import MPI
 
     from .bench_schemes import SchemesOptions, Workload, measure
@@ -356,32 +362,41 @@ def concurrent_runs(dims) -> dict:
     options = SchemesOptions(dims=tuple(sorted(dims)))
     out = {}
     for dim, (generations, repeats) in contention_runs(dims).items():
-        walls = []
+        def run():
+            return measure(Workload(0.0, "none", dim), "island", options, loop_budget(generations, dim),
+                           mpi_comm=MPI.COMM_SELF)["wall_s"]
+
+        alone, together = [], []
         for _ in range(repeats):
-            comm.Barrier()
-            walls.append(measure(Workload(0.0, "none", dim), "island", options, loop_budget(generations, dim),
-                                 mpi_comm=MPI.COMM_SELF)["wall_s"])
-        out[str(dim)] = comm.gather(walls, root=0)
+            if comm.rank == 0:
+                alone.append(run())
+            _idle_barrier(comm)
+            comm.Barrier()          # every rank starts together
+            together.append(run())
+        gathered = comm.gather(together, root=0)
+        out[str(dim)] = {"alone": alone, "together": gathered} if comm.rank == 0 else None
     return out
 
 
-def contention(concurrent: dict, ranks: int, cores: int, alone_rows: list[dict]) -> dict:
+def _idle_barrier(comm) -> None:
+    """A barrier whose waiting ranks sleep between tests instead of spinning, so that
+    they leave the cores to the rank still working (ranks may outnumber cores)."""
+    request = comm.Ibarrier()
+    while not request.Test():
+        time.sleep(1e-3)
+
+
+def contention(concurrent: dict, ranks: int, cores: int) -> dict:
     """{str(dim): how much longer a rank's engine work takes while ``ranks`` ranks run
     at once, beyond sharing the cores (``ranks / cores`` where they outnumber them)}, at
-    least 1: the mean over ranks of each one's fastest wall time in ``concurrent``
-    (:func:`concurrent_runs`) against the fastest of the one-rank job's runs of the same
-    length alone (``alone_rows``; fastest, like every repeated run of calibration and bench). Ranks side by side share caches, memory bandwidth
-    and the chip's clock budget, and time-sliced ones evict each other's caches: 2
-    ranks on 2 cores here, 1.0-1.28 at 1e7 genes over six calibrations (1.0 on 6 free
-    cores of a 16-core node)."""
-    lengths = contention_runs([int(d) for d in concurrent])
+    least 1: the mean over ranks of each one's fastest wall time together against rank
+    0's fastest alone (:func:`concurrent_runs`; fastest, like every repeated run of
+    calibration and bench). Ranks side by side share caches, memory bandwidth and the
+    chip's clock budget, and time-sliced ones evict each other's caches."""
     out = {}
-    for dim, each in concurrent.items():
-        alone = [r["wall_s"] for r in alone_rows
-                 if r["ranks"] == 1 and r["dim"] == int(dim) and r["generations"] == lengths[int(dim)][0]]
-        if alone:
-            together = statistics.mean(min(walls) for walls in each)
-            out[dim] = max(1.0, together / min(alone) / max(1.0, ranks / cores))
+    for dim, runs in concurrent.items():
+        together = statistics.mean(min(walls) for walls in runs["together"])
+        out[dim] = max(1.0, together / min(runs["alone"]) / max(1.0, ranks / cores))
     return out
 
 
@@ -412,7 +427,7 @@ def calibrate(dims=CALIBRATION_DIMS, ranks=LOOP_RANKS) -> dict:
         jobs = {p: launch_job(p, sorted(dims)) for p in sorted({1, 2, *ranks})}
         result = {"source": f"mpievo plan --calibrate, {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC",
                   "cores": _cores(), "engine": engine, "intra": jobs[2]["intra"]}
-        result["contention"] = {str(p): contention(job["concurrent"], p, result["cores"], jobs[1]["rows"])
+        result["contention"] = {str(p): contention(job["concurrent"], p, result["cores"])
                                 for p, job in jobs.items() if job.get("concurrent")}
         rows = [row for job in jobs.values() for row in job["rows"]]
         result["loop"] = loop_costs([row for row in rows if row["dim"] == small], result)

@@ -9,7 +9,8 @@ A run is simulated generation by generation on its critical path:
   and interpolated in log-log space between calibrated sizes (:meth:`Constants.child`);
 * cores: CPU work is stretched by ``busy ranks / cores`` when busy ranks outnumber
   cores, times the calibrated contention of that many ranks running at once, also
-  where each has its own core (:meth:`Constants.stretch`).
+  where each has its own core (:meth:`Constants.stretch`); a "burn" cost, CPU time by
+  definition, only by the share of the cores.
   Ranks breeding or between steps count as busy (under the leader schemes only the
   leaders breed, :func:`_breeding`); a group rank left without rows in a batch waits
   for the next order, and Open MPI's waits yield the core when ranks
@@ -212,9 +213,13 @@ def _rows_seconds(layout, constants, cost, rng, rows: int, busy: int | None = No
     """Each row's evaluation seconds while ``busy`` ranks hold a core (default
     :func:`_busy`)."""
     fit = constants.child(layout.dim)["row_s"]
-    cpu = constants.stretch(_busy(layout) if busy is None else busy, layout.dim)
-    extra = cost.draw(rng, rows) * (cpu if cost.mode == "burn" else 1.0)
-    return fit * cpu + extra
+    busy = _busy(layout) if busy is None else busy
+    # a burn child spins for its seconds of its own CPU time (bench_schemes.burn): only
+    # sharing a core stretches it, not the contention that slows the engine's work (a
+    # sweep whose calibrations put 2 ranks' contention at 100 genes at 1.28: every 50 ms
+    # burn run at P = 2 was +27 % with it, 4.83-4.85 s against the share's 4.80 s)
+    extra = cost.draw(rng, rows) * (_stretch(busy, constants.cores) if cost.mode == "burn" else 1.0)
+    return fit * constants.stretch(busy, layout.dim) + extra
 
 
 def _link(layout, constants, a: int, b: int) -> Link:
@@ -313,9 +318,10 @@ def _shared_cores_seconds(layout, constants, cost, bred: int, rows: int) -> floa
     if layout.ranks <= constants.cores:
         return 0.0
     c = constants.child(layout.dim)
-    row_cpu = c["row_s"] + (cost.seconds if cost.mode == "burn" else 0.0)
+    burn = cost.seconds * rows if cost.mode == "burn" else 0.0      # CPU time: no slowdown (_rows_seconds)
     # CPU work x slowdown / cores, where stretch = ranks / cores x slowdown
-    return (c["breed_s"] * bred + row_cpu * rows) * constants.stretch(layout.ranks, layout.dim) / layout.ranks
+    engine = (c["breed_s"] * bred + c["row_s"] * rows) * constants.stretch(layout.ranks, layout.dim)
+    return engine / layout.ranks + burn / constants.cores
 
 
 def _segments(plan: Traffic) -> list[list[int]]:

@@ -187,23 +187,22 @@ def test_engine_costs_come_from_one_rank_runs_at_two_lengths():
 
 
 def test_contention_is_the_runs_side_by_side_against_the_same_run_alone():
-    """Every rank of a P-rank job makes the one-rank run at once: the mean of their
-    fastest wall times against the fastest of the one-rank job's runs of the same length
-    alone, beyond P / cores where the ranks outnumber the cores, at least 1."""
+    """Rank 0 makes the one-rank run alone, then every rank of the P-rank job at once:
+    the mean of their fastest wall times against rank 0's fastest alone, beyond P / cores
+    where the ranks outnumber the cores, at least 1."""
     from mpievo.parallel.plan_calibrate import contention, contention_runs
 
-    lengths = contention_runs([100, 10**7])
-    assert lengths == {100: (loop_lengths(100)[1], 3), 10**7: (1, 1)}
-    alone = [{"ranks": 1, "dim": dim, "generations": g, "wall_s": wall}
-             for dim, g, wall in ((100, lengths[100][0], 0.30), (100, lengths[100][0], 0.20),
-                                  (100, lengths[100][0], 0.25), (100, 8, 9.0),     # another length: not it
-                                  (10**7, 1, 6.0), (10**7, 3, 99.0))]
-    two = {"100": [[0.25, 0.2, 0.3], [0.3, 0.24, 0.36]],      # fastest 0.2, 0.24 against 0.2: 1.1
-           "10000000": [[7.2], [6.6]]}                          # 6.9 against 6: 1.15
-    assert contention(two, 2, 2, alone) == {"100": pytest.approx(1.1), "10000000": pytest.approx(1.15)}
-    four = {"100": [[0.4]] * 4, "10000000": [[14.4]] * 4}      # 1.6x: less than 4 ranks on 2 cores' 2x
-    assert contention(four, 4, 2, alone) == {"100": 1.0, "10000000": pytest.approx(1.2)}
-    assert contention(four, 4, 8, alone)["100"] == pytest.approx(2.0)      # on 8 cores: all contention
+    assert contention_runs([100, 10**7]) == {100: (loop_lengths(100)[1], 3), 10**7: (1, 1)}
+    two = {"100": {"alone": [0.3, 0.2, 0.25],                          # fastest 0.2
+                   "together": [[0.25, 0.2, 0.3], [0.3, 0.24, 0.36]]},  # fastest 0.2, 0.24: 1.1
+           "10000000": {"alone": [6.0], "together": [[7.2], [6.6]]}}    # 6.9 against 6: 1.15
+    assert contention(two, 2, 2) == {"100": pytest.approx(1.1), "10000000": pytest.approx(1.15)}
+    four = {"100": {"alone": [0.2], "together": [[0.4]] * 4},            # 2x: 4 ranks on 2 cores' own
+            "10000000": {"alone": [6.0], "together": [[14.4]] * 4}}      # 2.4x: 1.2 beyond 2x
+    assert contention(four, 4, 2) == {"100": 1.0, "10000000": pytest.approx(1.2)}
+    assert contention(four, 4, 8)["100"] == pytest.approx(2.0)      # on 8 cores: all contention
+    faster = {"100": {"alone": [0.3], "together": [[0.25], [0.28]]}}    # faster together: none
+    assert contention(faster, 2, 2) == {"100": 1.0}
 
 
 def test_ranks_at_once_are_stretched_by_their_counts_contention():
@@ -231,6 +230,27 @@ def test_two_ranks_with_a_core_each_pay_their_contention():
     busy = Constants.from_dict({"cores": 64, "engine": engine, "intra": {"latency_s": 0.0, "bandwidth_Bps": 1e12},
                                 "contention": {"2": {"100000": 1.25}}})
     assert predict_seconds(lay, busy)["wall_s"] == pytest.approx(1.25 * free)
+
+
+def test_a_burning_child_is_stretched_by_the_shared_cores_only():
+    """A burn child spins for its seconds of CPU time: 2 ranks with a core each pay the
+    contention on the fitness row but not on the burn; 4 ranks on 2 cores share them
+    (x2), also for master_worker_steady's overlap bound."""
+    engine = {"100": dict(ZERO, row_s=1e-3)}
+    contended = {"cores": 2, "engine": engine, "intra": {"latency_s": 0.0, "bandwidth_Bps": 1e12},
+                 "contention": {"2": {"100": 1.5}, "4": {"100": 1.5}}}
+    c = Constants.from_dict(contended)
+    burn = Cost(0.01, "burn")
+    two = Layout("island", ranks=2, islands=2, dim=100, capacity=4, batch=4, generations=2)
+    # 3 batches of 4 rows per rank: rows 1 ms x 1.5, burns 10 ms
+    assert predict_seconds(two, c, burn)["wall_s"] == pytest.approx(3 * 4 * (1.5e-3 + 0.01))
+    four = Layout("island", ranks=4, islands=4, dim=100, capacity=4, batch=4, generations=2)
+    assert predict_seconds(four, c, burn)["wall_s"] == pytest.approx(3 * 4 * (2 * 1.5e-3 + 2 * 0.01))
+    # steady, 4 ranks on 2 cores: at least the cores' CPU work, 0 breeding here
+    steady = Layout("master_worker", ranks=4, islands=2, dim=100, capacity=2, batch=2, generations=2,
+                    evaluation="steady")       # as without contention (the master_worker test above)
+    no_row = Constants.from_dict(dict(contended, engine={"100": ZERO}))
+    assert predict_seconds(steady, no_row, burn)["wall_s"] == pytest.approx((2 + 3) * 0.015)
 
 
 def test_engine_costs_are_scaled_to_the_sweeps_own_one_rank_run():
