@@ -87,14 +87,15 @@ def _on_first(comm, ranks: int, work):
         finally:
             sub.free()
             part.Free()
-    _sleep_until_all_arrive(comm)
+    sleep_until_all_arrive(comm.mpi_comm)
     with comm.purpose("control"):
         return comm.bcast_object(result)
 
 
-def _sleep_until_all_arrive(comm) -> None:
-    # MPI's blocking barrier spins and would steal the cores being measured
-    request = comm.mpi_comm.Ibarrier()
+def sleep_until_all_arrive(mpi_comm) -> None:
+    """A barrier on the MPI communicator whose waiting ranks sleep between tests: MPI's
+    blocking barrier spins and would steal the cores being measured."""
+    request = mpi_comm.Ibarrier()
     while not request.Test():
         time.sleep(0.002)
 

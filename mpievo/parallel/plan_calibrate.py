@@ -349,13 +349,14 @@ def concurrent_runs(dims) -> dict:
     """{str(dim): {"alone": rank 0's wall times, "together": each rank's}} (rank 0; None
     elsewhere) of :func:`contention_runs`' one-rank island runs (the bench's, on this
     rank's own communicator), collective: each repeat, rank 0 makes the run alone while
-    the others wait without holding a core (:func:`_idle_barrier`), then every rank
+    the others wait without holding a core (:func:`.bench.sleep_until_all_arrive`), then every rank
     makes it at once. Alone and together are seconds apart, so both see the machine
     alike: against the one-rank job minutes earlier, a calibration on a GPU node just
     started measured no contention at 4 ranks and 1e7 genes, where its sweep's ranks
     took 1.2-1.3x longer per evaluation than one rank."""
     from mpi4py import MPI
 
+    from .bench import sleep_until_all_arrive
     from .bench_schemes import SchemesOptions, Workload, measure
 
     comm = MPI.COMM_WORLD
@@ -370,20 +371,12 @@ def concurrent_runs(dims) -> dict:
         for _ in range(repeats):
             if comm.rank == 0:
                 alone.append(run())
-            _idle_barrier(comm)
+            sleep_until_all_arrive(comm)
             comm.Barrier()          # every rank starts together
             together.append(run())
         gathered = comm.gather(together, root=0)
         out[str(dim)] = {"alone": alone, "together": gathered} if comm.rank == 0 else None
     return out
-
-
-def _idle_barrier(comm) -> None:
-    """A barrier whose waiting ranks sleep between tests instead of spinning, so that
-    they leave the cores to the rank still working (ranks may outnumber cores)."""
-    request = comm.Ibarrier()
-    while not request.Test():
-        time.sleep(1e-3)
 
 
 def contention(concurrent: dict, ranks: int, cores: int) -> dict:
