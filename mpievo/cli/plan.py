@@ -26,6 +26,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dims", type=_dims, default=None,
                         help="with --calibrate: genome sizes to measure the engine at (default 1e2,1e5,1e7; "
                              "the model interpolates between them in log space)")
+    parser.add_argument("--calibrate-ranks", type=_ranks, default=None,
+                        help="with --calibrate: rank counts to measure the schemes' loop costs at "
+                             "(default 1,2,4; 1 and 2 are always measured)")
     parser.add_argument("--constants", default=None,
                         help="a --calibrate JSON file (the intra-node link and the engine costs)")
     parser.add_argument("--scenario", choices=("design",), default=None,
@@ -54,7 +57,9 @@ def main(args: argparse.Namespace) -> int:
     if args.calibrate:
         from mpievo.parallel.plan_calibrate import calibrate, write
 
-        result = calibrate(args.dims) if args.dims else calibrate()
+        kwargs = {name: value for name, value in (("dims", args.dims), ("ranks", args.calibrate_ranks))
+                  if value is not None}
+        result = calibrate(**kwargs)
         print(json.dumps(result, indent=1))
         if args.out:
             write(args.out, result)
@@ -78,6 +83,17 @@ def _dims(text: str) -> tuple[int, ...]:
     if min(dims) < 1:
         raise argparse.ArgumentTypeError(f"expected genome sizes >= 1, got {text!r}")
     return dims
+
+
+def _ranks(text: str) -> tuple[int, ...]:
+    """'1,2,4' -> (1, 2, 4)."""
+    try:
+        ranks = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected rank counts such as 1,2,4, got {text!r}") from None
+    if min(ranks) < 1:
+        raise argparse.ArgumentTypeError(f"expected rank counts >= 1, got {text!r}")
+    return ranks
 
 
 def _scenario(args) -> str:
