@@ -1,6 +1,6 @@
 """The tables of a job config: ``[run]``, ``[problem]``, ``[migration]`` (with
 ``[migration.adaptive]``), as :class:`mpievo.schema.Settings` (``[engine]`` is
-:class:`mpievo.evo.config.EngineConfig`). :mod:`mpievo.config` loads and validates
+:class:`mpievo.evo.engine_config.EngineConfig`). :mod:`mpievo.config` loads and validates
 whole jobs with them. Standard library only, like :mod:`mpievo.schema`.
 """
 
@@ -29,19 +29,19 @@ DEFAULT_GENERATIONS = 200
 
 # --------------------------------------------------------------------- registries (loaded late)
 def _selection_policies():
-    from .evo.migration import SELECTION_POLICIES
+    from .evo.migration_policy import SELECTION_POLICIES
 
     return SELECTION_POLICIES
 
 
 def _replacement_policies():
-    from .evo.migration import REPLACEMENT_POLICIES
+    from .evo.migration_policy import REPLACEMENT_POLICIES
 
     return REPLACEMENT_POLICIES
 
 
 def _topologies():
-    from .parallel.topology import TOPOLOGIES
+    from .rules.topology import TOPOLOGIES
 
     return TOPOLOGIES
 

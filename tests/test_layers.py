@@ -144,7 +144,7 @@ def test_exception_on_one_rank_aborts_the_job_promptly():
 
 
 def test_launcher_sets_wheel_environment():
-    from mpievo.launch import launch_env
+    from mpievo.launcher import launch_env
 
     env = launch_env({"OMPI_MCA_btl": "self,vader"})
     assert env["OMPI_ALLOW_RUN_AS_ROOT"] == "1"

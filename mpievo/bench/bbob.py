@@ -13,7 +13,7 @@ reached it first, scaled by that rank's share of all evaluations: exact on one r
 within about one generation of the islands on several (their ranks interleave). The
 peers (pygmo ``sade`` archipelago, pygmo ``cmaes`` with IPOP restarts) run on rank 0
 through one COCO problem object each. Only rank 0 writes files
-(:mod:`.bench_bbob_report`).
+(:mod:`.bbob_report`).
 """
 
 from __future__ import annotations
@@ -344,7 +344,7 @@ def bench_bbob(comm, options: BbobOptions, out: str | os.PathLike | None = None,
     Raises:
         FileExistsError: ``out/runs.csv`` holds runs and ``resume`` is off.
     """
-    from .bench_bbob_report import write_csv, write_report
+    from .bbob_report import write_csv, write_report
 
     jobs = load_jobs(options)
     pygmo = _pygmo() if options.peers else None
@@ -409,7 +409,7 @@ def bench_bbob(comm, options: BbobOptions, out: str | os.PathLike | None = None,
 def _previous_rows(comm, out, resume: bool) -> list[dict]:
     """The rows of ``out/runs.csv`` (rank 0 reads, every rank gets them); refuses to
     overwrite them without ``resume``."""
-    from .bench_bbob_report import read_csv
+    from .bbob_report import read_csv
 
     rows, error = [], None
     path = None if out is None else Path(out) / "runs.csv"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .bench_bbob import TARGETS
+from .bbob import TARGETS
 
 TARGET_COLUMNS = tuple(f"evals_1e{round(math.log10(t))}" for t in TARGETS)
 CSV_COLUMNS = ("function", "dim", "instance", "seed", "solver", "budget", "evaluations", "stop", "df_best",
@@ -34,7 +34,7 @@ def csv_rows(rows: list[dict]) -> list[dict]:
 
 
 def read_csv(path: Path) -> list[dict]:
-    """``runs.csv`` back as rows like :func:`mpievo.parallel.bench_bbob.bench_bbob`'s."""
+    """``runs.csv`` back as rows like :func:`mpievo.bench.bbob.bench_bbob`'s."""
     rows = []
     with open(path, newline="") as f:
         for raw in csv.DictReader(f):

@@ -19,10 +19,10 @@ import os
 import numpy as np
 from mpi4py import MPI
 
-from . import selection
-from .benchmark import Case, check_outputs, time_alternating
-from .communicator import Communicator
-from .nodes import layout_key
+from ..comm import selection
+from .collectives import Case, check_outputs, time_alternating
+from ..comm.communicator import Communicator
+from ..comm.nodes import layout_key
 
 #: (table key, collective, dtype, op) of every calibrated case
 CASES = (

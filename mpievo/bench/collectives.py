@@ -27,10 +27,10 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from . import selection
-from .bench_verify import REDUCING, Spec, WrongResultError, check_case, fill_unwritten, rank_input, verify
-from .communicator import Communicator
-from .native import NATIVE_TYPES
+from ..comm import selection
+from .collectives_verify import REDUCING, Spec, WrongResultError, check_case, fill_unwritten, rank_input, verify
+from ..comm.communicator import Communicator
+from ..comm.native import NATIVE_TYPES
 
 COLLECTIVES = ("allreduce", "reduce_scatter", "allgather", "broadcast")
 DEFAULT_SIZES = [4096 << i for i in range(17)]  # 4 KiB .. 256 MiB

@@ -5,7 +5,7 @@ measurements in one run (rank 0 prints them; every rank returns the same dict):
 
 1. One island against pygmo's ``sade``, like for like (same fitness callable, dtype,
    dim and evaluation count), plus mpievo's overhead per evaluation:
-   :func:`mpievo.evo.bench.compare`, on rank 0 while the other ranks sleep.
+   :func:`mpievo.bench.engine_vs_pygmo.compare`, on rank 0 while the other ranks sleep.
 2. Weak scaling with a 5 ms and a 0.5 ms fitness (a sleep-free CPU burn per genome):
    one island per rank, a fixed number of evaluations per island, the full run loop
    (migration along a ring every 3 generations, logging, stop votes), on the first
@@ -31,15 +31,15 @@ from pathlib import Path
 
 import numpy as np
 
-from ..evo import bench as engine_bench
-from ..evo.config import EngineConfig
-from ..evo.migration import MigrationPolicy
+from . import engine_vs_pygmo as engine_bench
+from ..evo.engine_config import EngineConfig
+from ..evo.migration_policy import MigrationPolicy
 from ..evo.problems import Problem, make_problem
-from .migration import IslandShape, Migrator
-from .runner import RunLoop, RunSettings
-from .scheme import IslandScheme, MigrationSchedule
-from .threads import limit_blas_threads
-from .topology import build_topology, ring
+from ..parallel.migrator import IslandShape, Migrator
+from ..parallel.runner import RunLoop, RunSettings
+from ..parallel.scheme import IslandScheme, MigrationSchedule
+from ..parallel.threads import limit_blas_threads
+from ..rules.topology import build_topology, ring
 
 BURN_MS = (5.0, 0.5)
 BURN_SECONDS = 1.0   # fitness time per island per weak-scaling run
@@ -102,7 +102,7 @@ def sleep_until_all_arrive(mpi_comm) -> None:
 
 # ---------------------------------------------------------------- 1. throughput
 def single_island_throughput(comm, dim: int = 1000, evaluations: int = 128_000, repeats: int = 3) -> dict:
-    """:func:`mpievo.evo.bench.compare` on rank 0 (see the module docstring)."""
+    """:func:`mpievo.bench.engine_vs_pygmo.compare` on rank 0 (see the module docstring)."""
     return _on_first(comm, 1, lambda _: engine_bench.compare(dim, evaluations, repeats))
 
 
@@ -207,7 +207,7 @@ def bench_engine(comm, json_path: str | os.PathLike | None = None, *, quick: boo
         quick: much shorter runs (for tests), same keys.
 
     Returns:
-        dict with ``throughput`` (:func:`mpievo.evo.bench.compare`), ``weak_scaling``
+        dict with ``throughput`` (:func:`mpievo.bench.engine_vs_pygmo.compare`), ``weak_scaling``
         (one :func:`scaling_summary` per fitness cost of :data:`BURN_MS`),
         ``migration`` (one entry per dimension), ``ranks``, ``cores``, ``loadavg``.
     """

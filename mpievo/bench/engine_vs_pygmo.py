@@ -22,7 +22,7 @@ Overhead per evaluation: mpievo's seconds per evaluation minus the fitness's own
 the same batch shape (128 rows of ``dim`` float64 genes, one call per row or one
 batched call), and where it goes (:func:`overhead_split`).
 
-Run: ``python -m mpievo.evo.bench --dim 1000 --evaluations 128000 --repeats 3``.
+Run: ``python -m mpievo.bench.engine_vs_pygmo --dim 1000 --evaluations 128000 --repeats 3``.
 """
 
 from __future__ import annotations
@@ -35,10 +35,10 @@ import time
 
 import numpy as np
 
-from .config import EngineConfig
-from .island import Island
-from .operators import box_arrays, breed
-from .problems import Problem, make_problem
+from ..evo.engine_config import EngineConfig
+from ..evo.island import Island
+from ..evo.operators import box_arrays, breed
+from ..evo.problems import Problem, make_problem
 
 LOWER, UPPER = -5.12, 5.12
 PYGMO_POPULATION = 20
@@ -400,7 +400,7 @@ def breeding_throughput(dim: int, batch: int = 8, dtype="float32", *, capacity: 
 _PEAK_SCRIPT = """
 import json, sys
 import numpy as np
-from mpievo.evo.config import EngineConfig
+from mpievo.evo.engine_config import EngineConfig
 from mpievo.evo.island import Island
 from mpievo.evo.operators import COUNTER_DIM
 from mpievo.evo.problems import make_problem

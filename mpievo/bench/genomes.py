@@ -2,7 +2,7 @@
 
 One synthetic model-merging problem for every encoding: three float32 base models
 (standard normals, made once per node in the shared window of
-:func:`~mpievo.parallel.bases.share_bases`), fitness the squared distance to the fixed
+:func:`~mpievo.parallel.shared_bases.share_bases`), fitness the squared distance to the fixed
 convex combination ``0.25 b0 + 0.45 b1 + 0.3 b2`` (computed in chunks from the bases,
 no genome-sized temporaries), box [-6, 6]. Every rank hosts one GA island (at least
 two islands; on one rank both live in this process), archive ``capacity`` and batch
@@ -23,7 +23,7 @@ islands start uniform in the box, seeded ones from the bases (its rule). Per cel
   (making the whole child genomes from the recipes) and ``produce_gbs`` (both: what
   whole child genomes cost).
 * ``peak_bytes``: this rank's VmHWM over the cell (reset at its start as
-  :func:`mpievo.evo.bench.island_peak_memory` does), the largest over ranks, against
+  :func:`mpievo.bench.engine_vs_pygmo.island_peak_memory` does), the largest over ranks, against
   ``data_bytes`` = the rank's archive + batch rows + the bases (+ for delta and seeded
   the whole genomes it may materialise, ``engine.materialize_budget`` = 2 genomes);
   ``peak_ratio`` = (peak - ``base_bytes``) / ``data_bytes``, ``base_bytes`` the
@@ -40,12 +40,12 @@ every archive row. A cell whose estimated memory (:func:`estimated_bytes`) is ov
 :data:`USABLE` of the node's available memory is skipped with its reason, and so is an
 encoding whose islands refuse ``device`` (:func:`_refusal`).
 
-``device = "cuda"`` (:mod:`.bench_genomes_device`): every island runs with
+``device = "cuda"`` (:mod:`.genomes_device`): every island runs with
 ``engine.device = "cuda"`` -- dense and delta islands keep archive, batch and breeding
 on the GPU, seeded ones keep recipes on the host and materialise children on the GPU --
 and the fitness runs there (``Problem(..., device=True)``). Timed steps drain the GPU's
 queue first and last. Per cell also ``gpu_phases`` (the GPU's used bytes at the end of
-each phase, largest over ranks: :func:`~.bench_genomes_device.gpu_memory`),
+each phase, largest over ranks: :func:`~.genomes_device.gpu_memory`),
 ``gpu_peak_bytes``, ``gpu_cell_bytes`` (the peak minus the use before the cell) and
 ``gpu_need_bytes`` (the estimate for the ranks on one GPU: over :data:`USABLE` of a
 GPU's free memory skips the cell). The decoded-best check then asks agreement to
@@ -64,15 +64,15 @@ from pathlib import Path
 import numpy as np
 
 from ..evo import Island, Problem
-from ..evo.config import EngineConfig
+from ..evo.engine_config import EngineConfig
 from ..evo.genomes import BaseModels, encode, row_dtype
 from ..evo.operators import COUNTER_DIM
-from .bases import share_bases
-from .bench_genomes_device import (DeviceMergeDistance, bind_gpu, device_need, gpu_columns, gpu_memory, gpu_used,
+from ..parallel.shared_bases import share_bases
+from .genomes_device import (DeviceMergeDistance, bind_gpu, device_need, gpu_columns, gpu_memory, gpu_used,
                                    release_pending)
-from .bench_genomes_steps import breed_rates, check_best, checkpoint_size, migration_times, record_bytes
-from .mapping import rank_of_island
-from .threads import limit_blas_threads
+from .genomes_steps import breed_rates, check_best, checkpoint_size, migration_times, record_bytes
+from ..rules.mapping import rank_of_island
+from ..parallel.threads import limit_blas_threads
 
 GENOMES = ("dense", "delta", "seeded")
 #: where the islands run (engine.device)
@@ -146,7 +146,7 @@ class MergeDistance:
 
 def merge_problem(dim: int, device: bool = False) -> Problem:
     """The benchmark's problem at ``dim`` genes, with its (not yet loaded) bases; with
-    ``device`` its fitness runs on the GPU (:class:`.bench_genomes_device.DeviceMergeDistance`)."""
+    ``device`` its fitness runs on the GPU (:class:`.genomes_device.DeviceMergeDistance`)."""
     bases = BaseModels(load_bases, shape=(len(WEIGHTS), dim), dtype=DTYPE, reference="bench-genomes:normal")
     func = DeviceMergeDistance(bases, WEIGHTS) if device else MergeDistance(bases)
     return Problem(func, dim, LOWER, UPPER, bases=bases, name=f"merge-distance-{dim}", device=device)
@@ -206,7 +206,7 @@ def bench_genomes(comm, options: GenomesOptions, out: str | None = None, log=pri
     Raises:
         GenomesCheckError: on every rank, when a check failed (after the table is written).
     """
-    from .bench_genomes_report import write_results
+    from .genomes_report import write_results
 
     workdir = comm.bcast_object(tempfile.mkdtemp(prefix="mpievo-bench-genomes-") if comm.rank == 0 else None)
     with contextlib.ExitStack() as stack:
@@ -223,7 +223,7 @@ def bench_genomes(comm, options: GenomesOptions, out: str | None = None, log=pri
 
 def _grid(comm, options: GenomesOptions, workdir: Path, log) -> list[dict]:
     """The warm-up, then every cell (rank 0 prints each row as it comes)."""
-    from .bench_genomes_report import format_table
+    from .genomes_report import format_table
 
     rows = []
     sharing = bind_gpu(comm) if options.on_device else 0
@@ -293,7 +293,7 @@ def _too_large(comm, genome: str, dim: int, options: GenomesOptions, sharing: in
 
 
 def gpu_need(genome: str, dim: int, options: GenomesOptions, ranks: int) -> int:
-    """GPU bytes of one rank's cell among ``ranks`` (:func:`.bench_genomes_device.device_need`)."""
+    """GPU bytes of one rank's cell among ``ranks`` (:func:`.genomes_device.device_need`)."""
     budget = engine_config(genome, dim, options).materialize_budget
     block_rows = max(1, budget // (dim * DTYPE.itemsize) // 2)   # EncodedProblem's block
     islands = -(-max(2, ranks) // ranks)                           # the most on one rank
@@ -355,7 +355,7 @@ def _measure(comm, genome, dim, options, problem, directory) -> dict:
     everyone = comm.allgather_object(peaks)
     phase_peaks = {phase: max(p[phase] for p in everyone) for phase in peaks}
     problems = sorted({p for ps in comm.allgather_object(problems) for p in ps})
-    # best of the generations, as mpievo.evo.bench.breeding_throughput: a rate is at most
+    # best of the generations, as mpievo.bench.engine_vs_pygmo.breeding_throughput: a rate is at most
     # lowered by a busy machine
     breeding = {k: max(v) for k, v in _merged(comm.allgather_object(breeding)).items()}
     # what the rank must hold: its archives and batches (on the host), the bases, and

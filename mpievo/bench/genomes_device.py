@@ -1,8 +1,8 @@
-"""``mpievo bench genomes --device cuda``: the GPU side of :mod:`.bench_genomes`.
+"""``mpievo bench genomes --device cuda``: the GPU side of :mod:`.genomes`.
 
 * :class:`DeviceMergeDistance`: the benchmark's fitness on the GPU (a
   ``Problem(..., device=True)`` function): the batch arrives as device arrays and
-  :mod:`mpievo.kernels.cuda_merge_distance` reduces it against the bases on the GPU
+  :mod:`mpievo.bench.merge_distance` reduces it against the bases on the GPU
   (:meth:`~mpievo.evo.genomes.BaseModels.on_device`: once per process, shared with
   seeded islands).
 * GPU memory as numba-cuda can tell it (:func:`gpu_memory`): ``cuMemGetInfo`` of the
@@ -34,7 +34,7 @@ class DeviceMergeDistance:
         self.weights = tuple(float(w) for w in weights)
 
     def __call__(self, genomes) -> np.ndarray:
-        from mpievo.kernels import cuda_merge_distance
+        from mpievo.bench import merge_distance as cuda_merge_distance
 
         if not is_device_array(genomes):
             raise TypeError(f"expected genomes on the device, got {type(genomes).__module__}."
@@ -126,7 +126,7 @@ def bind_gpu(comm) -> int:
     returns how many ranks of the job share the GPU this rank got (the most of any GPU)."""
     import socket
 
-    from .gpu import bind_device
+    from ..parallel.gpu import bind_device
 
     binding = bind_device(getattr(comm, "mpi_comm", None))
     where = comm.allgather_object((socket.gethostname(), binding.device))

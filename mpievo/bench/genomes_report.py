@@ -1,4 +1,4 @@
-"""The table and files of ``mpievo bench genomes`` (:mod:`.bench_genomes`)."""
+"""The table and files of ``mpievo bench genomes`` (:mod:`.genomes`)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The measured steps of one cell of ``mpievo bench genomes`` (:mod:`.bench_genomes`):
+"""The measured steps of one cell of ``mpievo bench genomes`` (:mod:`.genomes`):
 breeding, migration, checkpoint, and the check of every island's best."""
 
 from __future__ import annotations
@@ -9,13 +9,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ..evo.migration import MigrationPolicy
+from ..evo.migration_policy import MigrationPolicy
 from ..io import Checkpointer
-from .bench_genomes_device import synchronize
-from .mapping import rank_of_island
-from .migration import IslandShape, Migrator
-from .packing import EdgeLayout
-from .scheme import nest_state
+from .genomes_device import synchronize
+from ..rules.mapping import rank_of_island
+from ..parallel.migrator import IslandShape, Migrator
+from ..parallel.packing import EdgeLayout
+from ..parallel.scheme import nest_state
 
 
 def record_bytes(row_dim: int, row_dtype) -> int:

@@ -14,7 +14,7 @@ Sections (rank 0 runs all but the collective ones while the other ranks wait):
    and staged through pinned host memory, and the host ring all-reduce of the same size.
 3. ``compression``: the fp16, bf16 and top-k wire formats against the float32 ring
    (host buffers).
-4. ``island`` and 5. ``breeding``: :mod:`.bench_gpu_engine`.
+4. ``island`` and 5. ``breeding``: :mod:`.gpu_engine`.
 
 Every result is checked once, after its timing, against a numpy reference (inputs are
 chosen so that every reduction is exact or rounds like numpy); a wrong one raises
@@ -62,7 +62,7 @@ class GpuBenchOptions:
 
     def checking(self) -> "GpuBenchOptions":
         """The same run at ``--check`` sizes."""
-        from .bench_gpu_engine import CHECK_BREED_DIM, CHECK_DIMS
+        from .gpu_engine import CHECK_BREED_DIM, CHECK_DIMS
 
         return replace(self, kernel_mib=CHECK_KERNEL_MIB, allreduce_mib=CHECK_ALLREDUCE_MIB,
                        dims=CHECK_DIMS, breed_dim=CHECK_BREED_DIM, repeats=1, check=True)
@@ -310,8 +310,8 @@ def bench_gpu(comm, options: GpuBenchOptions) -> dict:
     """
     from mpievo.comm import cuda_support
 
-    from . import bench_gpu_engine as engine
-    from .gpu import bind_device
+    from . import gpu_engine as engine
+    from ..parallel.gpu import bind_device
 
     binding = bind_device(comm.mpi_comm)
     awareness = cuda_support.cuda_awareness()

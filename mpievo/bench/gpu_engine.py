@@ -27,8 +27,8 @@ import time
 
 import numpy as np
 
-from .bench_gpu import WrongResultError, no_sync, synced_seconds
-from .threads import limit_blas_threads
+from .gpu import WrongResultError, no_sync, synced_seconds
+from ..parallel.threads import limit_blas_threads
 
 ISLAND_BATCH = ISLAND_CAPACITY = 16      # float32 at 1e7 genes: 1.3 GB of archive and children
 BREED_BATCH = BREED_CAPACITY = 16
@@ -63,7 +63,7 @@ def island_section(options) -> dict:
 
 
 def _island_rows(options) -> list[dict]:
-    from ..evo.config import EngineConfig
+    from ..evo.engine_config import EngineConfig
     from ..evo.island import Island
     from ..evo.problems import make_problem
 

@@ -1,7 +1,7 @@
 """``mpievo bench schemes``: the parallel schemes (``run.scheme``) measured side by side.
 
 Started without mpiexec: for each rank count P the driver launches one job
-(``mpievo launch -n P -- python -m mpievo.parallel.bench_schemes SPEC OUT``) that
+(``mpievo launch -n P -- python -m mpievo.bench.schemes SPEC OUT``) that
 runs every (workload, scheme) pair in turn; more ranks than cores oversubscribe them
 (the result says so). Every run is the same job: ``islands`` islands (default the
 largest P, so the island scheme has one per rank there), the same engine, seed and
@@ -19,12 +19,12 @@ utilisation per rank (time inside the fitness / wall), best fitness, and the spe
 over the same scheme at P = 1. Checks (:func:`check_rows`): evaluations equal the
 budget, the best is finite, and every scheme at every P finds the same best for a
 workload (the fitness treats rows on their own), else :class:`SchemesCheckError`;
-the cost model's bytes are exact and its time within :data:`.plan_time.TIME_BOUND`
+the cost model's bytes are exact and its time within :data:`mpievo.plan.timing.TIME_BOUND`
 of every run, else :class:`ModelCheckError` after the files are written, those runs
 marked (the model is calibrated before each sweep, its constants are the median of
-those calibrations, :func:`.plan_calibrate.median_calibration`, and its engine costs
+those calibrations, :func:`mpievo.plan.calibrate.median_calibration`, and its engine costs
 are then scaled to the sweeps' own one-rank cost-0 runs,
-:func:`.plan_calibrate.anchor_engine_costs`, so both see the machine's load alike).
+:func:`mpievo.plan.calibrate.anchor_engine_costs`, so both see the machine's load alike).
 A short run is the fastest of :data:`SHORT_RUN_REPEATS` spread over the workload
 (:func:`measure_workload`). The whole sweep runs ``sweeps`` times, every P in turn each
 time; a row is the run of median wall time over them (:func:`median_rows`).
@@ -242,9 +242,9 @@ def measure(workload: Workload, scheme_name: str, options: SchemesOptions, budge
     world; collective); the row on every rank."""
     from ..comm import Communicator
     from ..config import validate
-    from .hybrid import HybridScheme
-    from .job import build_scheme
-    from .runner import RunLoop, RunSettings
+    from ..parallel.hybrid import HybridScheme
+    from ..parallel.job import build_scheme
+    from ..parallel.runner import RunLoop, RunSettings
 
     comm = Communicator(mpi_comm)      # a fresh duplicate: its traffic counts this run only
     problem, fitness = workload_problem(workload, options.seed)
@@ -343,7 +343,7 @@ def worker(spec_path: str, out_path: str) -> None:
     from mpi4py import MPI
 
     from ..comm import abort_on_error
-    from .threads import limit_blas_threads
+    from ..parallel.threads import limit_blas_threads
 
     spec = json.loads(Path(spec_path).read_text())
     options = SchemesOptions(**{k: tuple(v) if isinstance(v, list) else v for k, v in spec.items()})
@@ -380,11 +380,11 @@ class ModelCheckError(SchemesCheckError):
 
 def launch_ranks(ranks: int, options: SchemesOptions, workdir: Path) -> dict:
     """Run :func:`worker` on ``ranks`` ranks; its rows and MPI library."""
-    from ..launch import launch_command, launch_env
+    from ..launcher import launch_command, launch_env
 
     spec, out = workdir / f"spec-{ranks}.json", workdir / f"rows-{ranks}.json"
     spec.write_text(json.dumps(dataclasses.asdict(options)))
-    cmd = launch_command(ranks, ["python", "-m", "mpievo.parallel.bench_schemes", str(spec), str(out)])
+    cmd = launch_command(ranks, ["python", "-m", "mpievo.bench.schemes", str(spec), str(out)])
     done = subprocess.run(cmd, env=launch_env())      # its progress and errors go to our terminal
     if done.returncode != 0 or not out.exists():
         raise RuntimeError(f"expected the {ranks}-rank job to exit 0 and write its rows, got exit code "
@@ -441,7 +441,7 @@ def check_rows(rows: list[dict], options: SchemesOptions) -> None:
 def bench_schemes(options: SchemesOptions, out_dir: str | os.PathLike | None = None, constants=None) -> dict:
     """Run the sweep (driver side, no MPI here), check it, write CSV/JSON/PNG to ``out_dir``.
 
-    ``constants``: the cost model's (:class:`mpievo.parallel.plan_time.Constants`);
+    ``constants``: the cost model's (:class:`mpievo.plan.timing.Constants`);
     None: calibrated here at the sweep's dims before each sweep (``mpievo plan
     --calibrate``, 3-4 minutes each) and the median of those calibrations taken, so
     that model and runs see the machine's load alike.
@@ -449,15 +449,15 @@ def bench_schemes(options: SchemesOptions, out_dir: str | os.PathLike | None = N
     Raises:
         SchemesCheckError: wrong results (before writing anything).
         ModelCheckError: the model's bytes are wrong or its time is off by more than
-            :data:`.plan_time.TIME_BOUND` for some runs (after writing everything).
+            :data:`mpievo.plan.timing.TIME_BOUND` for some runs (after writing everything).
 
     Returns:
         dict with ``rows`` (see :func:`run_row`; plus ``speedup``, ``note`` and the
         model's ``model_*`` fields) and ``conditions``.
     """
-    from .bench_schemes_report import format_table, write_outputs
-    from .plan_calibrate import anchor_engine_costs, calibrate, median_calibration
-    from .plan_time import TIME_BOUND, Constants, model_rows, time_outliers
+    from .schemes_report import format_table, write_outputs
+    from ..plan.calibrate import anchor_engine_costs, calibrate, median_calibration
+    from ..plan.timing import TIME_BOUND, Constants, model_rows, time_outliers
 
     calibrations = []
     start = time.perf_counter()

@@ -4,8 +4,8 @@ The table has one line per (workload, scheme): evaluations/s at each P with the
 speed-up over P = 1, utilisation at the largest P (mean over ranks, min-max), bytes
 sent per generation at each P > 1, the best fitness (the same on every line of a
 workload: the bench checks it) and the cost model's time error at each P (predicted /
-measured - 1, :mod:`.plan_time`; its evaluation and migration bytes are exact, checked),
-marked ``!`` where it is outside :data:`.plan_time.TIME_BOUND`.
+measured - 1, :mod:`mpievo.plan.timing`; its evaluation and migration bytes are exact, checked),
+marked ``!`` where it is outside :data:`mpievo.plan.timing.TIME_BOUND`.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import csv
 import json
 from pathlib import Path
 
-from .bench_schemes import SHORT_COST0_RUN_S, SHORT_RUN_REPEATS, SHORT_RUN_S
-from .plan_time import TIME_BOUND, outside_bound
+from .schemes import SHORT_COST0_RUN_S, SHORT_RUN_REPEATS, SHORT_RUN_S
+from ..plan.timing import TIME_BOUND, outside_bound
 
 CSV_COLUMNS = ("workload", "cost_ms", "mode", "dim", "scheme", "ranks", "ranks_per_island", "islands",
                "capacity", "budget", "generations", "evaluations", "wall_s", "evals_per_s", "speedup",

@@ -31,7 +31,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..kernels import operators as kernels
+from mpievo.kernels import operators as kernels
 from .operators import box_arrays, counter_based, uniform_genomes
 from .streams import stream
 

@@ -26,7 +26,7 @@ from ..config import ProblemConfig
 from ..evo import genomes
 from ..evo.genomes import BaseModels
 from ..evo.problems import Problem, load_object, make_problem
-from .bases import share_bases
+from .shared_bases import share_bases
 from .runner import Reporter, RunLoop, RunResult, RunSettings
 from .groups import scheme_layout
 from .hybrid import HybridScheme

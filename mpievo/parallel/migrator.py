@@ -17,7 +17,7 @@ exists at most three times: in the sender's archive, as an emigrant, and as it
 arrives. Islands on the same rank hand their migrants over in memory.
 
 Which members leave and how arrivals enter is the engine's business
-(:mod:`mpievo.evo.migration`, through ``Island.emigrants`` / ``Island.immigrate``);
+(:mod:`mpievo.evo.migration_policy`, through ``Island.emigrants`` / ``Island.immigrate``);
 this module only decides who talks to whom and moves the bytes.
 
 Elite-unique migration (``unique=True``) never sends a genome the receiver already
@@ -41,9 +41,9 @@ import numpy as np
 
 from ..comm.protocol import EngineComm
 from ..evo.island import Island
-from ..evo.migration import MigrationPolicy, Migrants
+from ..evo.migration_policy import MigrationPolicy, Migrants
 from ..evo.streams import stream
-from .mapping import rank_of_island
+from ..rules.mapping import rank_of_island
 from .packing import EdgeLayout, HashLayout, concat_migrants, migrant_count
 
 

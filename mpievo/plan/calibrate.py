@@ -2,7 +2,7 @@
 
 * **Engine, per dim** (default 1e2, 1e5, 1e7 genes; the model interpolates between
   them in log-log space): the bench's GA islands (4; archive = batch = 8, 2 from 1e6
-  genes) on the bench's fitness at cost 0 (:func:`.bench_schemes.workload_problem`),
+  genes) on the bench's fitness at cost 0 (:func:`mpievo.bench.schemes.workload_problem`),
   stepped in this process: ``row_s`` is the time inside the fitness per row,
   ``breed_s`` the rest of a step per child (breeding, selection, archive update),
   ``init_s`` the initial population's time outside the fitness per genome, and
@@ -26,7 +26,7 @@
 * **Run loop** (``loop``): real runs of the bench's job at cost 0 and the smallest
   dim, at two lengths (:func:`loop_lengths`: a short one and the bench's own, the
   fastest of :data:`LOOP_REPEATS` runs each, made in rounds over the schemes and
-  lengths, like the bench's short runs, :func:`.bench_schemes.measure_workload`), in
+  lengths, like the bench's short runs, :func:`mpievo.bench.schemes.measure_workload`), in
   launched jobs as the bench's: the
   island scheme on 1 rank, every bench scheme on 2 and on 4 ranks (the 2-rank job
   also runs the ping-pong; on 2 cores the 4-rank runs share them, as the bench's do).
@@ -82,9 +82,9 @@ def engine_costs(dim: int) -> dict:
     island's) at ``dim`` genes in this process (no MPI); one measured step from
     ``large_dim`` genes, where a child takes ~0.5 s."""
     from ..comm.protocol import SelfComm
-    from ..evo.config import EngineConfig
-    from .bench_schemes import SchemesOptions, Workload, workload_problem
-    from .scheme import IslandScheme
+    from ..evo.engine_config import EngineConfig
+    from ..bench.schemes import SchemesOptions, Workload, workload_problem
+    from ..parallel.scheme import IslandScheme
 
     options = SchemesOptions()
     capacity, islands = options.capacity_for(dim), options.n_islands
@@ -110,7 +110,7 @@ def engine_costs(dim: int) -> dict:
 def fastest_engine_costs(dim: int) -> dict:
     """:func:`engine_costs`, the fastest (least ``row_s + breed_s``) of
     :data:`STEPPING_REPEATS` measurements below ``large_dim`` genes, else of one."""
-    from .bench_schemes import SchemesOptions
+    from ..bench.schemes import SchemesOptions
 
     repeats = STEPPING_REPEATS if dim < SchemesOptions().large_dim else 1
     return min((engine_costs(dim) for _ in range(repeats)), key=lambda c: c["row_s"] + c["breed_s"])
@@ -124,7 +124,7 @@ def _seconds(call) -> float:
 
 def loop_budget(generations: int, dim: int) -> int:
     """The bench job's budget that runs ``generations`` generations after the initial one."""
-    from .bench_schemes import SchemesOptions
+    from ..bench.schemes import SchemesOptions
 
     options = SchemesOptions()
     return options.n_islands * options.capacity_for(dim) * (generations + 1)
@@ -134,7 +134,7 @@ def loop_lengths(dim: int) -> tuple[int, int]:
     """The two lengths (generations after the initial one) of the loop-cost runs at
     ``dim`` genes: :data:`LOOP_SHORT_GENERATIONS` and the bench's cost-0 run's (191 at
     100 genes)."""
-    from .bench_schemes import SchemesOptions
+    from ..bench.schemes import SchemesOptions
 
     options = SchemesOptions()
     bench = options.budget_for(dim, 0.0) // (options.n_islands * options.capacity_for(dim)) - 1
@@ -145,8 +145,8 @@ def scheme_rows(dims, size: int) -> list[dict]:
     """The launched side: every bench scheme's runs (one rank: the island scheme's, as
     the bench's) at both lengths on every rank (collective), at the smallest of ``dims``;
     on one rank also the island's at the others (:func:`run_lengths`, for
-    :func:`run_engine_costs`). The bench's rows (:func:`.bench_schemes.measure`)."""
-    from .bench_schemes import SCHEMES, SchemesOptions, Workload, measure, warm_up
+    :func:`run_engine_costs`). The bench's rows (:func:`mpievo.bench.schemes.measure`)."""
+    from ..bench.schemes import SCHEMES, SchemesOptions, Workload, measure, warm_up
 
     small = min(dims)
     options = SchemesOptions(dims=tuple(sorted(dims)))
@@ -166,7 +166,7 @@ def run_lengths(dim: int) -> tuple[tuple[int, int], int]:
     """(the two run lengths in generations, repeats of each) of the one-rank runs that
     give the engine costs at ``dim`` genes: shorter and once from ``large_dim`` genes,
     where a generation takes seconds."""
-    from .bench_schemes import SchemesOptions
+    from ..bench.schemes import SchemesOptions
 
     return (LARGE_GENERATIONS, 1) if dim >= SchemesOptions().large_dim else (ENGINE_GENERATIONS, ENGINE_REPEATS)
 
@@ -174,8 +174,8 @@ def run_lengths(dim: int) -> tuple[tuple[int, int], int]:
 def loop_costs(rows: list[dict], constants: dict) -> dict:
     """{str(ranks): {scheme: {"run_s", "step_s"}}} from runs at two lengths (see the
     module docstring)."""
-    from .plan import bench_layout
-    from .plan_time import Constants, predict_seconds
+    from .traffic import bench_layout
+    from .timing import Constants, predict_seconds
 
     model = Constants.from_dict(constants)
     overheads: dict = {}
@@ -199,8 +199,8 @@ def run_engine_costs(rows: list[dict], constants: dict) -> dict:
     them; the run loop's costs and ``record_s`` as calibrated). A bench run pays what a
     stepping loop does not (fresh arrays every run, the run loop around the steps): at
     1e7 genes about a fifth more than :func:`engine_costs` measured."""
-    from .plan import bench_layout
-    from .plan_time import Constants, predict_seconds
+    from .traffic import bench_layout
+    from .timing import Constants, predict_seconds
 
     small = min(int(d) for d in constants["engine"])
     by_dim: dict = {}
@@ -248,7 +248,7 @@ def anchor_engine_costs(constants, rows: list[dict], interval: int):
     Fitted in the sweep, both sides see the machine of the same minutes, and the model
     still predicts every other rank count and scheme from that run, the links, the loop
     costs and the contention. Marks the run (under every scheme) ``model_fitted``."""
-    from .plan import bench_layout
+    from .traffic import bench_layout
 
     engine, anchors = dict(constants.engine), {}
     for row in rows:
@@ -270,7 +270,7 @@ def anchor_engine_costs(constants, rows: list[dict], interval: int):
 def _fitted_wall(constants, engine: dict, layout, row_s: float, scale: float) -> float:
     """The model's wall time of ``layout`` with the row cost ``row_s`` and the other
     engine costs at its dim times ``scale``."""
-    from .plan_time import predict_seconds
+    from .timing import predict_seconds
 
     costs = dict({k: v * scale for k, v in engine[layout.dim].items()}, row_s=row_s)
     trial = dataclasses.replace(constants, engine={**engine, layout.dim: costs})
@@ -278,7 +278,7 @@ def _fitted_wall(constants, engine: dict, layout, row_s: float, scale: float) ->
 
 
 def _interval() -> int:
-    from .bench_schemes import SchemesOptions
+    from ..bench.schemes import SchemesOptions
 
     return SchemesOptions().interval
 
@@ -318,7 +318,7 @@ def launched(dims, ping: bool) -> None:
     from mpi4py import MPI
 
     from ..comm import abort_on_error
-    from .threads import limit_blas_threads
+    from ..parallel.threads import limit_blas_threads
 
     size = MPI.COMM_WORLD.Get_size()
     with abort_on_error(), contextlib.ExitStack() as stack:
@@ -349,15 +349,15 @@ def concurrent_runs(dims) -> dict:
     """{str(dim): {"alone": rank 0's wall times, "together": each rank's}} (rank 0; None
     elsewhere) of :func:`contention_runs`' one-rank island runs (the bench's, on this
     rank's own communicator), collective: each repeat, rank 0 makes the run alone while
-    the others wait without holding a core (:func:`.bench.sleep_until_all_arrive`), then every rank
+    the others wait without holding a core (:func:`mpievo.bench.engine.sleep_until_all_arrive`), then every rank
     makes it at once. Alone and together are seconds apart, so both see the machine
     alike: against the one-rank job minutes earlier, a calibration on a GPU node just
     started measured no contention at 4 ranks and 1e7 genes, where its sweep's ranks
     took 1.2-1.3x longer per evaluation than one rank."""
     from mpi4py import MPI
 
-    from .bench import sleep_until_all_arrive
-    from .bench_schemes import SchemesOptions, Workload, measure
+    from ..bench.engine import sleep_until_all_arrive
+    from ..bench.schemes import SchemesOptions, Workload, measure
 
     comm = MPI.COMM_WORLD
     options = SchemesOptions(dims=tuple(sorted(dims)))
@@ -395,9 +395,9 @@ def contention(concurrent: dict, ranks: int, cores: int) -> dict:
 
 def launch_job(ranks: int, dims) -> dict:
     """Run :func:`launched` on ``ranks`` ranks; its result."""
-    from ..launch import launch_command, launch_env
+    from ..launcher import launch_command, launch_env
 
-    cmd = launch_command(ranks, ["python", "-m", "mpievo.parallel.plan_calibrate", ",".join(map(str, dims)),
+    cmd = launch_command(ranks, ["python", "-m", "mpievo.plan.calibrate", ",".join(map(str, dims)),
                                  str(ranks == 2)])
     done = subprocess.run(cmd, env=launch_env(), capture_output=True, text=True, timeout=600)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
@@ -408,9 +408,9 @@ def launch_job(ranks: int, dims) -> dict:
 
 
 def calibrate(dims=CALIBRATION_DIMS, ranks=LOOP_RANKS) -> dict:
-    """Every constant of :class:`mpievo.parallel.plan_time.Constants`, as a JSON-able
+    """Every constant of :class:`mpievo.plan.timing.Constants`, as a JSON-able
     dict; the loop costs at ``ranks``, 1 and 2 (the ping-pong's job)."""
-    from .threads import limit_blas_threads
+    from ..parallel.threads import limit_blas_threads
 
     small = min(dims)
     with contextlib.ExitStack() as stack:

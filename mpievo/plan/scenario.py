@@ -5,7 +5,7 @@ The study: 4 nodes x 8 GPUs, archive 16, batch 8 per node, 1.5B parameters in bf
 96 GB vs 0.01 GB of communication per generation, 50 % vs 95 % GPU utilisation and
 1.5x vs 3.8x speed-up for centralized vs hybrid. Here one island per node (4 islands
 of batch 8, 32 children per generation), one rank per GPU, and the model's
-(:mod:`.plan`, :mod:`.plan_time`) figures for mpievo's schemes as built -- dense genomes,
+(:mod:`.traffic`, :mod:`.timing`) figures for mpievo's schemes as built -- dense genomes,
 and ``engine.genome = "seeded"`` (recipes of ``8 * (B + 3K)`` bytes bred on the leader,
 each GPU materialising the children it evaluates) -- next to the study's master that
 ships every child's weights.
@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .plan import Layout, traffic
-from .plan_time import Constants, Link, predict_seconds
+from .traffic import Layout, traffic
+from .timing import Constants, Link, predict_seconds
 
 NODES, GPUS, CAPACITY, BATCH = 4, 8, 16, 8
 PARAMS, ITEMSIZE, EVAL_S, INTERVAL = 1_500_000_000, 2, 0.1, 50

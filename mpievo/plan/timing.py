@@ -1,4 +1,4 @@
-"""The cost model's time: a run's wall time from its messages (:mod:`.plan`) and constants.
+"""The cost model's time: a run's wall time from its messages (:mod:`.traffic`) and constants.
 
 A run is simulated generation by generation on its critical path:
 
@@ -23,14 +23,14 @@ A run is simulated generation by generation on its critical path:
   for each island's batch, steady only where its queue drains (:func:`_master_worker_run`);
 * a message costs its link's latency plus bytes / bandwidth (intra- or inter-node);
   a leader sends its blocks one after another; collectives take ``ceil(log2 P)`` latencies;
-* the run loop's fixed costs, measured by :mod:`.plan_calibrate` on real runs
+* the run loop's fixed costs, measured by :mod:`.calibrate` on real runs
   (``Constants.loop``): ``run_s`` per run (start, gathers, finish) and ``step_s`` per
   generation (the Python of a step and its messages beyond what the terms above
   count, and what waiting ranks cost each other), per scheme and rank count (1, 2, 4
   here); other rank counts take the nearest measured one, stretched like CPU work.
 
 A child's cost in "vary" mode is drawn like the bench's (uniform factor in
-:data:`.bench_schemes.VARY_RANGE`, mean 1), and the wall time is the mean over
+:data:`mpievo.bench.schemes.VARY_RANGE`, mean 1), and the wall time is the mean over
 :data:`SAMPLES` seeded draws, so predictions are repeatable.
 """
 
@@ -44,11 +44,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .bench_schemes import STEADY, VARY_RANGE
-from .groups import row_blocks
-from .mapping import rank_of_island
-from .master_worker import block_bounds
-from .plan import Layout, Traffic, migration_messages, traffic
+from ..bench.schemes import STEADY, VARY_RANGE
+from ..parallel.groups import row_blocks
+from ..rules.mapping import rank_of_island
+from ..parallel.master_worker import block_bounds
+from .traffic import Layout, Traffic, migration_messages, traffic
 
 SAMPLES = 32
 LOG_EVERY = 10      # run.log_every's default: the run loop gathers (and syncs) then
@@ -101,7 +101,7 @@ class Constants:
     def stretch(self, busy: int, dim: int) -> float:
         """How much longer engine work at ``dim`` genes takes when ``busy`` ranks run at
         once: ``busy / cores`` where they outnumber the cores, times the calibrated
-        contention of that many ranks side by side (:mod:`.plan_calibrate`: shared
+        contention of that many ranks side by side (:mod:`.calibrate`: shared
         caches, memory and clock budget); the largest calibrated rank count up to
         ``busy`` gives it, 1 where none does, interpolated in log dim like the engine costs."""
         share = max(1.0, busy / self.cores)
@@ -394,7 +394,7 @@ def predict_seconds(layout: Layout, constants: Constants, cost: Cost = Cost(), l
     return {"wall_s": wall, "per_generation_s": wall / max(plan.generations, 1)}
 
 
-MODELLED = ("evaluation", "migration")     # the purposes :mod:`.plan` counts
+MODELLED = ("evaluation", "migration")     # the purposes :mod:`.traffic` counts
 #: the issue's bound on the model's time error (predicted / measured - 1) that
 #: ``mpievo bench schemes`` checks
 TIME_BOUND = 0.25
@@ -404,7 +404,7 @@ def predict_row(row: dict, interval: int, constants: Constants) -> dict:
     """The model next to one ``mpievo bench schemes`` row: bytes of the modelled purposes
     per generation (predicted, measured: equal when the model is right) and the wall
     time's relative error (predicted / measured - 1)."""
-    from .plan import bench_layout
+    from .traffic import bench_layout
 
     layout = bench_layout(row, interval=interval)
     plan = traffic(layout)

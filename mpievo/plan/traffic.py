@@ -27,7 +27,7 @@ Summed over ranks this is what ``mpievo bench schemes`` counts for these purpose
 modelled: the run loop's reporting (purposes ``control`` and ``global_best``: pickled
 island records at log lines and at the end, the same order of bytes for every scheme
 and independent of the genome size) and adaptive migration intervals.
-:mod:`.plan_time` turns the messages into time; :mod:`.plan_scenario` is the design
+:mod:`.timing` turns the messages into time; :mod:`.scenario` is the design
 study's scenario.
 """
 
@@ -40,12 +40,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..comm.pickles import message_bytes
-from .budget import budget_rounds, evaluation_shares
-from .groups import row_blocks
-from .mapping import rank_of_island
-from .master_worker import block_bounds
-from .scheme import SCHEME_FORMAT, IslandScheme
-from .topology import build_topology
+from ..rules.budget import budget_rounds, evaluation_shares
+from ..parallel.groups import row_blocks
+from ..rules.mapping import rank_of_island
+from ..parallel.master_worker import block_bounds
+from ..parallel.scheme import SCHEME_FORMAT, IslandScheme
+from ..rules.topology import build_topology
 
 SCHEMES = ("island", "hybrid", "centralized", "replicated", "master_worker")
 
@@ -303,7 +303,7 @@ def traffic(layout: Layout) -> Traffic:
 def bench_layout(row: dict, *, interval: int) -> Layout:
     """The :class:`Layout` of one ``mpievo bench schemes`` row (float32 genomes, default
     migration policy and ring, the default block rows)."""
-    from .bench_schemes import run_scheme
+    from ..bench.schemes import run_scheme
 
     scheme, evaluation = run_scheme(row["scheme"])
     return Layout(scheme=scheme, ranks=row["ranks"], islands=row["islands"], dim=row["dim"],

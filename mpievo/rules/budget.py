@@ -37,7 +37,7 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from ..evo.config import EngineConfig
+from ..evo.engine_config import EngineConfig
 from ..evo.island import initial_population, planned_batch
 
 

@@ -10,8 +10,8 @@ pytest.importorskip("cocoex", reason="cocoex (coco-experiment, the bench extra) 
 
 from mpievo.cli.main import main as cli_main  # noqa: E402
 from mpievo.comm.protocol import SelfComm  # noqa: E402
-from mpievo.parallel import bench_bbob as bb  # noqa: E402
-from mpievo.parallel.bench_bbob_report import CSV_COLUMNS, read_csv, summary  # noqa: E402
+from mpievo.bench import bbob as bb  # noqa: E402
+from mpievo.bench.bbob_report import CSV_COLUMNS, read_csv, summary  # noqa: E402
 
 TINY = dict(functions=(1, 3), dims=(5,), instances=(1,), seeds=(0,), budget_per_dim=50, islands=2)
 HAS_PYGMO = bb._pygmo() is not None
@@ -193,7 +193,7 @@ def _row(function, dim, solver, log10_df):
 
 
 def test_marks_follow_the_issue_rule():
-    from mpievo.parallel.bench_bbob_report import comparisons, format_comparisons, mark
+    from mpievo.bench.bbob_report import comparisons, format_comparisons, mark
 
     assert [mark(-8.5, -13.0), mark(1.0, 1.1), mark(1.0, 1.2), mark(1.2, 1.0), mark(-7.9, -8.5)] == \
         ["=", "=", "+", "-", "-"]
@@ -218,7 +218,7 @@ def test_cli_resume_needs_out(capsys):
 
 
 def test_comparisons_are_against_the_peers_and_count_from_the_final_target():
-    from mpievo.parallel.bench_bbob_report import comparisons
+    from mpievo.bench.bbob_report import comparisons
 
     rows = [_row(3, 10, "mpievo:a", 0.3), _row(3, 10, "mpievo:b", -7.5), _row(3, 10, "peer", -math.inf)]
     pairs = comparisons(rows)

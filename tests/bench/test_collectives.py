@@ -15,9 +15,10 @@ import pytest
 from mpi4py import MPI
 
 from mpievo.comm import Communicator
-from mpievo.comm.bench_verify import Spec, WrongResultError, parse_cases, rank_input, verify
-from mpievo.comm import calibration, selection
-from mpievo.comm.benchmark import run_collectives
+from mpievo.bench.collectives_verify import Spec, WrongResultError, parse_cases, rank_input, verify
+from mpievo.bench import calibrate_collectives as calibration
+from mpievo.comm import selection
+from mpievo.bench.collectives import run_collectives
 
 P = MPI.COMM_WORLD.Get_size()
 TINY = dict(sizes=[64, 8192], malloc_modes=("default",), target_s=1e-3)
@@ -210,7 +211,7 @@ def test_parse_cases_names_the_bad_entry():
 def test_tuned_malloc_keeps_freed_memory_and_default_returns_it():
     # a subprocess: mallopt changes the whole process; MPI is imported but not started
     code = ("import sys, numpy as np\n"
-            "from mpievo.comm.benchmark import tune_malloc\n"
+            "from mpievo.bench.collectives import tune_malloc\n"
             "if sys.argv[1] == 'tuned': assert tune_malloc()\n"
             "rss = lambda: int(open('/proc/self/statm').read().split()[1]) * 4096\n"
             "a = np.ones(64 << 20, np.float32); before = rss(); del a\n"

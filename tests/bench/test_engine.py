@@ -7,7 +7,7 @@ import pytest
 
 from mpi_support import all_ranks_agree
 from mpievo.comm import Communicator
-from mpievo.parallel.bench import (BURN_MS, BurnFitness, bench_engine, migration_cost, rank_counts,
+from mpievo.bench.engine import (BURN_MS, BurnFitness, bench_engine, migration_cost, rank_counts,
                                    scaling_summary)
 
 

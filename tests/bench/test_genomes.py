@@ -9,9 +9,9 @@ import pytest
 from mpi_support import all_ranks_agree
 from mpievo.cli.main import main as cli_main
 from mpievo.comm.protocol import SelfComm
-from mpievo.parallel import bench_genomes as bench
-from mpievo.parallel.bench_genomes import GenomesCheckError, GenomesOptions, bench_genomes
-from mpievo.parallel.bench_genomes_device import gpu_columns
+from mpievo.bench import genomes as bench
+from mpievo.bench.genomes import GenomesCheckError, GenomesOptions, bench_genomes
+from mpievo.bench.genomes_device import gpu_columns
 
 DIMS = (1_000, 100_000)
 TINY = GenomesOptions(dims=DIMS, generations=2, repeats=2)
@@ -170,7 +170,7 @@ def test_release_pending_frees_the_memory_managers_queued_frees(monkeypatch):
     # freed during it and its GPU column reads negative (seen on an H100)
     from numba import cuda
 
-    from mpievo.parallel import bench_genomes_device
+    from mpievo.bench import genomes_device as bench_genomes_device
 
     flushed = []
 

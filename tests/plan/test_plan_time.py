@@ -2,10 +2,10 @@
 
 import pytest
 
-from mpievo.parallel.bench_schemes_report import format_table
-from mpievo.parallel.plan import Layout, bench_layout
-from mpievo.parallel.plan_calibrate import loop_costs, loop_lengths
-from mpievo.parallel.plan_time import Constants, Cost, predict_seconds, time_outliers
+from mpievo.bench.schemes_report import format_table
+from mpievo.plan.traffic import Layout, bench_layout
+from mpievo.plan.calibrate import loop_costs, loop_lengths
+from mpievo.plan.timing import Constants, Cost, predict_seconds, time_outliers
 
 ZERO = {"row_s": 0.0, "breed_s": 0.0, "init_s": 0.0, "record_s": 0.0}
 
@@ -166,7 +166,7 @@ def test_outliers_name_each_run_once_and_the_table_marks_them():
 def test_engine_costs_come_from_one_rank_runs_at_two_lengths():
     """Runs whose walls and fitness times are the model's at known costs give those costs
     back, from each length's fastest run."""
-    from mpievo.parallel.plan_calibrate import run_engine_costs
+    from mpievo.plan.calibrate import run_engine_costs
 
     true = {"row_s": 2e-3, "breed_s": 3e-4, "init_s": 1e-3, "record_s": 1e-3}
     base = {"cores": 2, "intra": {"latency_s": 0.0, "bandwidth_Bps": 1e12},
@@ -190,7 +190,7 @@ def test_contention_is_the_runs_side_by_side_against_the_same_run_alone():
     """Rank 0 makes the one-rank run alone, then every rank of the P-rank job at once:
     the mean of their fastest wall times against rank 0's fastest alone, beyond P / cores
     where the ranks outnumber the cores, at least 1."""
-    from mpievo.parallel.plan_calibrate import contention, contention_runs
+    from mpievo.plan.calibrate import contention, contention_runs
 
     assert contention_runs([100, 10**7]) == {100: (loop_lengths(100)[1], 3), 10**7: (1, 1)}
     two = {"100": {"alone": [0.3, 0.2, 0.25],                          # fastest 0.2
@@ -258,7 +258,7 @@ def test_engine_costs_are_scaled_to_the_sweeps_own_one_rank_run():
     the row cost taken from the sweep's one-rank cost-0 run (its time inside the
     fitness), the other costs scaled to its wall time, the model predicts the other runs
     as the true costs do; that run (every scheme's copy of it) is marked fitted."""
-    from mpievo.parallel.plan_calibrate import anchor_engine_costs
+    from mpievo.plan.calibrate import anchor_engine_costs
 
     true = {"row_s": 2e-3, "breed_s": 3e-4, "init_s": 1e-3, "record_s": 1e-3}
     base = {"cores": 64, "intra": {"latency_s": 1e-6, "bandwidth_Bps": 1e10},
@@ -290,7 +290,7 @@ def test_calibrations_merge_into_each_constants_median():
     """The bench calibrates before each sweep: the model's constants are each one's median
     over them (a slow moment in one calibration is outvoted), a count stays a count, a
     key that one calibration lacks is left out, and the source names the span."""
-    from mpievo.parallel.plan_calibrate import median_calibration
+    from mpievo.plan.calibrate import median_calibration
 
     def calibration(hour, step_s, breed_s, extra=None):
         return {"source": f"mpievo plan --calibrate, 2026-11-27 0{hour}:00 UTC", "cores": 2,

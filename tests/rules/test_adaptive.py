@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from mpievo.parallel.adaptive import AdaptiveInterval
+from mpievo.rules.adaptive import AdaptiveInterval
 
 RULE = AdaptiveInterval(minimum=2, maximum=40, collapse_below=0.01, diverse_above=0.1)
 

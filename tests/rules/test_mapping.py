@@ -3,7 +3,7 @@
 import pytest
 from hypothesis import given, strategies as st
 
-from mpievo.parallel.mapping import islands_of_rank, rank_of_island
+from mpievo.rules.mapping import islands_of_rank, rank_of_island
 
 
 @pytest.mark.parametrize("n_islands, nranks, expected", [

@@ -2,7 +2,7 @@
 
 import pytest
 
-from mpievo.parallel import topology as tp
+from mpievo.rules import topology as tp
 
 RING = {1: [[]], 2: [[1], [0]], 3: [[1], [2], [0]], 4: [[1], [2], [3], [0]],
         5: [[1], [2], [3], [4], [0]]}

@@ -3,7 +3,7 @@
 A :class:`BaseModels` describes where the bases come from (an array, a ``.npy``
 file, or a function that fills an array) without holding them: the parallel layer
 decides where they live. Under MPI the ranks of a node share one copy in a
-shared-memory window (:func:`mpievo.parallel.bases.share_bases`); a single process
+shared-memory window (:func:`mpievo.parallel.shared_bases.share_bases`); a single process
 loads them into its own memory on first use. Either way :meth:`attach` hands the
 filled array over and the encodings read :attr:`array` (read-only).
 

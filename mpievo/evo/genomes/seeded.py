@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...kernels import recipes as kernels
+from mpievo.kernels import recipes as kernels
 from ..operators import draw_omega
 from ..problems import Problem
 from .bases import BaseModels
