@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from .evo.engine_config import EngineConfig
     from .evo.migration_policy import MigrationPolicy
     from .evo.problems import Problem
-    from .parallel.scheme import MigrationSchedule
+    from .rules.schedule import MigrationSchedule
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -308,7 +308,7 @@ def _migration(migration: MigrationConfig, run: RunConfig, engines, problems: li
     with problems added when the topology or the adaptive rule cannot be built)."""
     from .evo.migration_policy import MigrationPolicy
     from .rules.adaptive import AdaptiveInterval
-    from .parallel.scheme import MigrationSchedule
+    from .rules.schedule import MigrationSchedule
     from .rules.topology import build_topology
 
     found = len(problems)

@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from ..config import apply_overrides, load_config, parse_assignment
+from .bbob_report import TARGETS, read_csv, write_csv, write_report
 
 #: the job without a TOML: the library's defaults (``mpievo.minimize``'s, tuned for cheap
 #: problems; ``mpievo run``'s embedded job is tuned for 100-D Rastrigin and its 256-member
@@ -40,8 +41,6 @@ DEFAULT_JOB = {"engine": {"dtype": "float64"}}
 #: the issue's grid: sphere, separable ellipsoid, separable Rastrigin, Rosenbrock,
 #: rotated ellipsoid, bent cigar, rotated Rastrigin, Weierstrass, Gallagher 101 peaks
 DEFAULT_FUNCTIONS = (1, 2, 3, 8, 10, 12, 15, 16, 21)
-#: f - f_opt thresholds of the table and the ECDF (COCO's: 1e1 .. 1e-8)
-TARGETS = tuple(10.0 ** k for k in range(1, -9, -1))
 FINAL_TARGET = TARGETS[-1]
 #: pygmo side: islands of the sade archipelago and generations between its migrations
 PEER_ISLANDS = 4
@@ -344,8 +343,6 @@ def bench_bbob(comm, options: BbobOptions, out: str | os.PathLike | None = None,
     Raises:
         FileExistsError: ``out/runs.csv`` holds runs and ``resume`` is off.
     """
-    from .bbob_report import write_csv, write_report
-
     jobs = load_jobs(options)
     pygmo = _pygmo() if options.peers else None
     notes = []
@@ -409,8 +406,6 @@ def bench_bbob(comm, options: BbobOptions, out: str | os.PathLike | None = None,
 def _previous_rows(comm, out, resume: bool) -> list[dict]:
     """The rows of ``out/runs.csv`` (rank 0 reads, every rank gets them); refuses to
     overwrite them without ``resume``."""
-    from .bbob_report import read_csv
-
     rows, error = [], None
     path = None if out is None else Path(out) / "runs.csv"
     if comm.rank == 0 and path is not None and path.exists():

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .bbob import TARGETS
-
+#: f - f_opt thresholds of the table and the ECDF (COCO's: 1e1 .. 1e-8)
+TARGETS = tuple(10.0 ** k for k in range(1, -9, -1))
 TARGET_COLUMNS = tuple(f"evals_1e{round(math.log10(t))}" for t in TARGETS)
 CSV_COLUMNS = ("function", "dim", "instance", "seed", "solver", "budget", "evaluations", "stop", "df_best",
                "log10_df", *TARGET_COLUMNS, "wall_s", "job")

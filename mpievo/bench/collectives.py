@@ -28,7 +28,8 @@ import numpy as np
 from mpi4py import MPI
 
 from ..comm import selection
-from .collectives_verify import REDUCING, Spec, WrongResultError, check_case, fill_unwritten, rank_input, verify
+from .checks import WrongResultError
+from .collectives_verify import REDUCING, Spec, check_case, fill_unwritten, rank_input, verify
 from ..comm.communicator import Communicator
 from ..comm.native import NATIVE_TYPES
 

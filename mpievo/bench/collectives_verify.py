@@ -33,10 +33,6 @@ _CHUNK = 1 << 20             # elements per reference chunk
 _SENTINEL_BYTE = 0xA5        # unwritten output: float32 -2.9e-16 is no input value
 
 
-class WrongResultError(RuntimeError):
-    """A timed collective returned a result that differs from the numpy reference."""
-
-
 @dataclass(frozen=True)
 class Spec:
     """One timed case: which collective on which data, on how many ranks."""

@@ -37,8 +37,10 @@ from ..evo.migration_policy import MigrationPolicy
 from ..evo.problems import Problem, make_problem
 from ..parallel.migrator import IslandShape, Migrator
 from ..parallel.runner import RunLoop, RunSettings
-from ..parallel.scheme import IslandScheme, MigrationSchedule
+from ..parallel.scheme import IslandScheme
+from ..rules.schedule import MigrationSchedule
 from ..parallel.threads import limit_blas_threads
+from ..plan.workloads import sleep_until_all_arrive
 from ..rules.topology import build_topology, ring
 
 BURN_MS = (5.0, 0.5)
@@ -90,14 +92,6 @@ def _on_first(comm, ranks: int, work):
     sleep_until_all_arrive(comm.mpi_comm)
     with comm.purpose("control"):
         return comm.bcast_object(result)
-
-
-def sleep_until_all_arrive(mpi_comm) -> None:
-    """A barrier on the MPI communicator whose waiting ranks sleep between tests: MPI's
-    blocking barrier spins and would steal the cores being measured."""
-    request = mpi_comm.Ibarrier()
-    while not request.Test():
-        time.sleep(0.002)
 
 
 # ---------------------------------------------------------------- 1. throughput

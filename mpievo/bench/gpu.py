@@ -18,7 +18,7 @@ Sections (rank 0 runs all but the collective ones while the other ranks wait):
 
 Every result is checked once, after its timing, against a numpy reference (inputs are
 chosen so that every reduction is exact or rounds like numpy); a wrong one raises
-:class:`WrongResultError`. Collective times are the slowest rank's, medians over repeats.
+:class:`.checks.WrongResultError`. Collective times are the slowest rank's, medians over repeats.
 
 The CUDA simulator gives no GPU timings: there ``--check`` is the only mode. It runs
 every section at tiny sizes and verifies every result without timing anything (what
@@ -27,19 +27,17 @@ the tests run, in the simulator and on a GPU).
 
 from __future__ import annotations
 
-import statistics
 import time
 from dataclasses import dataclass, replace
 
 import numpy as np
 
+from .checks import event_seconds, expect_equal, no_sync
+
 MIB = 1 << 20
 EXIT_REFUSED = 2
 #: reduction bandwidth over copy bandwidth, at least
 TARGET_KERNEL_RATIO = 0.85
-#: device calls per timed round: issued back to back, each call's launch overhead hides
-#: behind the previous call's work (one call per round times the launch at 64 MiB)
-CALLS_PER_ROUND = 10
 #: ``--check`` sizes (elements are what the simulator runs as Python threads)
 CHECK_KERNEL_MIB = (1 / 1024,)
 CHECK_ALLREDUCE_MIB = (1 / 1024, 1 / 256)
@@ -68,10 +66,6 @@ class GpuBenchOptions:
                        dims=CHECK_DIMS, breed_dim=CHECK_BREED_DIM, repeats=1, check=True)
 
 
-class WrongResultError(RuntimeError):
-    """A benchmarked device path returned a result that differs from its reference."""
-
-
 def refusal(check: bool) -> str | None:
     """Why ``mpievo bench gpu`` cannot run here (None: it can)."""
     try:
@@ -91,41 +85,6 @@ def refusal(check: bool) -> str | None:
     return None
 
 
-# ------------------------------------------------------------------ timing
-def event_seconds(run, repeats: int) -> float:
-    """Device seconds per call of ``run``: CUDA events around CALLS_PER_ROUND calls issued
-    back to back (median over ``repeats`` rounds, after one warm-up call)."""
-    from numba import cuda
-
-    run()
-    cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start, stop = cuda.event(), cuda.event()
-        start.record()
-        for _ in range(CALLS_PER_ROUND):
-            run()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop) / 1e3 / CALLS_PER_ROUND)  # milliseconds
-    return statistics.median(times)
-
-
-def synced_seconds(run, repeats: int) -> float:
-    """Median wall time of ``run`` with the device synchronised before and after."""
-    from numba import cuda
-
-    run()
-    times = []
-    for _ in range(repeats):
-        cuda.synchronize()
-        start = time.perf_counter()
-        run()
-        cuda.synchronize()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def _collective_seconds(comm, run, repeats: int, synchronize) -> float:
     """Median over repeats of the slowest rank's time (barrier before each)."""
     run()
@@ -139,18 +98,6 @@ def _collective_seconds(comm, run, repeats: int, synchronize) -> float:
         local.append(time.perf_counter() - start)
     slowest = comm.allreduce(np.array(local), op="max", algorithm="ring")
     return float(np.median(slowest))
-
-
-def no_sync() -> None:
-    """The synchronisation of host work: nothing to wait for."""
-
-
-def expect_equal(got: np.ndarray, want: np.ndarray, case: str) -> None:
-    """Raise :class:`WrongResultError` naming ``case`` unless the bits are equal."""
-    if got.shape != want.shape or not np.array_equal(got.view(np.uint8), want.view(np.uint8)):
-        wrong = int(np.count_nonzero(got != want)) if got.shape == want.shape else got.size
-        raise WrongResultError(f"{case}: expected the numpy reference, got {wrong} differing "
-                               f"of {want.size} elements")
 
 
 def _pattern(n: int, dtype, period: int, offset: int) -> np.ndarray:

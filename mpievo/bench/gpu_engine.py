@@ -27,7 +27,7 @@ import time
 
 import numpy as np
 
-from .gpu import WrongResultError, no_sync, synced_seconds
+from .checks import WrongResultError, no_sync, synced_seconds
 from ..parallel.threads import limit_blas_threads
 
 ISLAND_BATCH = ISLAND_CAPACITY = 16      # float32 at 1e7 genes: 1.3 GB of archive and children

@@ -14,7 +14,7 @@ import csv
 import json
 from pathlib import Path
 
-from .schemes import SHORT_COST0_RUN_S, SHORT_RUN_REPEATS, SHORT_RUN_S
+from ..plan.workloads import SHORT_COST0_RUN_S, SHORT_RUN_REPEATS, SHORT_RUN_S
 from ..plan.timing import TIME_BOUND, outside_bound
 
 CSV_COLUMNS = ("workload", "cost_ms", "mode", "dim", "scheme", "ranks", "ranks_per_island", "islands",

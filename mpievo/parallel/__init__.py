@@ -22,7 +22,8 @@ from ..rules.mapping import islands_of_rank, rank_of_island
 from ..evo.migration_policy import MigrationPolicy
 from .migrator import IslandShape, MigrationReport, Migrator
 from .runner import LogPoint, RunLoop, RunResult, RunSettings
-from .scheme import BestMember, IslandRecord, IslandScheme, MigrationSchedule, Scheme, StepResult
+from ..rules.schedule import MigrationSchedule
+from .scheme import BestMember, IslandRecord, IslandScheme, Scheme, StepResult
 from ..rules.topology import (TOPOLOGIES, bidirectional_ring, build_topology, fully_connected, graph,
                               random_topology, ring, torus, unconnected)
 from .world import launched, world_comm

@@ -19,7 +19,7 @@ any rank count that the island count allows) back exactly where it was.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, NamedTuple, Protocol, Sequence, runtime_checkable
+from typing import Any, Mapping, NamedTuple, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -27,9 +27,9 @@ from ..evo.engine_config import EngineConfig
 from ..evo.genomes import row_dtype
 from ..evo.island import Island
 from ..evo.migration_policy import MigrationPolicy
-from ..rules.adaptive import AdaptiveInterval
 from ..rules.budget import lead_scale, leader, leader_rates, plan, rate_at, rounds_to_spend, split_left
 from ..rules.mapping import islands_of_rank
+from ..rules.schedule import MigrationSchedule
 from .migrator import IslandShape, MigrationReport, Migrator
 from ..rules.topology import build_topology
 
@@ -121,26 +121,6 @@ class Scheme(Protocol):
 
     def restore(self, island_states: Mapping[int, Mapping[str, Any]], run_state: Mapping[str, Any]) -> None:
         """Continue from saved states (local)."""
-
-
-@dataclass(frozen=True)
-class MigrationSchedule:
-    """When and along which edges islands migrate.
-
-    Attributes:
-        destinations: the topology, ``destinations(epoch) -> list[list[int]]`` (from
-            :func:`mpievo.rules.topology.build_topology`, for the run's island count).
-        interval: generations (rounds) between migrations (the first one with ``adaptive``).
-        adaptive: rule for a diversity-driven interval, or None for a fixed one.
-    """
-
-    destinations: Callable[[int], list[list[int]]]
-    interval: int = 10
-    adaptive: AdaptiveInterval | None = None
-
-    def __post_init__(self):
-        if isinstance(self.interval, bool) or not isinstance(self.interval, int) or self.interval < 1:
-            raise ValueError(f"expected a migration interval >= 1, got {self.interval!r}")
 
 
 class IslandScheme:

@@ -2,7 +2,7 @@
 
 * **Engine, per dim** (default 1e2, 1e5, 1e7 genes; the model interpolates between
   them in log-log space): the bench's GA islands (4; archive = batch = 8, 2 from 1e6
-  genes) on the bench's fitness at cost 0 (:func:`mpievo.bench.schemes.workload_problem`),
+  genes) on the bench's fitness at cost 0 (:func:`.workloads.workload_problem`),
   stepped in this process: ``row_s`` is the time inside the fitness per row,
   ``breed_s`` the rest of a step per child (breeding, selection, archive update),
   ``init_s`` the initial population's time outside the fitness per genome, and
@@ -26,7 +26,7 @@
 * **Run loop** (``loop``): real runs of the bench's job at cost 0 and the smallest
   dim, at two lengths (:func:`loop_lengths`: a short one and the bench's own, the
   fastest of :data:`LOOP_REPEATS` runs each, made in rounds over the schemes and
-  lengths, like the bench's short runs, :func:`mpievo.bench.schemes.measure_workload`), in
+  lengths, like the bench's short runs, :func:`.workloads.measure_workload`), in
   launched jobs as the bench's: the
   island scheme on 1 rank, every bench scheme on 2 and on 4 ranks (the 2-rank job
   also runs the ping-pong; on 2 cores the 4-rank runs share them, as the bench's do).
@@ -83,7 +83,7 @@ def engine_costs(dim: int) -> dict:
     ``large_dim`` genes, where a child takes ~0.5 s."""
     from ..comm.protocol import SelfComm
     from ..evo.engine_config import EngineConfig
-    from ..bench.schemes import SchemesOptions, Workload, workload_problem
+    from .workloads import SchemesOptions, Workload, workload_problem
     from ..parallel.scheme import IslandScheme
 
     options = SchemesOptions()
@@ -110,7 +110,7 @@ def engine_costs(dim: int) -> dict:
 def fastest_engine_costs(dim: int) -> dict:
     """:func:`engine_costs`, the fastest (least ``row_s + breed_s``) of
     :data:`STEPPING_REPEATS` measurements below ``large_dim`` genes, else of one."""
-    from ..bench.schemes import SchemesOptions
+    from .workloads import SchemesOptions
 
     repeats = STEPPING_REPEATS if dim < SchemesOptions().large_dim else 1
     return min((engine_costs(dim) for _ in range(repeats)), key=lambda c: c["row_s"] + c["breed_s"])
@@ -124,7 +124,7 @@ def _seconds(call) -> float:
 
 def loop_budget(generations: int, dim: int) -> int:
     """The bench job's budget that runs ``generations`` generations after the initial one."""
-    from ..bench.schemes import SchemesOptions
+    from .workloads import SchemesOptions
 
     options = SchemesOptions()
     return options.n_islands * options.capacity_for(dim) * (generations + 1)
@@ -134,7 +134,7 @@ def loop_lengths(dim: int) -> tuple[int, int]:
     """The two lengths (generations after the initial one) of the loop-cost runs at
     ``dim`` genes: :data:`LOOP_SHORT_GENERATIONS` and the bench's cost-0 run's (191 at
     100 genes)."""
-    from ..bench.schemes import SchemesOptions
+    from .workloads import SchemesOptions
 
     options = SchemesOptions()
     bench = options.budget_for(dim, 0.0) // (options.n_islands * options.capacity_for(dim)) - 1
@@ -145,8 +145,8 @@ def scheme_rows(dims, size: int) -> list[dict]:
     """The launched side: every bench scheme's runs (one rank: the island scheme's, as
     the bench's) at both lengths on every rank (collective), at the smallest of ``dims``;
     on one rank also the island's at the others (:func:`run_lengths`, for
-    :func:`run_engine_costs`). The bench's rows (:func:`mpievo.bench.schemes.measure`)."""
-    from ..bench.schemes import SCHEMES, SchemesOptions, Workload, measure, warm_up
+    :func:`run_engine_costs`). The bench's rows (:func:`.workloads.measure`)."""
+    from .workloads import SCHEMES, SchemesOptions, Workload, measure, warm_up
 
     small = min(dims)
     options = SchemesOptions(dims=tuple(sorted(dims)))
@@ -166,7 +166,7 @@ def run_lengths(dim: int) -> tuple[tuple[int, int], int]:
     """(the two run lengths in generations, repeats of each) of the one-rank runs that
     give the engine costs at ``dim`` genes: shorter and once from ``large_dim`` genes,
     where a generation takes seconds."""
-    from ..bench.schemes import SchemesOptions
+    from .workloads import SchemesOptions
 
     return (LARGE_GENERATIONS, 1) if dim >= SchemesOptions().large_dim else (ENGINE_GENERATIONS, ENGINE_REPEATS)
 
@@ -278,7 +278,7 @@ def _fitted_wall(constants, engine: dict, layout, row_s: float, scale: float) ->
 
 
 def _interval() -> int:
-    from ..bench.schemes import SchemesOptions
+    from .workloads import SchemesOptions
 
     return SchemesOptions().interval
 
@@ -349,15 +349,15 @@ def concurrent_runs(dims) -> dict:
     """{str(dim): {"alone": rank 0's wall times, "together": each rank's}} (rank 0; None
     elsewhere) of :func:`contention_runs`' one-rank island runs (the bench's, on this
     rank's own communicator), collective: each repeat, rank 0 makes the run alone while
-    the others wait without holding a core (:func:`mpievo.bench.engine.sleep_until_all_arrive`), then every rank
+    the others wait without holding a core (:func:`.workloads.sleep_until_all_arrive`), then every rank
     makes it at once. Alone and together are seconds apart, so both see the machine
     alike: against the one-rank job minutes earlier, a calibration on a GPU node just
     started measured no contention at 4 ranks and 1e7 genes, where its sweep's ranks
     took 1.2-1.3x longer per evaluation than one rank."""
     from mpi4py import MPI
 
-    from ..bench.engine import sleep_until_all_arrive
-    from ..bench.schemes import SchemesOptions, Workload, measure
+    from .workloads import sleep_until_all_arrive
+    from .workloads import SchemesOptions, Workload, measure
 
     comm = MPI.COMM_WORLD
     options = SchemesOptions(dims=tuple(sorted(dims)))

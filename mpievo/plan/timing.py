@@ -30,7 +30,7 @@ A run is simulated generation by generation on its critical path:
   here); other rank counts take the nearest measured one, stretched like CPU work.
 
 A child's cost in "vary" mode is drawn like the bench's (uniform factor in
-:data:`mpievo.bench.schemes.VARY_RANGE`, mean 1), and the wall time is the mean over
+:data:`.workloads.VARY_RANGE`, mean 1), and the wall time is the mean over
 :data:`SAMPLES` seeded draws, so predictions are repeatable.
 """
 
@@ -44,7 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..bench.schemes import STEADY, VARY_RANGE
+from .workloads import STEADY, VARY_RANGE
 from ..parallel.groups import row_blocks
 from ..rules.mapping import rank_of_island
 from ..parallel.master_worker import block_bounds

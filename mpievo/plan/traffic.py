@@ -303,7 +303,7 @@ def traffic(layout: Layout) -> Traffic:
 def bench_layout(row: dict, *, interval: int) -> Layout:
     """The :class:`Layout` of one ``mpievo bench schemes`` row (float32 genomes, default
     migration policy and ring, the default block rows)."""
-    from ..bench.schemes import run_scheme
+    from .workloads import run_scheme
 
     scheme, evaluation = run_scheme(row["scheme"])
     return Layout(scheme=scheme, ranks=row["ranks"], islands=row["islands"], dim=row["dim"],

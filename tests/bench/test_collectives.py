@@ -15,7 +15,8 @@ import pytest
 from mpi4py import MPI
 
 from mpievo.comm import Communicator
-from mpievo.bench.collectives_verify import Spec, WrongResultError, parse_cases, rank_input, verify
+from mpievo.bench.checks import WrongResultError
+from mpievo.bench.collectives_verify import Spec, parse_cases, rank_input, verify
 from mpievo.bench import calibrate_collectives as calibration
 from mpievo.comm import selection
 from mpievo.bench.collectives import run_collectives

@@ -9,13 +9,12 @@ import pytest
 
 from mpievo.cli.main import main as cli_main
 from mpievo.evo.problems import builtin_problem
-from mpievo.bench.schemes import (SCHEMES, ModelCheckError, SchemesCheckError, SchemesOptions,
-                                           Workload, WorkloadFitness, bench_schemes, check_rows,
-                                           measure_workload, median_rows, repeats_wanted, vary_factor,
-                                           workloads)
+from mpievo.bench.schemes import ModelCheckError, SchemesCheckError, bench_schemes, check_rows, median_rows
 from mpievo.bench.schemes_report import CSV_COLUMNS
 from mpievo.plan.calibrate import loop_lengths
 from mpievo.plan.timing import Constants
+from mpievo.plan.workloads import (SCHEMES, SchemesOptions, Workload, WorkloadFitness, measure_workload,
+                                   repeats_wanted, vary_factor, workloads)
 
 BUDGET = 64
 #: a model without engine and loop costs: 0 s at cost 0, outside any time bound
@@ -148,7 +147,7 @@ def test_cost0_runs_are_repeated_up_to_a_longer_first_run():
 def test_short_runs_are_repeated_in_rounds_over_the_schemes_and_the_fastest_kept(monkeypatch):
     """A scheme whose first run is short runs again in rounds with the other short ones
     (spread over the workload, not back to back), and its row is its fastest run."""
-    import mpievo.bench.schemes as bench
+    import mpievo.plan.workloads as bench
 
     walls = {"island": iter([0.3, 0.25, 0.2, 0.35, 0.3]), "hybrid": iter([2.5]),
              "replicated": iter([1.0, 0.8, 1.2, 0.9, 1.1])}

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mpievo.bench.gpu import WrongResultError, expect_equal
+from mpievo.bench.checks import WrongResultError, expect_equal
 
 ROOT = Path(__file__).resolve().parents[2]
 MPIEVO = [sys.executable, "-W", "ignore", "-m", "mpievo.cli.main"]

@@ -7,11 +7,12 @@ import numpy as np
 import pytest
 
 from mpievo.cli.main import main as cli_main
-from mpievo.bench.schemes import SCHEMES, ModelCheckError, SchemesOptions, bench_schemes
+from mpievo.bench.schemes import ModelCheckError, bench_schemes
 from mpievo.bench.schemes_report import format_table
 from mpievo.plan.traffic import Layout, run_states, traffic
 from mpievo.plan.scenario import GPUS, ITEMSIZE, NODES, PARAMS, Scenario, figures, layout
 from mpievo.plan.timing import Constants, Cost, Link, predict_seconds
+from mpievo.plan.workloads import SCHEMES, SchemesOptions
 
 CONSTANTS = {"source": "test", "cores": 64, "engine": {"100": {"row_s": 0.0, "breed_s": 0.0}},
              "intra": {"latency_s": 0.0, "bandwidth_Bps": 1e12}}
