@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Callable
 
 from ..comm.shared_array import SharedArray, node_shared_array
-from ..evo.genomes.bases import BaseModels, checksum
+from ..evo.base_models import BaseModels, checksum
 
 
 class BasesError(RuntimeError):

@@ -12,7 +12,7 @@ import pytest
 from mpi_support import all_ranks_agree
 from mpievo.comm import SelfComm
 from mpievo.comm.nodes import FAKE_NODES_ENV
-from mpievo.evo.genomes.bases import BaseModels, checksum
+from mpievo.evo.base_models import BaseModels, checksum
 from mpievo.parallel.shared_bases import BasesError, share_bases
 
 SHAPE = (3, 4099)

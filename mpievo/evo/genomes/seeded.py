@@ -44,7 +44,7 @@ import numpy as np
 from mpievo.kernels import recipes as kernels
 from ..operators import draw_omega
 from ..problems import Problem
-from .bases import BaseModels
+from ..base_models import BaseModels
 from ..operators import box_arrays
 from .encoded import EncodedProblem
 
