@@ -47,7 +47,7 @@ def _topologies():
 
 
 def _time_limit_methods():
-    from .faults import TIME_LIMIT_METHODS
+    from .evo.problem_wrappers import TIME_LIMIT_METHODS
 
     return TIME_LIMIT_METHODS
 
@@ -167,7 +167,7 @@ class ProblemConfig(Settings):
     time_limit: float = setting(0.0, number(0.0, 1e9), "seconds per evaluation (0: no limit); "
                                 "a late evaluation counts as failed")
     time_limit_method: str = setting("process", choice(_time_limit_methods),
-                                     "how the limit is enforced (see mpievo.faults)")
+                                     "how the limit is enforced (see mpievo.evo.problem_wrappers)")
     bases: Any = setting(None, optional(text),
                          "delta/seeded genomes: a .npy file of the base models, shape (count, dim) or "
                          "(dim,), loaded once per node; none: the problem object's own")
