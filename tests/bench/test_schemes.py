@@ -205,6 +205,6 @@ def test_cli_refuses_under_mpiexec_and_rejects_a_sweep_without_p1(monkeypatch, c
     assert cli_main(["bench", "schemes", "--p", "2,4"]) == 2
     assert "including 1" in capsys.readouterr().err
     assert cli_main(["bench", "schemes", "--sweeps", "0"]) == 2
-    assert "expected at least 1 sweep, got 0" in capsys.readouterr().err
+    assert "bench.schemes.sweeps: expected an int >= 1, got 0" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         cli_main(["bench", "schemes", "--costs", "5xs"])
