@@ -263,7 +263,7 @@ def bench_gpu(comm, options: GpuBenchOptions) -> dict:
     from mpievo.comm import cuda_support
 
     from . import gpu_engine as engine
-    from ..parallel.gpu import bind_device
+    from ..parallel.device_binding import bind_device
 
     binding = bind_device(comm.mpi_comm)
     awareness = cuda_support.cuda_awareness()

@@ -254,7 +254,7 @@ def _execute(comm, args, prepared, out: Path, stack: contextlib.ExitStack, stop)
     from ..faults import EXIT_CHECKPOINTED_REQUEUE
     from ..io import Checkpointer
     from ..rules.budget import plan
-    from ..parallel.gpu import bind_device
+    from ..parallel.device_binding import bind_device
     from ..parallel.job import run_job
     from ..parallel.output import NonfiniteWarner, OutputWriter, ProgressReporter
     from ..parallel.threads import limit_blas_threads
