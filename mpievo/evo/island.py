@@ -35,7 +35,7 @@ import numpy as np
 from ..kernels import operators as kernels
 from .algorithms.base import make_algorithm
 from .algorithms.cmaes_core import default_popsize
-from . import device, genomes
+from . import device, genomes, half
 from .archive import Archive, make_ids, sanitize_fitness
 from .config import EngineConfig
 from .migration import Migrants, admit, choose_emigrants
@@ -107,6 +107,7 @@ class Island:
             self.config = config.resolve(self.index, n_islands)
         spec = self.config.algorithm if algorithm is None else algorithm
         genomes.check_encoding(self.config, _algorithm_name(spec))
+        half.check_half(self.config, _algorithm_name(spec))
         self.problem = genomes.encode(problem, self.config)  # dense: the problem itself
         # recipes stay on the host (seeded genomes may materialise on the GPU); delta rows
         # are genome-shaped and go where dense ones would
@@ -316,7 +317,10 @@ class Island:
             out = cuda_rows.centroid_distances(self.archive.genomes, width)
         else:
             out = np.empty(self.archive.size)
-            kernels.centroid_distances(self.archive.genomes, width, out)  # no archive-sized temporaries
+            rows = self.archive.genomes
+            if half.is_half(rows.dtype):   # Numba has no bfloat16: measured on float32 copies
+                rows = half.widen_into(rows, np.empty(rows.shape, np.float32))
+            kernels.centroid_distances(rows, width, out)  # no archive-sized temporaries (but half)
         return float(np.mean(out) / np.sqrt(self.problem.dim))
 
     def counters(self) -> dict:
