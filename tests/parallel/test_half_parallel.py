@@ -89,3 +89,17 @@ def test_half_island_states_match_the_serial_run(world):
                and mine[i]["archive"]["ids"].tobytes() == reference[i]["archive"]["ids"].tobytes()
                for i in mine)
     all_ranks_agree(world, same and distributed.run_state() == serial.run_state(), f"islands {sorted(mine)}")
+
+
+@pytest.mark.mpi(min_size=2)
+def test_hybrid_groups_evaluate_bfloat16_blocks(world):
+    """A group's leader hands each rank a block of bfloat16 rows (the dtype travels by name)."""
+    if world.size % 2:
+        pytest.skip("groups of 2 ranks need an even rank count")
+    comm = Communicator(world)
+    hybrid = run_job(_job(comm.size, run={"scheme": "hybrid", "ranks_per_island": 2}), comm)
+    serial = run_job(_job(1), SelfComm())
+    ok = hybrid.evaluations == serial.evaluations and hybrid.best_fitness == serial.best_fitness
+    if comm.rank == 0:
+        ok = ok and best_genome_bytes(hybrid) == best_genome_bytes(serial)
+    all_ranks_agree(world, ok, f"hybrid best {hybrid.best_fitness} vs serial {serial.best_fitness}")
