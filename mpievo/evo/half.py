@@ -28,6 +28,7 @@ import numpy as np
 
 from ..kernels import bitcast
 from ..kernels.host import BFLOAT16
+from .operators import cast_bound
 
 #: every ``engine.dtype``
 GENOME_DTYPES = ("float32", "float64", "bfloat16", "float16")
@@ -85,6 +86,17 @@ def round_into(rows: np.ndarray, out: np.ndarray) -> np.ndarray:
     """float32 host ``rows`` rounded to ``out``'s half type (nearest, ties to even)."""
     bitcast.encode_bits(_bits(np.ascontiguousarray(rows), 4), _bits(out, 2), out.dtype == BFLOAT16)
     return out
+
+
+def uniform_genomes(ops, rng, lower, upper, out, *, on_device: bool = False):
+    """``ops.uniform_genomes`` into rows ``out`` of any genome dtype, the box (host arrays
+    in ``out``'s dtype) placed by ``ops``: half-precision rows are drawn in float32 (the
+    counter-based kernels know no half type) and rounded once."""
+    if not is_half(out.dtype):
+        return ops.uniform_genomes(rng, ops.place(lower), ops.place(upper), out)
+    breeding = HalfBreeding(out.dtype, on_device=on_device)
+    lower, upper = (ops.place(cast_bound(a, np.float32)) for a in (lower, upper))
+    return breeding.round_into(ops.uniform_genomes(rng, lower, upper, breeding.work(tuple(out.shape))), out)
 
 
 class HalfBreeding:
