@@ -105,3 +105,49 @@ def test_bfloat16_device_islands_give_the_serial_result_on_any_rank_count(world,
         ok = ok and distributed.best_genome.dtype == ml_dtypes.bfloat16 \
             and best_genome_bytes(distributed) == best_genome_bytes(serial) != b""
     all_ranks_agree(world, ok, f"distributed {distributed.best_fitness} vs serial {serial.best_fitness}")
+
+
+def _delta_problem(where: str) -> Problem:
+    dim = 9
+    base = np.random.default_rng(0).uniform(-0.8, 0.8, (1, dim)).astype(np.float32)
+    # a box of one value per gene (not half values: rounded inwards)
+    return Problem(_fitness, dim, np.linspace(-1.0, -0.5, dim), np.linspace(0.5, 1.0, dim),
+                   device=where == "cuda", bases=base)
+
+
+@pytest.mark.parametrize("dtype", sorted(HALF))
+def test_half_delta_genomes_materialise_the_hosts_bits_on_the_device(dtype):
+    from mpievo.evo.genomes import encoding_of
+    from mpievo.kernels import cuda_delta
+
+    config = EngineConfig(device="cuda", dtype=dtype, genome="delta", **CONFIG)
+    problem = encoding_of(Island(0, _delta_problem("cuda"), config, seed=3).problem)
+    rows = np.random.default_rng(1).uniform(-2.5, 2.5, (7, 9)).astype(np.float32).astype(HALF[dtype])
+    expected = np.empty(rows.shape, HALF[dtype])
+    problem.materialize_into(rows, expected)
+    base, lower, upper, _ = problem._device_arrays()
+    out = device.to_device(np.zeros(rows.shape, HALF[dtype]))
+    cuda_delta.materialize(base, device.to_device(rows), lower, upper, out)
+    assert device.to_host(out).view(np.uint16).tobytes() == expected.view(np.uint16).tobytes()
+    assert np.any(expected.astype(np.float64) == upper.copy_to_host())      # some genes clipped
+
+
+@pytest.mark.parametrize("dtype", sorted(HALF))
+def test_a_half_delta_device_island_is_the_host_island_bit_for_bit(monkeypatch, dtype):
+    monkeypatch.setattr(host_ops, "COUNTER_DIM", 1)
+    runs = []
+    for where in ("cuda", "cpu"):
+        config = EngineConfig(device=where, dtype=dtype, genome="delta", **CONFIG)
+        island = Island(0, _delta_problem(where), config, seed=3)
+        island.run(4)
+        assert island.on_device == (where == "cuda")
+        genome, value = island.best()
+        runs.append((device.to_host(island.archive.genomes).view(np.uint16).tobytes(),
+                     island.archive.fitness.tobytes(), genome.view(np.uint16).tobytes(), value))
+    assert runs[0] == runs[1]
+
+
+def test_half_delta_genomes_want_float32_bases():
+    problem = Problem(_fitness, 4, -1.0, 1.0, bases=np.zeros((1, 4)))
+    with pytest.raises(ValueError, match="expected float32 base models .*, got float64"):
+        Island(0, problem, EngineConfig(dtype="bfloat16", genome="delta"), seed=0)
