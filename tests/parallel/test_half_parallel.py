@@ -58,14 +58,22 @@ def test_a_half_run_stops_checkpoints_and_resumes_bit_for_bit(tmp_path, dtype, s
             ("bfloat16", "raw-bits") if dtype == "bfloat16" else (None, None))
 
 
+# half islands migrating to and from float32/float64 islands of other algorithms
+MIXED = {"dtype": ["bfloat16", "float32", "float16", "float64"], "algorithm": ["ga", "de", "ga", "cmaes"]}
+
+
 @pytest.mark.mpi(min_size=1)
-def test_half_runs_give_the_serial_result_bit_for_bit(world):
+@pytest.mark.parametrize("mixed", [False, True], ids=["bfloat16", "mixed-dtypes"])
+def test_half_runs_give_the_serial_result_bit_for_bit(world, mixed):
+    def job(nranks):
+        return small_job(nranks, migration=HALF_JOB["migration"], engine=MIXED) if mixed else _job(nranks)
+
     comm = Communicator(world)
-    distributed = run_job(_job(comm.size), comm)
-    serial = run_job(_job(1), SelfComm())   # all 4 islands in this process, no MPI
+    distributed = run_job(job(comm.size), comm)
+    serial = run_job(job(1), SelfComm())   # all 4 islands in this process, no MPI
     if comm.rank == 0:
         same = best_genome_bytes(distributed) == best_genome_bytes(serial) != b"" \
-            and distributed.best_genome.dtype == ml_dtypes.bfloat16 \
+            and (mixed or distributed.best_genome.dtype == ml_dtypes.bfloat16) \
             and distributed.best_fitness == serial.best_fitness \
             and distributed.evaluations == serial.evaluations \
             and distributed.migrations == serial.migrations > 0
