@@ -317,7 +317,7 @@ class Island:
             out = cuda_rows.centroid_distances(self._measured_rows(), width)
         else:
             out = np.empty(self.archive.size)
-            kernels.centroid_distances(self._measured_rows(), width, out)  # no archive-sized temporaries
+            kernels.centroid_distances(self._measured_rows(), width, out)  # no float64 copy of the rows
         return float(np.mean(out) / np.sqrt(self.problem.dim))
 
     def _measured_rows(self):

@@ -26,7 +26,9 @@ child: every gene for small problems, sparse (cheap) for large ones.
 
 With interpolation crossover the crossover, mutation and box handling run in one
 fused Numba kernel (:func:`mpievo.evo.operators.breed`); other crossovers run the
-same operators one after the other.
+same operators one after the other. Half-precision archives (``engine.dtype``
+bfloat16 or float16) breed float32 copies of the parents used and round each child
+once (:mod:`mpievo.evo.half`).
 
 Restarts (IPOP-like, on by default). The success rule shrinks ``sigma`` until the
 population sits in one local minimum; on a multimodal problem nothing improves
