@@ -1,5 +1,7 @@
 """bfloat16 / float16 genomes in runs: checkpoints, resume, migration over MPI, rank counts."""
 
+import dataclasses
+
 import h5py
 import ml_dtypes
 import numpy as np
@@ -111,3 +113,13 @@ def test_hybrid_groups_evaluate_bfloat16_blocks(world):
     if comm.rank == 0:
         ok = ok and best_genome_bytes(hybrid) == best_genome_bytes(serial)
     all_ranks_agree(world, ok, f"hybrid best {hybrid.best_fitness} vs serial {serial.best_fitness}")
+
+
+def test_a_long_bfloat16_best_genome_is_saved_as_its_float32_values(tmp_path):
+    from mpievo.parallel.output import INLINE_GENOME_MAX, OutputWriter
+
+    genome = np.linspace(-3, 3, INLINE_GENOME_MAX + 1).astype(ml_dtypes.bfloat16)
+    result = dataclasses.replace(run_job(_job(1), SelfComm()), best_genome=genome)
+    OutputWriter(tmp_path, {}, notice=lambda text: None).on_finish(result)
+    saved = np.load(tmp_path / "best_genome.npy")
+    assert saved.dtype == np.float32 and saved.tobytes() == genome.astype(np.float32).tobytes()
