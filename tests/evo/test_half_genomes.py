@@ -187,3 +187,19 @@ def test_seeded_genomes_refuse_half_types():
     problem = Problem(_sphere, 4, -1.0, 1.0, bases=np.zeros((2, 4), np.float32))
     with pytest.raises(ValueError, match="expected genome 'dense' or 'delta'.*got 'seeded'"):
         Island(0, problem, EngineConfig(dtype="float16", genome="seeded"), seed=0)
+
+
+@pytest.mark.parametrize("dtype", sorted(HALF))
+def test_restart_refills_are_float32_uniforms_rounded_once(dtype):
+    def refill(dt):
+        archive = Archive(CAPACITY, 9, dt)
+        archive.insert(np.zeros((4, 9), dt), np.arange(4.0), np.arange(4), 0, 0)   # room left
+        ga = GeneticAlgorithm(batch_size=BATCH)
+        ga.init(Problem(_sphere, 9, -4.0, 4.0), archive, np.random.default_rng(0))
+        ga.refilling = True          # as after a restart
+        return np.array(ga.ask(np.random.default_rng(4)))
+
+    got, reference32 = refill(dtype), refill("float32")
+    assert got.dtype == HALF[dtype]
+    assert got.view(np.uint16).tobytes() == reference32.astype(HALF[dtype]).view(np.uint16).tobytes()
+    assert not np.array_equal(got.astype(np.float32), reference32)   # the rounding acted
