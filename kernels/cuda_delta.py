@@ -15,7 +15,7 @@ import functools
 
 import numpy as np
 
-from .cuda import bind_globals, bound_to_device
+from .cuda import _dtype_from_str, _load_store, bind_globals, bound_to_device, dtype_key, element_kind, kernel_view
 from .cuda_operators import launch_dims_2d
 
 def _materialize_kernel(base, rows, lower, upper, out):
@@ -39,6 +39,34 @@ def _materialize_kernel(base, rows, lower, upper, out):
             out[r, g] = v
 
 
+def _materialize_half_kernel(base, rows, lower, upper, out):
+    # half-precision rows (mpievo.evo.half): float32 sum, clipped to the float32-widened
+    # half box, rounded once (clip then round equals round then clip: the bounds are
+    # half values and rounding is monotonic)
+    g0, r0 = cuda.grid(2)  # noqa: F821 (bound by bind_globals)
+    sg, sr = cuda.gridsize(2)  # noqa: F821
+    uniform = lower.shape[0] == 1
+    for r in range(r0, rows.shape[0], sr):
+        for g in range(g0, out.shape[1], sg):
+            v = load(rows[r, g])  # noqa: F821
+            if v == v:
+                v = base[g] + v
+            b = 0 if uniform else g
+            if v < lower[b]:
+                v = lower[b]
+            elif v > upper[b]:
+                v = upper[b]
+            out[r, g] = store(v)  # noqa: F821
+
+
+@functools.lru_cache(maxsize=None)
+def _half_kernel(dtype_str: str):
+    from numba import cuda
+
+    load, store = _load_store(element_kind(_dtype_from_str(dtype_str)))
+    return cuda.jit(bind_globals(_materialize_half_kernel, cuda=cuda, load=load, store=store))
+
+
 def _numba_type(dtype):
     from numba import types as nbt
 
@@ -57,7 +85,8 @@ def _kernel(base_dtype: str, rows_dtype: str, out_dtype: str):
 def materialize(base, rows, lower, upper, out, stream=0) -> None:
     """``out[:n] := clip(base + rows, lower, upper)`` for the ``n`` device ``rows``
     (``base`` a (dim,) device array, float32 or float64 as bases are; ``lower`` and
-    ``upper`` from :func:`~.cuda.bound_to_device`, the box in ``out``'s dtype).
+    ``upper`` from :func:`~.cuda.bound_to_device`, the box in ``out``'s dtype; for
+    half-precision rows and ``out`` a float32 base and the half box widened to float32).
 
     Raises:
         ValueError: shapes that do not fit together.
@@ -70,6 +99,11 @@ def materialize(base, rows, lower, upper, out, stream=0) -> None:
         raise ValueError(f"expected bounds of (1,) or ({dim},), got {tuple(lower.shape)} and "
                          f"{tuple(upper.shape)}")
     if n == 0:
+        return
+    if element_kind(out.dtype) != "native":   # half rows: float32 base and bounds
+        blocks, threads = launch_dims_2d(n, dim)
+        _half_kernel(dtype_key(out.dtype))[blocks, threads, stream](
+            base, kernel_view(rows), lower, upper, kernel_view(out))
         return
     kernel = _kernel(np.dtype(base.dtype).str, np.dtype(rows.dtype).str, np.dtype(out.dtype).str)
     blocks, threads = launch_dims_2d(n, dim)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import cuda_row_reduce
-from .cuda import launch_dims
+from .cuda import element_kind, launch_dims
 from .cuda_operators import genome_dtype, is_device, require_device, to_device, launch_dims_2d
 from .cuda_row_kernels import distance_kernels, hash_kernel, row_kernel
 
@@ -68,6 +68,15 @@ def _genomes(arr, name: str) -> np.dtype:
     return np.dtype(genome_dtype(require_device(arr, name), name))
 
 
+def _moved(arr, name: str):
+    """``arr`` as the row moves take it: half-precision rows (float16, bfloat16) as their
+    uint16 bits (a move copies bits; Numba has no bfloat16), others checked as genomes."""
+    if element_kind(require_device(arr, name).dtype) != "native" and len(arr.shape) == 2:
+        return arr.view(np.uint16)
+    _genomes(arr, name)
+    return arr
+
+
 def _same_genes(a, b, names: str) -> None:
     if a.shape[1] != b.shape[1]:
         raise ValueError(f"expected {names} with the same number of genes, got "
@@ -105,9 +114,10 @@ def copy_rows(src, rows, dst, slots, *, stream=0) -> None:
     Raises:
         TypeError / ValueError: host arrays, dtypes, shapes or indices out of range.
     """
-    dtype = _genomes(src, "src")
-    if _genomes(dst, "dst") != dtype:
-        raise TypeError(f"expected dst of dtype {dtype} (as src), got {np.dtype(dst.dtype)}")
+    src_bits, dst_bits = _moved(src, "src"), _moved(dst, "dst")
+    if np.dtype(src.dtype) != np.dtype(dst.dtype):
+        raise TypeError(f"expected dst of dtype {np.dtype(src.dtype)} (as src), got {np.dtype(dst.dtype)}")
+    src, dst = src_bits, dst_bits
     _same_genes(src, dst, "src and dst")
     rows = _rows_index(rows, src.shape[0], "rows", stream)
     slots = _rows_index(slots, dst.shape[0], "slots", stream, distinct=True)
@@ -119,9 +129,9 @@ def take_rows(src, rows, *, stream=0):
     """A new device array ``src[rows]`` of shape ``(len(rows), genes)``."""
     from numba import cuda
 
-    dtype = _genomes(src, "src")
+    _moved(src, "src")
     rows = _rows_index(rows, src.shape[0], "rows", stream)
-    out = cuda.device_array((rows.shape[0], src.shape[1]), dtype, stream=stream)
+    out = cuda.device_array((rows.shape[0], src.shape[1]), np.dtype(src.dtype), stream=stream)
     copy_rows(src, rows, out, np.arange(rows.shape[0]), stream=stream)
     return out
 
@@ -145,7 +155,8 @@ def retain_rows(genomes, slots, *, scratch_bytes: int = CHUNK_BYTES, stream=0) -
     """
     from numba import cuda
 
-    dtype = _genomes(genomes, "genomes")
+    genomes = _moved(genomes, "genomes")
+    dtype = np.dtype(genomes.dtype)
     n, dim = genomes.shape
     host = _host_index(slots.copy_to_host() if is_device(slots) else slots, n, "slots",
                        distinct=True)

@@ -24,6 +24,16 @@ from typing import NamedTuple
 import numpy as np
 
 from mpievo.kernels import operators as kernels
+from .half import GENOME_DTYPES, genome_dtype
+
+_DTYPES = tuple(genome_dtype(name) for name in GENOME_DTYPES)
+_BITS = {2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+def _moved(genomes: np.ndarray) -> np.ndarray:
+    """``genomes`` as the row-move kernels take them: half types as their uint16 bits
+    (Numba has no bfloat16; a move copies bits)."""
+    return genomes.view(np.uint16) if genomes.dtype.itemsize == 2 else genomes
 
 #: ids are island_index * ID_STRIDE + counter, unique across islands.
 ID_STRIDE = 2**40
@@ -57,9 +67,9 @@ def sanitize_fitness(fitness) -> tuple[np.ndarray, int]:
 def row_hashes(genomes: np.ndarray) -> np.ndarray:
     """A uint64 hash of each row's values (-0.0 and 0.0 hash alike)."""
     genomes = np.ascontiguousarray(genomes)
-    if genomes.dtype.itemsize not in (4, 8) or genomes.dtype.kind != "f":
-        raise TypeError(f"expected float32 or float64 genomes, got {genomes.dtype}")
-    bits = (genomes + genomes.dtype.type(0)).view(np.uint32 if genomes.dtype.itemsize == 4 else np.uint64)
+    if genomes.dtype not in _DTYPES:
+        raise TypeError(f"expected genomes of a dtype among {GENOME_DTYPES}, got {genomes.dtype}")
+    bits = (genomes + genomes.dtype.type(0)).view(_BITS[genomes.dtype.itemsize])
     out = np.empty(genomes.shape[0], np.uint64)
     kernels.hash_rows(bits, out)
     return out
@@ -79,7 +89,7 @@ class Archive:
     Args:
         capacity: storage, the largest ``limit`` (>= 1).
         dim: genes per genome.
-        dtype: genome dtype, float32 or float64.
+        dtype: genome dtype, float32, float64, bfloat16 or float16 (:mod:`.half`).
         unique: drop candidates whose genome is already held.
         limit: members kept by merges (1..capacity); None: ``capacity``.
         island: index of the island that owns the archive (its own members have
@@ -91,9 +101,9 @@ class Archive:
 
     def __init__(self, capacity: int, dim: int, dtype="float32", *, unique: bool = False,
                  limit: int | None = None, island: int = 0):
-        dtype = np.dtype(dtype)
-        if dtype not in (np.float32, np.float64):
-            raise TypeError(f"expected genome dtype float32 or float64, got {dtype}")
+        dtype = genome_dtype(dtype)
+        if dtype not in _DTYPES:
+            raise TypeError(f"expected genome dtype float32, float64, bfloat16 or float16, got {dtype}")
         if capacity < 1 or dim < 1:
             raise ValueError(f"expected capacity >= 1 and dim >= 1, got {capacity} and {dim}")
         self.capacity = int(capacity)
@@ -171,10 +181,10 @@ class Archive:
         return np.all(a[ia] == b[ib], axis=1)
 
     def _copy_rows(self, genomes, rows, slots) -> None:
-        kernels.copy_rows(genomes, rows, self._genomes, slots)
+        kernels.copy_rows(_moved(genomes), rows, _moved(self._genomes), slots)
 
     def _retain_rows(self, slots) -> None:
-        kernels.retain_rows(self._genomes, slots)  # in place: no copy of the kept genomes
+        kernels.retain_rows(_moved(self._genomes), slots)  # in place: no copy of the kept genomes
 
     def ranking(self) -> np.ndarray:
         """Member slots from best to worst (ties: lower slot first)."""

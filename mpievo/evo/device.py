@@ -26,6 +26,8 @@ import weakref
 
 import numpy as np
 
+from ..kernels.host import BFLOAT16
+from .half import is_half
 from .problems import Problem, ShiftedRotated, check_fitness
 
 DEVICES = ("auto", "cpu", "cuda")
@@ -168,9 +170,12 @@ def concat(batches: list, dim: int, dtype):
 
 def user_batch(genomes):
     """The batch as a user's fitness receives it on the device: a CuPy array over the
-    same memory when CuPy is usable (never in the simulator), else the Numba array."""
+    same memory when CuPy is usable (never in the simulator), else the Numba array;
+    bfloat16 rows as their uint16 bits (see mpievo.evo.half)."""
     from mpievo.kernels.cuda import simulator_enabled
 
+    if genomes.dtype == BFLOAT16:   # no device library has ml_dtypes' type: the uint16 bits
+        genomes = as_numba(genomes).view(np.uint16)
     if not simulator_enabled():
         try:
             import cupy
@@ -216,6 +221,10 @@ def evaluate(problem: Problem, genomes) -> np.ndarray:
 
         func = problem.func
         shift, rotation = _placed(func)
+        if is_half(genomes.dtype):   # the built-ins compute in float32 (or float64) on widened rows
+            from mpievo.kernels import cuda_half
+
+            genomes = cuda_half.widen_rows(as_numba(genomes), np.arange(n), genomes.dtype)
         values = cuda_problems.evaluate(func.name, genomes, shift=shift, rotation=rotation,
                                         optimum=func.benchmark.optimum)
     else:

@@ -17,7 +17,8 @@ from __future__ import annotations
 import numpy as np
 
 from . import device
-from .archive import Archive
+from .archive import Archive, row_hashes
+from .half import is_half
 
 
 class DeviceArchive(Archive):
@@ -54,6 +55,8 @@ class DeviceArchive(Archive):
     def _row_hashes(self, genomes) -> np.ndarray:
         from mpievo.kernels import cuda_rows
 
+        if is_half(self.dtype):   # the device hash knows float32/64 only: hashed on the host
+            return row_hashes(device.to_host(genomes))
         return cuda_rows.hash_rows(genomes)
 
     def _rows_equal(self, a, ia, b, ib) -> np.ndarray:
@@ -62,6 +65,9 @@ class DeviceArchive(Archive):
         ia, ib = np.asarray(ia, np.int64), np.asarray(ib, np.int64)
         if len(ia) == 0:
             return np.zeros(0, bool)
+        if is_half(self.dtype):   # the rows of hash matches (few), compared on the host
+            a, b = (device.to_host(device.take(rows, i)) for rows, i in ((a, ia), (b, ib)))
+            return np.all(a == b, axis=1)
         return cuda_rows.rows_equal(a, ia, b, ib)
 
     def _copy_rows(self, genomes, rows, slots) -> None:

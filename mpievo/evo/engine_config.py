@@ -23,6 +23,7 @@ from ..schema import ConfigError, Settings, boolean, choice, integer, number, op
 from .algorithms.base import algorithm_classes
 from .algorithms.ga import STEP_ADAPTATIONS
 from .expressions import IslandExpression
+from .half import GENOME_DTYPES
 from .operators import BOUND_MODES, CROSSOVERS, SELECTIONS
 from .params import PerIsland, check_island_index, is_per_island, resolve_param
 
@@ -56,7 +57,9 @@ class EngineConfig(Settings):
                               "island algorithm: ga, de (jde), shade, cmaes or 'module:Class'")
     capacity: Any = _setting(64, integer(2), "archive capacity (members kept per island)")
     batch_size: Any = _setting(128, integer(1), "GA children per generation")
-    dtype: Any = _setting("float32", choice(("float32", "float64")), "genome dtype")
+    dtype: Any = _setting("float32", choice(GENOME_DTYPES),
+                          "genome dtype; bfloat16 and float16 (GA, dense or delta genomes) breed in float32 "
+                          "and round once to nearest even (see mpievo.evo.half)")
     device: Any = _setting("cpu", choice(("auto", "cpu", "cuda")),
                            "where the island's genomes live and breed: cpu, cuda (the rank's GPU; GA "
                            "only) or auto (cuda when the rank has a GPU, the algorithm is the GA and "

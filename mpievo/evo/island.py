@@ -35,7 +35,7 @@ import numpy as np
 from mpievo.kernels import operators as kernels
 from .algorithms.base import make_algorithm
 from .algorithms.cmaes_core import default_popsize
-from . import device, genomes
+from . import device, genomes, half
 from .archive import Archive, make_ids, sanitize_fitness
 from .engine_config import EngineConfig
 from .migration_policy import Migrants, admit, choose_emigrants
@@ -107,6 +107,7 @@ class Island:
             self.config = config.resolve(self.index, n_islands)
         spec = self.config.algorithm if algorithm is None else algorithm
         genomes.check_encoding(self.config, _algorithm_name(spec))
+        half.check_half(self.config, _algorithm_name(spec))
         self.problem = genomes.encode(problem, self.config)  # dense: the problem itself
         # recipes stay on the host (seeded genomes may materialise on the GPU); delta rows
         # are genome-shaped and go where dense ones would
@@ -190,11 +191,11 @@ class Island:
         if self.on_device and self.problem.initial is None:
             from . import device_operators
 
-            box = box_arrays(self.problem.lower, self.problem.upper, self.archive.dtype)
-            lower, upper = (device_operators.place(a) for a in box)
-            return device_operators.uniform_genomes(
-                rng, lower, upper, device_operators.empty((self.archive.limit, self.problem.dim),
-                                                          self.archive.dtype))
+            lower, upper = box_arrays(self.problem.lower, self.problem.upper, self.archive.dtype)
+            return half.uniform_genomes(
+                device_operators, rng, lower, upper,
+                device_operators.empty((self.archive.limit, self.problem.dim), self.archive.dtype),
+                on_device=True)
         return self.problem.initial_genomes(rng, self.archive.limit, self.archive.dtype)
 
     def initialize_with(self, genomes, fitness) -> None:
@@ -313,11 +314,23 @@ class Island:
         if self.on_device:
             from mpievo.kernels import cuda_rows
 
-            out = cuda_rows.centroid_distances(self.archive.genomes, width)
+            out = cuda_rows.centroid_distances(self._measured_rows(), width)
         else:
             out = np.empty(self.archive.size)
-            kernels.centroid_distances(self.archive.genomes, width, out)  # no archive-sized temporaries
+            kernels.centroid_distances(self._measured_rows(), width, out)  # no float64 copy of the rows
         return float(np.mean(out) / np.sqrt(self.problem.dim))
+
+    def _measured_rows(self):
+        """The members' rows as the distance kernels read them: half-precision rows widened
+        to float32 (a copy; Numba has no bfloat16), others as they are."""
+        rows = self.archive.genomes
+        if not half.is_half(self.archive.dtype):
+            return rows
+        if self.on_device:
+            from mpievo.kernels import cuda_half
+
+            return cuda_half.widen_rows(rows, np.arange(rows.shape[0]), self.archive.dtype)
+        return half.widen_into(rows, np.empty(rows.shape, np.float32))
 
     def counters(self) -> dict:
         """Plain-int counters (evaluations, nonfinite, ...)."""

@@ -32,8 +32,9 @@ from typing import Callable
 import numpy as np
 
 from mpievo.kernels import operators as kernels
+from . import half, operators
 from .base_models import as_bases
-from .operators import box_arrays, counter_based, uniform_genomes
+from .operators import box_arrays, counter_based
 from .streams import stream
 
 
@@ -165,7 +166,7 @@ class Problem:
         lower, upper = box_arrays(self.lower, self.upper, dtype)
         if self.initial is None:
             if counter_based(self.dim):  # large genomes: counter-based, as on the device
-                return uniform_genomes(rng, lower, upper, np.empty((n, self.dim), dtype))
+                return half.uniform_genomes(operators, rng, lower, upper, np.empty((n, self.dim), dtype))
             genomes = np.empty((n, self.dim), dtype)
             for row in genomes:  # one float64 row at a time: the same draws as one (n, dim) call
                 row[...] = rng.uniform(self.lower, self.upper)

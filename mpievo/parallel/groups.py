@@ -21,7 +21,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..config_tables import ONE_GROUP_SCHEMES
+from ..evo.half import genome_dtype
 from ..evo.problems import Problem, check_fitness
+from mpievo.kernels.cuda import dtype_key
 from ..rules.mapping import islands_of_rank
 
 
@@ -140,7 +142,7 @@ class GroupProblem(Problem):
         n = genomes.shape[0]
         blocks = row_blocks(n, self.group.size)
         with self.group.purpose("evaluation"):
-            self.group.bcast_object(("evaluate", n, np.dtype(genomes.dtype).str, on_device), root=0)
+            self.group.bcast_object(("evaluate", n, dtype_key(genomes.dtype), on_device), root=0)
             self.group.exchange(sends=[(r, genomes[a:b]) for r, (a, b) in enumerate(blocks) if r and b > a])
             fitness = np.empty(n, np.float64)
             a, b = blocks[0]
@@ -169,9 +171,9 @@ def serve(problem: Problem, group):
             if on_device:
                 from numba import cuda
 
-                block = cuda.device_array((b - a, problem.dim), np.dtype(dtype))
+                block = cuda.device_array((b - a, problem.dim), genome_dtype(dtype))
             else:
-                block = np.empty((b - a, problem.dim), np.dtype(dtype))
+                block = np.empty((b - a, problem.dim), genome_dtype(dtype))
             group.exchange(recvs=[(0, block)])
             group.exchange(sends=[(0, evaluate_block(problem, block, on_device))])
 

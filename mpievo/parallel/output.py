@@ -5,7 +5,7 @@ Output directory layout::
     summary.json                 the result (written only when the run completed)
     islands/island-0003.jsonl    one JSON line per log point of island 3
     convergence.png              best fitness against evaluations (needs matplotlib)
-    best_genome.npy              the best genome, when too long for summary.json
+    best_genome.npy              the best genome, when too long for summary.json (bfloat16: as float32)
     checkpoints/                 HDF5 checkpoints (mpievo.io)
 """
 
@@ -21,6 +21,7 @@ from typing import Any, Mapping, TextIO
 
 import numpy as np
 
+from ..kernels.host import BFLOAT16
 from .runner import LogPoint, RunResult
 
 #: genomes longer than this go to best_genome.npy instead of summary.json
@@ -195,7 +196,8 @@ class OutputWriter:
         """The summary.json content for ``result``."""
         genome = result.best_genome
         if genome is not None and genome.size > INLINE_GENOME_MAX:
-            np.save(self.out / "best_genome.npy", genome)
+            # .npy has no bfloat16 (it would read back as raw '|V2'): its exact float32 values
+            np.save(self.out / "best_genome.npy", genome.astype(np.float32) if genome.dtype == BFLOAT16 else genome)
             genome_field: Any = "best_genome.npy"
         else:
             genome_field = None if genome is None else [float(x) for x in genome]

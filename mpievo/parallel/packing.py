@@ -60,7 +60,7 @@ class EdgeLayout:
     Args:
         k: migrants per edge (>= 0).
         dim: genes per genome (>= 1).
-        dtype: genome dtype (float32 or float64).
+        dtype: genome dtype (float32, float64, bfloat16 or float16).
     """
 
     def __init__(self, k: int, dim: int, dtype):

@@ -98,7 +98,7 @@ def test_shape_errors():
         archive.insert(np.zeros((2, 4)), [1, 2], [0, 1], 0, 0)
     with pytest.raises(ValueError, match=r"expected fitness of shape \(2,\), got \(3,\)"):
         archive.insert(np.zeros((2, 3)), [1, 2, 3], [0, 1], 0, 0)
-    with pytest.raises(TypeError, match="expected genome dtype float32 or float64"):
+    with pytest.raises(TypeError, match="expected genome dtype float32, float64, bfloat16 or float16"):
         Archive(4, 3, "int32")
 
 

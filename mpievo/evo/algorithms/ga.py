@@ -26,7 +26,9 @@ child: every gene for small problems, sparse (cheap) for large ones.
 
 With interpolation crossover the crossover, mutation and box handling run in one
 fused Numba kernel (:func:`mpievo.evo.operators.breed`); other crossovers run the
-same operators one after the other.
+same operators one after the other. Half-precision archives (``engine.dtype``
+bfloat16 or float16) breed float32 copies of the parents used and round each child
+once (:mod:`mpievo.evo.half`).
 
 Restarts (IPOP-like, on by default). The success rule shrinks ``sigma`` until the
 population sits in one local minimum; on a multimodal problem nothing improves
@@ -70,6 +72,7 @@ from functools import partial
 
 import numpy as np
 
+from .. import half
 from .. import operators as ops
 from ..stagnation import StagnationMonitor
 
@@ -128,6 +131,7 @@ class GeneticAlgorithm:
         self.restart_margin = float(restart_margin)
         self.sigma = self.initial_sigma
         self.archive = None
+        self._half = None    # HalfBreeding of a half-precision archive (init)
         self._reset_restarts()
 
     def _bind_operators(self, module) -> None:
@@ -174,7 +178,14 @@ class GeneticAlgorithm:
         else:
             self._bind_operators(ops)
         lower, upper = ops.box_arrays(problem.lower, problem.upper, archive.dtype)
-        scale = ops.cast_bound(problem.width, archive.dtype)   # uniform: a broadcast view
+        # half-precision rows breed in float32 (mpievo.evo.half): the box rounded inwards
+        # in the half type, widened exactly
+        compute = half.compute_dtype(archive.dtype)
+        self._half = half.HalfBreeding(archive.dtype, on_device=archive.on_device) if half.is_half(
+            archive.dtype) else None
+        if self._half is not None:
+            lower, upper = ops.cast_bound(lower, compute), ops.cast_bound(upper, compute)
+        scale = ops.cast_bound(problem.width, compute)   # uniform: a broadcast view
         self.lower, self.upper, self.scale = (self.ops.place(a) for a in (lower, upper, scale))
         self.sigma = self.initial_sigma
         self._reset_restarts()
@@ -224,10 +235,18 @@ class GeneticAlgorithm:
 
     def _refill(self, rng: np.random.Generator) -> np.ndarray:
         """Uniform random genomes in the box (after a restart, while the archive has room)."""
-        out = self.ops.uniform_genomes(rng, self.lower, self.upper, self._children)
+        out = self.ops.uniform_genomes(rng, self.lower, self.upper, self._work())
         self._steps = np.empty(0)
         self._counts = np.zeros(len(out), np.int64)
-        return out
+        return self._rounded(out)
+
+    def _work(self):
+        """Where children are bred: the children, or float32 ones for half-precision rows."""
+        return self._children if self._half is None else self._half.work(self._children.shape)
+
+    def _rounded(self, out):
+        """The children of ``out`` in the archive's dtype (half types: rounded once)."""
+        return out if self._half is None else self._half.round_into(out, self._children)
 
     # --- ask / tell --------------------------------------------------------------
     def ask(self, rng: np.random.Generator) -> np.ndarray:
@@ -251,11 +270,13 @@ class GeneticAlgorithm:
             parents = self._pool[self.select(archive.fitness[self._pool], 2 * n, rng)]
         genomes = archive.genomes
         idx_a, idx_b = parents[:n], parents[n:]
+        if self._half is not None:   # float32 copies of the parents used (mpievo.evo.half)
+            genomes, idx_a, idx_b = self._half.parents(genomes, idx_a, idx_b)
         if self.step_adaptation == "self":
             steps = ops.self_adapt_steps(self.sigma, n, rng, tau=self.tau)
         else:
             steps = np.full(n, self.sigma)
-        out = self._children
+        out = self._work()
         if self.crossover_name == "interpolate":
             _, counts = self.ops.breed(genomes, idx_a, idx_b, rng, self.lower, self.upper, out,
                                   omega=self.omega, rate=self.rate, steps=steps,
@@ -266,7 +287,7 @@ class GeneticAlgorithm:
             counts = self.ops.gaussian_mutation(out, rng, self.lower, self.upper, rate=self.rate,
                                            steps=steps, scale=self.scale, bounds=self.bounds)
         self._steps, self._counts = steps, counts
-        return out
+        return self._rounded(out)
 
     def tell(self, genomes: np.ndarray, fitness: np.ndarray) -> None:
         """Adapt ``sigma`` and watch for stagnation (call before the children enter the archive)."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import device
+from ..half import genome_dtype
 from ..problems import Problem
 from ..base_models import BaseModels, checksum
 from .delta import DeltaProblem
@@ -32,7 +33,7 @@ SHARED_SETTINGS = ("genome", "materialize_budget", "recipe_terms", "dtype")
 def row_dtype(problem: Problem, dtype) -> np.dtype:
     """The dtype of the rows islands keep for ``problem``: its encoding's (seeded recipes:
     float64), else the engine's genome ``dtype``."""
-    return np.dtype(getattr(problem, "row_dtype", dtype))
+    return genome_dtype(getattr(problem, "row_dtype", dtype))
 
 
 def check_encoding(config, algorithm: str | None = None, problem: Problem | None = None) -> None:
@@ -81,7 +82,7 @@ def encode(problem: Problem, config) -> Problem:
     if bases.dim != problem.dim:
         raise ValueError(f"expected base models of {problem.dim} genes for {problem.name!r}, "
                          f"got {bases.dim}")
-    common = dict(dtype=config.dtype, budget=config.materialize_budget)
+    common = dict(dtype=genome_dtype(config.dtype), budget=config.materialize_budget)
     if config.genome == "delta":
         return DeltaProblem(problem, bases, **common)
     from ..algorithms.ga import GENES_PER_CHILD

@@ -8,11 +8,12 @@ genomes; an island starts from the problem's starting genomes
 minus the base (uniform in the box when it has none). A genome is
 ``clip(base + delta, lower, upper)`` in the engine's dtype.
 
-Deltas are dense rows in the engine's dtype: neither sparse nor low-precision. The
-operators do not allow either without changing results: interpolation crossover
+Deltas are dense rows in the engine's dtype, never sparse: interpolation crossover
 ``omega*a + (1-omega)*b`` of two sparse deltas is their union (sparsity is lost within
-a few generations), and the operators compute in the rows' dtype, so float16 deltas
-would round every child. What ``delta`` saves is the base: one copy per node instead
+a few generations). Half-precision deltas (``engine.dtype`` bfloat16 or float16, see
+:mod:`mpievo.evo.half`) breed in float32 and round once per child; their genome is
+``float32(base) + float32(delta)`` rounded once to the half type, then clipped (the
+bases must be float32). What ``delta`` saves is the base: one copy per node instead
 of one per rank, and checkpoints that hold deltas and the base's checksum. For
 genomes far larger than memory use ``seeded``.
 
@@ -34,7 +35,8 @@ import numpy as np
 from .. import device
 from ..problems import Problem
 from ..base_models import BaseModels
-from ..operators import box_arrays
+from ..half import compute_dtype, is_half
+from ..operators import box_arrays, cast_bound
 from .encoded import EncodedProblem
 
 
@@ -60,6 +62,9 @@ class DeltaProblem(EncodedProblem):
     device_rows = True
 
     def __init__(self, problem: Problem, bases: BaseModels, *, dtype, budget: int):
+        if is_half(dtype) and bases.dtype != np.float32:
+            raise ValueError(f"engine.dtype = {np.dtype(dtype).name!r} with delta genomes: expected float32 "
+                             f"base models (the sum is computed in float32), got {bases.dtype.name}")
         initial = None if problem.initial is None else self._initial_deltas
         row_lower, row_upper = shifted_box(problem, bases.array[0], dtype)
         super().__init__(problem, bases, row_dim=problem.dim, row_lower=row_lower, row_upper=row_upper,
@@ -106,6 +111,7 @@ class DeltaProblem(EncodedProblem):
 
             from mpievo.kernels.cuda import bound_to_device
 
-            self._placed = (self.bases.on_device(row=0), *(bound_to_device(a) for a in self._box),
+            box = (cast_bound(a, compute_dtype(self.dtype)) for a in self._box)   # half: widened
+            self._placed = (self.bases.on_device(row=0), *(bound_to_device(a) for a in box),
                             cuda.device_array((self.block_rows, self.genome_dim), self.dtype))
         return self._placed
