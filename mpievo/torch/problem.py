@@ -144,16 +144,21 @@ class ModelProblem(Problem):
         return None
 
     def _evaluate_batch(self, genomes) -> np.ndarray:
-        """Scores of a batch: each row written into the model, the model evaluated."""
-        rows = genomes.shape[0] if hasattr(genomes, "shape") else len(genomes)
-        values = np.empty(rows)
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            with torch.no_grad():
-                for index in range(rows):
-                    self.flat.write(genomes[index])
-                    values[index] = float(self.score(self.model))
-        finally:
-            self.model.train(was_training)
-        return values
+        return score_each(self.model, self.score, genomes, self.flat.write)
+
+
+def score_each(model: torch.nn.Module, score: Callable, genomes, put: Callable) -> np.ndarray:
+    """``score(model)`` after ``put(genome)`` for each genome of a batch, in eval mode and
+    under ``torch.no_grad()`` (the model's training flag restored after)."""
+    rows = genomes.shape[0] if hasattr(genomes, "shape") else len(genomes)
+    values = np.empty(rows)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            for index in range(rows):
+                put(genomes[index])
+                values[index] = float(score(model))
+    finally:
+        model.train(was_training)
+    return values
