@@ -22,7 +22,7 @@ What is a gene:
 
 All genes must share one device and one dtype (float32, float64, float16 or
 bfloat16). A bfloat16 buffer is seen by numpy as ``ml_dtypes.bfloat16`` (through an
-int16 view: numpy has no bfloat16 of its own), by CUDA consumers as ``<i2`` bits.
+int16 view: numpy has no bfloat16 of its own), by CUDA consumers as ``<u2`` bits.
 """
 
 from __future__ import annotations
@@ -63,13 +63,13 @@ def as_numpy(tensor: torch.Tensor) -> np.ndarray:
 class CudaView:
     """A ``__cuda_array_interface__`` (v3) over a contiguous tensor's memory, for the
     engine's device arrays (Numba, CuPy). torch exports one itself except for
-    bfloat16, which this gives as ``<i2`` bits; ``owner`` keeps the memory alive."""
+    bfloat16, which this gives as ``<u2`` bits (as :mod:`mpievo.comm.devicebuf` views it); ``owner`` keeps the memory alive."""
 
     def __init__(self, tensor: torch.Tensor):
         if not tensor.is_contiguous():
             raise ValueError("expected a contiguous tensor for a device view, got a strided one")
         self.owner = tensor
-        typestr = "<i2" if tensor.dtype == torch.bfloat16 else numpy_dtype(tensor.dtype).str
+        typestr = "<u2" if tensor.dtype == torch.bfloat16 else numpy_dtype(tensor.dtype).str
         self.__cuda_array_interface__ = {"shape": tuple(tensor.shape), "typestr": typestr,
                                          "data": (tensor.data_ptr(), False), "strides": None,
                                          "version": 3, "stream": None}
@@ -194,7 +194,7 @@ class FlatParameters:
         if _is_device_array(genome):
             source = torch.as_tensor(genome, device=self.device).reshape(-1)
             with torch.no_grad():
-                self.flat.copy_(source.view(self.dtype) if source.dtype == torch.int16 else source)
+                self.flat.copy_(source.view(self.dtype) if source.dtype == torch.uint16 else source)
             return
         genome = np.asarray(genome).reshape(-1)
         if self._host is not None:
