@@ -182,16 +182,26 @@ def load_model(path: str | os.PathLike, *, dtype=None, device=None):
     return model if device is None else model.to(device)
 
 
-def hf_bases(paths: Sequence[str | os.PathLike], flat: FlatParameters, *, check: bool = True) -> BaseModels:
+def hf_bases(paths: Sequence[str | os.PathLike], flat: FlatParameters, *, check: bool = True,
+             archive_rows: int = 0, row_itemsize: int = 4, ranks_per_node: int = 1,
+             available: int | None = None) -> BaseModels:
     """The models in ``paths`` as the bases of genomes of ``flat``'s layout (loaded on
     first use, once per node under MPI; each model is loaded, copied into its row, freed).
 
+    With ``check`` (the default) the sources are inspected and the node's memory
+    estimated (:func:`memory_estimate` with ``archive_rows`` rows of ``row_itemsize`` bytes
+    per gene per rank: the archive
+    capacity plus the batch of every island of a rank) before anything is loaded.
+
     Raises:
-        as :func:`inspect_sources` (with ``check``), before anything is loaded.
+        as :func:`inspect_sources` and :func:`check_memory`.
     """
     paths = [Path(p) for p in paths]
     if check:
-        inspect_sources(paths)
+        info = inspect_sources(paths)
+        check_memory(memory_estimate(info.numel, len(paths), archive_rows=archive_rows,
+                                     ranks_per_node=ranks_per_node, bases_itemsize=bases_dtype(flat).itemsize,
+                                     gene_itemsize=flat.flat.element_size(), row_itemsize=row_itemsize), available)
 
     def load(out: np.ndarray) -> None:
         for row, path in zip(out, paths):
