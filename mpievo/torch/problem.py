@@ -126,7 +126,11 @@ class ModelProblem(Problem):
                          initial=start, device=self.flat.device.type == "cuda", bases=sources)
 
     def _largest_weight(self, sources: BaseModels | None) -> float:
-        largest = float(self.flat.flat.abs().max()) if sources is None else float(np.abs(sources.array).max())
+        """max |w| over the sources (or the model), a row at a time: no genome-sized temporary."""
+        if sources is None:
+            largest = max(float(self.flat.flat.max()), -float(self.flat.flat.min()))
+        else:
+            largest = max(max(float(np.max(row)), -float(np.min(row))) for row in sources.array)
         return max(largest, 1e-3)
 
     def _source_genomes(self, rng: np.random.Generator, n: int) -> np.ndarray:
