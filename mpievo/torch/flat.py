@@ -63,7 +63,8 @@ def as_numpy(tensor: torch.Tensor) -> np.ndarray:
 class CudaView:
     """A ``__cuda_array_interface__`` (v3) over a contiguous tensor's memory, for the
     engine's device arrays (Numba, CuPy). torch exports one itself except for
-    bfloat16, which this gives as ``<u2`` bits (as :mod:`mpievo.comm.devicebuf` views it); ``owner`` keeps the memory alive."""
+    bfloat16, which this gives as ``<u2`` bits (as :mod:`mpievo.comm.devicebuf` views
+    it); ``owner`` keeps the memory alive."""
 
     def __init__(self, tensor: torch.Tensor):
         if not tensor.is_contiguous():
@@ -211,3 +212,8 @@ def from_numpy(array: np.ndarray) -> torch.Tensor:
     if array.dtype == numpy_dtype(torch.bfloat16):
         return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
     return torch.from_numpy(array)
+
+
+def as_flat(model, include_frozen: bool = False) -> FlatParameters:
+    """``model``'s FlatParameters (made, or ``model`` itself when it already is one)."""
+    return model if isinstance(model, FlatParameters) else FlatParameters(model, include_frozen=include_frozen)

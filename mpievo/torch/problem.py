@@ -25,7 +25,7 @@ import torch
 
 from ..evo.genomes import BaseModels
 from ..evo.problems import Problem
-from .flat import FlatParameters, as_numpy
+from .flat import FlatParameters, as_flat, as_numpy
 
 
 def _gene_tensors(model: torch.nn.Module, flat: FlatParameters, label: str) -> list[torch.Tensor]:
@@ -91,7 +91,7 @@ class ModelProblem(Problem):
 
     Args:
         model: the model the genomes are written into (re-pointed in place, see
-            :class:`~.flat.FlatParameters`).
+            :class:`~.flat.FlatParameters`), or its FlatParameters.
         evaluate: ``evaluate(model) -> float``, called under ``torch.no_grad()``.
         sources: the source models (in-memory modules of ``model``'s architecture) or
             :class:`BaseModels` (e.g. :func:`mpievo.torch.hf.hf_bases`): the problem's
@@ -108,7 +108,8 @@ class ModelProblem(Problem):
                  include_frozen: bool = False, initial: bool = True, name: str | None = None):
         if not callable(evaluate):
             raise TypeError(f"expected a callable evaluate(model) -> float, got {type(evaluate).__name__}")
-        self.flat = FlatParameters(model, include_frozen=include_frozen)
+        self.flat = as_flat(model, include_frozen)
+        model = self.flat.model
         self.model = model
         self.score = evaluate
         if sources is not None and not isinstance(sources, BaseModels):

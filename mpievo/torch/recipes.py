@@ -27,7 +27,7 @@ import torch
 
 from ..evo.genomes import BaseModels
 from ..evo.problems import Problem
-from .flat import FlatParameters
+from .flat import as_flat
 from .merge import BASED, METHODS, as_tensor, dare_generator, merge_part
 from .problem import model_bases, score_each
 
@@ -124,7 +124,8 @@ class RecipeProblem(Problem):
     """The score of the model a recipe merges (module docstring).
 
     Args:
-        model: the model merged into (its flat buffer is overwritten per evaluation).
+        model: the model merged into (its flat buffer is overwritten per evaluation), or
+            its :class:`~.flat.FlatParameters`.
         evaluate: ``evaluate(model) -> float``, called under ``torch.no_grad()``.
         sources: the models to merge: in-memory modules of ``model``'s architecture, or
             :class:`BaseModels` in ``model``'s flat layout (e.g. :func:`mpievo.torch.hf.hf_bases`).
@@ -146,7 +147,8 @@ class RecipeProblem(Problem):
                  include_frozen: bool = False, name: str | None = None):
         if not callable(evaluate):
             raise TypeError(f"expected a callable evaluate(model) -> float, got {type(evaluate).__name__}")
-        self.flat = FlatParameters(model, include_frozen=include_frozen)
+        self.flat = as_flat(model, include_frozen)
+        model = self.flat.model
         self.model, self.score, self.seed = model, evaluate, int(seed)
         if isinstance(base, torch.nn.Module):
             if isinstance(sources, BaseModels):

@@ -109,3 +109,23 @@ def test_sources_are_checked_against_the_memory_before_loading(sources):
     with pytest.raises(MemoryError, match="expected the merge to fit"):
         hf.hf_bases(sources, flat, archive_rows=16, available=27008 * 4 * (2 + 1 + 16) - 1)
     hf.hf_bases(sources, flat, archive_rows=16, available=27008 * 4 * (2 + 1 + 16))
+
+
+def test_a_recipe_over_hf_sources_saves_the_model_it_evaluated(sources, tmp_path):
+    from mpievo.torch.recipes import RecipeProblem
+
+    ids, seen = tokens(), {}
+
+    def score(model):
+        seen["logits"] = logits(model, ids)
+        return 0.0
+
+    flat = FlatParameters(gpt2(9))
+    problem = RecipeProblem(flat, score, hf.hf_bases(sources, flat), base=0, method="dare", seed=4)
+    assert problem.model is flat.model and problem.space.groups == ["layer 0", "layer 1", "other"]
+    genome = (problem.lower + problem.upper) / 2
+    problem.evaluate(genome[None, :])
+    recipe = problem.space.decode(genome)
+    out = hf.save_merged(flat.model, tmp_path / "best", recipe=recipe, genome=genome)
+    assert torch.equal(logits(hf.load_model(out), ids), seen["logits"])
+    assert json.loads((out / hf.RECIPE_FILE).read_text())["recipe"] == recipe
