@@ -46,7 +46,7 @@ def test_recipe_merge_matches_one_process():
     from mpievo.parallel.world import world_comm
 
     comm = world_comm()
-    make = lambda: RecipeProblem(Small(3), loss, [Small(1), Small(2)], base=Small(0), method="ties",  # noqa: E731
+    make = lambda: RecipeProblem(Small(3), loss, [Small(1), Small(2)], base=Small(0), method="dare",  # noqa: E731
                                  maximize=False)
     parallel, alone = runs(make, {"engine": {"algorithm": "cmaes"}}, comm)
     same = np.array_equal(parallel.x, alone.x) and parallel.fun == alone.fun
