@@ -97,7 +97,9 @@ class ModelProblem(Problem):
             :class:`BaseModels` (e.g. :func:`mpievo.torch.hf.hf_bases`): the problem's
             bases, and every island's starting genomes (cycled; with ``initial=False``
             uniform in the box).
-        lower, upper: the box; default ``±2 max|w|`` over the sources (or the model).
+        lower, upper: the box; default ``±2 max|w|`` over ``model`` and the in-memory
+            sources (BaseModels sources are not read before the run, where they load
+            once per node: pass the box when their weights reach further).
         maximize: larger scores are better (default True).
         include_frozen: see :class:`~.flat.FlatParameters`.
         name: label for messages.
@@ -112,27 +114,20 @@ class ModelProblem(Problem):
         model = self.flat.model
         self.model = model
         self.score = evaluate
-        if sources is not None and not isinstance(sources, BaseModels):
-            sources = model_bases(sources, self.flat)
+        in_memory = [] if sources is None or isinstance(sources, BaseModels) else list(sources)
+        if in_memory:
+            sources = model_bases(in_memory, self.flat)
         if sources is not None and sources.dim != self.flat.dim:
             raise ValueError(f"expected bases of {self.flat.dim} genes for {type(model).__name__}, "
                              f"got {sources.dim} ({sources.reference})")
-        if lower is None or upper is None:
-            reach = 2.0 * self._largest_weight(sources)
+        if lower is None or upper is None:      # from modules in memory: the bases stay unloaded
+            reach = 2.0 * largest_weight([model, *in_memory])
             lower = -reach if lower is None else lower
             upper = reach if upper is None else upper
         start = self._source_genomes if (initial and sources is not None) else None
         super().__init__(self._evaluate_batch, self.flat.dim, lower, upper, maximize=maximize,
                          name=name or getattr(evaluate, "__name__", "model fitness"), batched=True,
                          initial=start, device=self.flat.device.type == "cuda", bases=sources)
-
-    def _largest_weight(self, sources: BaseModels | None) -> float:
-        """max |w| over the sources (or the model), a row at a time: no genome-sized temporary."""
-        if sources is None:
-            largest = max(float(self.flat.flat.max()), -float(self.flat.flat.min()))
-        else:
-            largest = max(max(float(np.max(row)), -float(np.min(row))) for row in sources.array)
-        return max(largest, 1e-3)
 
     def _source_genomes(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """Generation 0: the sources, cycled from a random one (no genome is drawn)."""
@@ -150,6 +145,15 @@ class ModelProblem(Problem):
 
     def _evaluate_batch(self, genomes) -> np.ndarray:
         return score_each(self.model, self.score, genomes, self.flat.write)
+
+
+def largest_weight(models) -> float:
+    """max |w| over the parameters of ``models``, a tensor at a time (at least 1e-3)."""
+    largest = 1e-3
+    for model in models:
+        for param in model.parameters():
+            largest = max(largest, float(param.detach().max()), -float(param.detach().min()))
+    return largest
 
 
 def score_each(model: torch.nn.Module, score: Callable, genomes, put: Callable) -> np.ndarray:

@@ -36,6 +36,7 @@ def test_delta_model_merge_matches_one_process():
 
     comm = world_comm()
     make = lambda: ModelProblem(Small(3), loss, sources=[Small(1), Small(2)], maximize=False)  # noqa: E731
+    assert not make().bases.attached        # building the problem loads no source: the job does, per node
     parallel, alone = runs(make, {"engine": {"genome": "delta"}}, comm)
     same = np.array_equal(parallel.x, alone.x) and parallel.fun == alone.fun
     all_ranks_agree(_mpi(), same, f"{parallel.fun} vs {alone.fun}")
