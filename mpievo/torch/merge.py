@@ -32,6 +32,8 @@ numpy or torch; e.g. ``BaseModels.array``), tensor by tensor.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import torch
 
@@ -132,8 +134,6 @@ def as_tensor(genomes, device=None) -> torch.Tensor:
         tensor = genomes
     else:
         array = np.asarray(genomes)
-        import warnings
-
         with warnings.catch_warnings():     # read-only shared bases: we never write them
             warnings.simplefilter("ignore", UserWarning)
             tensor = from_numpy(np.ascontiguousarray(array))
