@@ -45,7 +45,7 @@ class MinimizeResult:
         x: the best genome found (the islands' dtype, float32 by default).
         fun: its fitness, in the problem's sense.
         evaluations: fitness evaluations over all islands.
-        generations: generations of the run (rounds; see :mod:`mpievo.parallel.budget`).
+        generations: generations of the run (rounds; see :mod:`mpievo.rules.budget`).
         stop_reason: "budget", "target" or "generations": what ended the run.
         best_island: the island that holds ``x``.
         islands: one dict per island: island, best_fitness, evaluations, steps (its

@@ -5,7 +5,7 @@ fields are declared with :func:`setting` (default, :class:`Check`, one-line doc)
 Constructing it checks every field and raises one :class:`ConfigError` listing every
 problem as ``"table.key: expected X, got Y"``; :meth:`Settings.from_dict` also names
 unknown keys. The job config (:mod:`mpievo.config`) and the engine settings
-(:class:`mpievo.evo.config.EngineConfig`) are such tables.
+(:class:`mpievo.evo.engine_config.EngineConfig`) are such tables.
 
 Standard library only: importing it loads neither numpy nor MPI.
 """
@@ -140,6 +140,30 @@ def choice(options: Iterable[str] | Callable[[], Iterable[str]], *, extra: str =
 
     check = Check(lambda: f"one of {names()}{extra}", accept)
     return check
+
+
+def list_of(inner: Check) -> Check:
+    """A non-empty list or tuple whose every item ``inner`` accepts, as a tuple."""
+
+    def accept(value):
+        if not isinstance(value, (list, tuple)) or not value:
+            check.reject(value)
+        items = []
+        for k, item in enumerate(value):
+            try:
+                items.append(inner(item))
+            except Invalid as err:
+                raise Invalid(str(err), f"[{k}]{err.at}") from None
+        return tuple(items)
+
+    check = Check(lambda: f"a non-empty list, each {inner.expected}", accept)
+    return check
+
+
+def empty_or_list_of(inner: Check) -> Check:
+    """A list or tuple (empty allowed) whose every item ``inner`` accepts, as a tuple."""
+    nonempty = list_of(inner)
+    return Check(lambda: f"a list, each {inner.expected}", lambda v: () if v in ((), []) else nonempty(v))
 
 
 def optional(inner: Check) -> Check:

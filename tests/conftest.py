@@ -26,6 +26,24 @@ settings.register_profile(
 settings.load_profile("mpi")
 
 
+def pytest_configure(config):
+    import progress   # tests/ is on sys.path: this conftest lives there
+
+    progress.register(config)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Heavy tests (``@pytest.mark.heavy``: real calibrations, minutes) run only in their own
+    budgeted stage, ``MPIEVO_TEST_HEAVY=1``; there they run alone."""
+    heavy = os.environ.get("MPIEVO_TEST_HEAVY") == "1"
+    keep, drop = [], []
+    for item in items:
+        (keep if (item.get_closest_marker("heavy") is not None) == heavy else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
 @pytest.fixture
 def world():
     """The mpi4py world communicator (initialises MPI on first use)."""

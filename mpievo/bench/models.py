@@ -154,7 +154,7 @@ def measure_scale(options) -> None:
         if comm.size > 1:     # a sleeping barrier: MPI's spins and would steal rank 0's core
             from mpi4py import MPI
 
-            from mpievo.parallel.bench import sleep_until_all_arrive
+            from mpievo.plan.workloads import sleep_until_all_arrive
 
             sleep_until_all_arrive(MPI.COMM_WORLD)
 

@@ -1,11 +1,11 @@
 """``mpievo plan``: the parallel schemes' cost model (no MPI in this process).
 
-    mpievo plan --calibrate [--dims 1e2,1e5,1e7] [--out cal.json]   measure the constants here (< 30 s)
+    mpievo plan --calibrate [--dims 1e2,1e5,1e7] [--out cal.json]   measure the constants here (3-4 minutes)
     mpievo plan --constants cal.json --ranks 4 ...    each scheme's bytes and time per generation
     mpievo plan --scenario design [--inter-node-gbps 25]   the design study's table recomputed
 
-Bytes come from :mod:`mpievo.parallel.plan` (exact for GA runs: every message the schemes
-send), time from :mod:`mpievo.parallel.plan_time` with the calibrated constants.
+Bytes come from :mod:`mpievo.plan.traffic` (exact for GA runs: every message the schemes
+send), time from :mod:`mpievo.plan.timing` with the calibrated constants.
 """
 
 from __future__ import annotations
@@ -21,11 +21,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--calibrate", action="store_true",
                         help="measure the model's constants on this machine (engine per child at --dims, "
                              "link latency and bandwidth by a 2-rank ping-pong, the run loop's fixed costs "
-                             "per scheme from short real runs) and print them as JSON")
+                             "per scheme from short real runs) and print them as JSON; 3-4 minutes at the "
+                             "default dims on an idle 2-core machine")
     parser.add_argument("--out", default=None, help="with --calibrate: also write the JSON here")
     parser.add_argument("--dims", type=_dims, default=None,
                         help="with --calibrate: genome sizes to measure the engine at (default 1e2,1e5,1e7; "
                              "the model interpolates between them in log space)")
+    parser.add_argument("--calibrate-ranks", type=_ranks, default=None,
+                        help="with --calibrate: rank counts to measure the schemes' loop costs at "
+                             "(default 1,2,4; 1 and 2 are always measured)")
     parser.add_argument("--constants", default=None,
                         help="a --calibrate JSON file (the intra-node link and the engine costs)")
     parser.add_argument("--scenario", choices=("design",), default=None,
@@ -52,9 +56,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     if args.calibrate:
-        from mpievo.parallel.plan_calibrate import calibrate, write
+        from mpievo.plan.calibrate import calibrate, write
 
-        result = calibrate(args.dims) if args.dims else calibrate()
+        kwargs = {name: value for name, value in (("dims", args.dims), ("ranks", args.calibrate_ranks))
+                  if value is not None}
+        result = calibrate(**kwargs)
         print(json.dumps(result, indent=1))
         if args.out:
             write(args.out, result)
@@ -80,9 +86,20 @@ def _dims(text: str) -> tuple[int, ...]:
     return dims
 
 
+def _ranks(text: str) -> tuple[int, ...]:
+    """'1,2,4' -> (1, 2, 4)."""
+    try:
+        ranks = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected rank counts such as 1,2,4, got {text!r}") from None
+    if min(ranks) < 1:
+        raise argparse.ArgumentTypeError(f"expected rank counts >= 1, got {text!r}")
+    return ranks
+
+
 def _scenario(args) -> str:
-    from mpievo.parallel.plan_scenario import Scenario, format_scenario
-    from mpievo.parallel.plan_time import Constants, Link
+    from mpievo.plan.scenario import Scenario, format_scenario
+    from mpievo.plan.timing import Constants, Link
 
     intra = Scenario().intra
     if args.constants:
@@ -94,8 +111,8 @@ def _scenario(args) -> str:
 
 
 def _layouts(args) -> str:
-    from mpievo.parallel.plan import SCHEMES, Layout, traffic
-    from mpievo.parallel.plan_time import Constants, Cost, Link, predict_seconds
+    from mpievo.plan.traffic import SCHEMES, Layout, traffic
+    from mpievo.plan.timing import Constants, Cost, Link, predict_seconds
 
     inter = Link(args.inter_node_latency_us * 1e-6, args.inter_node_gbps * 1e9 / 8)
     constants = Constants.load(args.constants, inter)

@@ -85,7 +85,7 @@ def _departures_note() -> str:
     """The keys the embedded job sets away from the defaults (one set for the library,
     ``mpievo.minimize`` and jobs; the embedded job is tuned for its own problem)."""
     from ..config import MigrationConfig, ProblemConfig, RunConfig, load_config
-    from ..evo.config import EngineConfig
+    from ..evo.engine_config import EngineConfig
 
     parsed, _ = load_config(None)
     tables = {"run": RunConfig, "problem": ProblemConfig, "migration": MigrationConfig, "engine": EngineConfig}
@@ -253,8 +253,8 @@ def _run(comm, args, stop) -> int:
 def _execute(comm, args, prepared, out: Path, stack: contextlib.ExitStack, stop) -> int:
     from ..faults import EXIT_CHECKPOINTED_REQUEUE
     from ..io import Checkpointer
-    from ..parallel.budget import plan
-    from ..parallel.gpu import bind_device
+    from ..rules.budget import plan
+    from ..parallel.device_binding import bind_device
     from ..parallel.job import run_job
     from ..parallel.output import NonfiniteWarner, OutputWriter, ProgressReporter
     from ..parallel.threads import limit_blas_threads

@@ -10,7 +10,7 @@ The parallel layer drives islands through this API only::
             out = island.emigrants(k, "best", stream(seed, index, g, "emigrate"))
             ... send out.genomes/fitness/ids/origins/births, receive theirs ...
             island.immigrate(*received, policy="better")
-    state = island.state_dict()               # numpy arrays and plain scalars only
+    state = island.state_dict()               # a tree of numpy arrays and plain scalars
 
 Budgets: ``island.step(g, limit=k)`` evaluates at most ``k`` children (the last,
 partial batch of an evaluation budget); :func:`initial_population` and
@@ -23,7 +23,7 @@ settings and the order of calls on each island, never on ranks or timing; after
 ``load_state_dict`` an island continues exactly as it would have.
 
 Migration: :meth:`Island.emigrants` picks members and :meth:`Island.immigrate`
-takes foreign genomes in, both under the policies of :mod:`.migration`
+takes foreign genomes in, both under the policies of :mod:`.migration_policy`
 (selection ``best``/``random``, replacement ``worst``/``better``/``fair``, optionally
 elite-unique). Migrants keep their ids, births and origin island.
 """
@@ -32,13 +32,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kernels import operators as kernels
+from mpievo.kernels import operators as kernels
 from .algorithms.base import make_algorithm
 from .algorithms.cmaes_core import default_popsize
 from . import device, genomes
 from .archive import Archive, make_ids, sanitize_fitness
-from .config import EngineConfig
-from .migration import Migrants, admit, choose_emigrants
+from .engine_config import EngineConfig
+from .migration_policy import Migrants, admit, choose_emigrants
 from .operators import box_arrays
 from .problems import Problem, check_fitness, make_problem
 from .streams import stream
@@ -337,7 +337,7 @@ class Island:
 
         Args:
             k: number of emigrants.
-            policy: selection policy (:data:`~.migration.SELECTION_POLICIES`): ``best``
+            policy: selection policy (:data:`~.migration_policy.SELECTION_POLICIES`): ``best``
                 (the k best, best first) or ``random`` (k distinct members).
             rng: required by ``random`` (e.g. ``stream(seed, index, g, "emigrate")``).
             exclude: the receiver's :meth:`member_hashes`; members with one of these
@@ -356,7 +356,7 @@ class Island:
             fitness: (k,) minimised fitness as computed on their origin island.
             ids, origins: (k,) int64 (origins may be one int for all).
             births: (k,) generations of birth; default: this island's generation.
-            policy: replacement policy (:data:`~.migration.REPLACEMENT_POLICIES`):
+            policy: replacement policy (:data:`~.migration_policy.REPLACEMENT_POLICIES`):
                 ``worst`` (evict the worst members unconditionally), ``better`` (enter
                 only when better than the worst member) or ``fair`` (like ``better``,
                 for at most ``max_replace`` immigrants, the best).
@@ -404,27 +404,28 @@ class Island:
 
     # --- checkpoint --------------------------------------------------------------
     def state_dict(self, copy: bool = True) -> dict:
-        """Flat dict of numpy arrays and plain ints/floats/strs/bools ("group/name" keys).
+        """The island's state tree: nested dicts of numpy arrays and plain ints/floats/strs/bools,
+        the shape a checkpoint stores (:mod:`mpievo.io`) and :meth:`load_state_dict` takes.
 
-        Holds the archive, the algorithm's state and the counters; random generator
-        state is not needed (streams are keyed by generation). ``copy=False``: the
-        archive's genomes as a read-only view (see :meth:`Archive.state_dict`), for a
-        checkpoint written before the island steps again.
+        ``{"format", "island": {index, seed, dim, next_id, counters, stalled},
+        "algorithm": {"name", "state"}, "genome": the encoding's metadata (encoded genomes
+        only), "archive"}``. Holds the archive, the algorithm's state and the counters;
+        random generator state is not needed (streams are keyed by generation).
+        ``copy=False``: the archive's genomes as a read-only view (see
+        :meth:`Archive.state_dict`), for a checkpoint written before the island steps again.
         """
         if self._pending is not None:
             raise RuntimeError(f"island {self.index}: expected no pending ask() when saving, got one")
         state = {
             "format": STATE_FORMAT,
-            "island/index": self.index, "island/seed": self.seed, "island/dim": self.problem.dim,
-            "island/next_id": self._next_id, "algorithm/name": str(self.algorithm.name),
+            "island": {"index": self.index, "seed": self.seed, "dim": self.problem.dim,
+                       "next_id": self._next_id, **self.counters(), "stalled": self.stalled},
+            "algorithm": {"name": str(self.algorithm.name), "state": self.algorithm.state_dict()},
         }
-        state.update({f"island/{k}": v for k, v in self.counters().items()})
-        state["island/stalled"] = self.stalled
         encoded = genomes.encoding_of(self.problem)
         if encoded is not None:
-            state.update(encoded.metadata())
-        state.update({f"archive/{k}": v for k, v in self.archive.state_dict(copy).items()})
-        state.update({f"algorithm/state/{k}": v for k, v in self.algorithm.state_dict().items()})
+            state["genome"] = encoded.metadata()
+        state["archive"] = self.archive.state_dict(copy)
         return state
 
     def load_state_dict(self, state: dict) -> None:
@@ -433,29 +434,27 @@ class Island:
         Raises:
             ValueError: the state belongs to another index/seed/dim/algorithm or format.
         """
-        def expect(key, value):
-            got = state.get(key)
-            got = got.item() if isinstance(got, np.ndarray) else got
-            if isinstance(got, bytes):
-                got = got.decode()
+        island, algorithm = state.get("island", {}), state.get("algorithm", {})
+
+        def expect(key, got, value):
             if got != value:
                 raise ValueError(f"expected {key} = {value!r} in the island state, got {got!r}")
-        expect("format", STATE_FORMAT)
+        expect("format", state.get("format"), STATE_FORMAT)
         encoded = genomes.encoding_of(self.problem)
-        if encoded is not None or "genome/encoding" in state:     # dense states may lack it
-            expect("genome/encoding", "dense" if encoded is None else encoded.genome)
+        genome = state.get("genome", {})
+        if encoded is not None or "encoding" in genome:     # dense states may lack it
+            expect("genome/encoding", genome.get("encoding"), "dense" if encoded is None else encoded.genome)
         if encoded is not None:
-            encoded.check_metadata(state)
-        expect("island/index", self.index)
-        expect("island/seed", self.seed)
-        expect("island/dim", self.problem.dim)
-        expect("algorithm/name", str(self.algorithm.name))
-        self.archive.load_state_dict({k[len("archive/"):]: v for k, v in state.items() if k.startswith("archive/")})
+            encoded.check_metadata(genome)
+        expect("island/index", island.get("index"), self.index)
+        expect("island/seed", island.get("seed"), self.seed)
+        expect("island/dim", island.get("dim"), self.problem.dim)
+        expect("algorithm/name", algorithm.get("name"), str(self.algorithm.name))
+        self.archive.load_state_dict(state["archive"])
         self._init_algorithm()
-        prefix = "algorithm/state/"
-        self.algorithm.load_state_dict({k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)})
+        self.algorithm.load_state_dict(algorithm["state"])
         for key in ("generation", "evaluations", "nonfinite", "children_accepted", "immigrants_accepted"):
-            setattr(self, key, int(state[f"island/{key}"]))
-        self._next_id = int(state["island/next_id"])
-        self.stalled = int(state.get("island/stalled", 0))    # states from before the count: 0
+            setattr(self, key, int(island[key]))
+        self._next_id = int(island["next_id"])
+        self.stalled = int(island.get("stalled", 0))    # states from before the count: 0
         self._pending = None

@@ -9,7 +9,7 @@ merged model written back as one.
 * :func:`load_model` loads one directory with ``transformers`` (``local_files_only``:
   nothing is downloaded).
 * :func:`hf_bases` makes the sources the bases of genomes in a model's flat layout,
-  loaded when first used: once per node under MPI (:mod:`mpievo.parallel.bases`).
+  loaded when first used: once per node under MPI (:mod:`mpievo.parallel.shared_bases`).
 * :func:`save_merged` writes a model with ``save_pretrained`` (``from_pretrained``
   loads it) and, beside it, ``mpievo_merge.json``: the recipe or genome that made it.
 

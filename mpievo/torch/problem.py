@@ -5,7 +5,7 @@
 (one copy) and the model is run under ``torch.no_grad()`` in eval mode. The source
 models are the problem's bases (:func:`model_bases`), so ``engine.genome = "delta"``
 works as for any problem (under MPI the bases are loaded once per node into shared
-memory by :mod:`mpievo.parallel.bases`); a delta genome is materialised as
+memory by :mod:`mpievo.parallel.shared_bases`); a delta genome is materialised as
 ``base + delta`` straight into the flat buffer (:meth:`ModelProblem.genome_block`), with
 no block of the encoding's own and no copy after.
 
