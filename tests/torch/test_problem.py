@@ -12,7 +12,7 @@ from torch_models import Small  # noqa: E402
 
 import mpievo  # noqa: E402
 from mpievo.evo.genomes import encode  # noqa: E402
-from mpievo.evo.config import EngineConfig  # noqa: E402
+from mpievo.evo.engine_config import EngineConfig  # noqa: E402
 from mpievo.torch.problem import ModelProblem  # noqa: E402
 
 X = torch.randn(32, 4, generator=torch.Generator().manual_seed(3))
