@@ -9,4 +9,5 @@
 * :mod:`.bbob`, :mod:`.bbob_report` -- jobs on COCO's BBOB suite.
 * :mod:`.genomes` (with ``genomes_*`` and :mod:`.merge_distance`, its fitness on a GPU) --
   dense, delta and seeded genomes.
+* :mod:`.models` -- models as genomes (``mpievo bench models``; needs the ``torch`` extra).
 """

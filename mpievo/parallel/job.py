@@ -122,7 +122,8 @@ def run_job(job, comm, *, reporters: Sequence[Reporter] = (), checkpointer: Any 
     """
     with contextlib.ExitStack() as stack:
         problem = build_problem(job.problem, stack)
-        if job.engines[0].genome != "dense" and problem.bases is not None and not problem.bases.attached:
+        # the bases of any encoding, and of dense problems that read them (merge recipes)
+        if problem.bases is not None and not problem.bases.attached:
             stack.callback(share_bases(comm, problem.bases))    # one copy per node, freed at the end
             stack.callback(problem.bases.detach)                # (callbacks run last-in first-out)
         problem = job_problem(job, problem)       # build_scheme takes it as it is

@@ -80,7 +80,11 @@ class DeltaProblem(EncodedProblem):
 
     def _initial_deltas(self, rng: np.random.Generator, n: int) -> np.ndarray:
         genomes = self.inner._check_initial(self.inner.initial(rng, n), n)
-        return genomes.astype(np.float64) - self.bases.array[0]
+        base = self.bases.array[0].astype(np.float64)
+        deltas = np.empty(genomes.shape, self.row_dtype)
+        for row, genome in zip(deltas, genomes):    # in float64 a row at a time: no (n, dim) float64
+            row[...] = genome - base
+        return deltas
 
     def materialize_into(self, rows: np.ndarray, out: np.ndarray) -> None:
         np.add(self.bases.array[0], rows, out=out, casting="unsafe")

@@ -64,6 +64,13 @@ class EncodedProblem(Problem):
         self.block_rows = max(1, fit // 2)
         self.cache_rows = fit - self.block_rows
         self._block = None
+        # a problem that owns the memory its genomes must end up in (a model's flat
+        # parameters, mpievo.torch) lends it as the block: materialising writes there
+        # directly, with no block of our own and no copy after
+        lend = getattr(inner, "genome_block", None)
+        lent = lend(self.dtype) if lend is not None else None
+        if lent is not None:
+            self._block, self.block_rows = lent, lent.shape[0]
         self._cache: OrderedDict[bytes, np.ndarray] = OrderedDict()
         # wrappers that copy a problem's __dict__ (a group's or a replica's view of it)
         # keep pointing here: see encoding_of

@@ -1,0 +1,192 @@
+"""``mpievo bench models``: models as genomes, measured (printed ratios, never asserted).
+
+Three measurements on a GPT-2 built from a config (no download; ``--layers``,
+``--width`` set its size):
+
+* ``copy``: writing a child into the model's flat buffer (dense: one copy; delta:
+  ``base + delta`` materialised in place) against a plain memcpy of the same bytes
+  between two preallocated arrays (target >= 0.5x), and the bytes Python allocated
+  while writing (tracemalloc; target: far below one genome). On a GPU (``--device
+  cuda``), a device child into the buffer against a device-to-device copy.
+* ``memory``: a delta-genome run's peak RSS growth on this rank against the estimate
+  sources + archive (capacity + batch rows per island) + one model (target within 10 %).
+* ``scale``: evaluations/s of the same job (islands and budget fixed) on all the
+  launched ranks against rank 0 alone, the fitness a forward pass that dominates (target
+  >= 1.8x at 2 ranks). Run it under ``mpievo launch -n 2 -- python -m mpievo.bench.models
+  scale``; one process measures only itself.
+
+Example: ``python -m mpievo.bench.models copy --layers 8 --width 256``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import time
+import tracemalloc
+
+import numpy as np
+
+#: repetitions of each timed copy (the fastest counts)
+REPEATS = 7
+
+
+def build_model(layers: int, width: int, seed: int = 0, device: str = "cpu"):
+    """A GPT-2 of ``layers`` blocks of ``width`` (vocabulary 256, 64 positions), eval mode."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(seed)
+    config = GPT2Config(n_layer=layers, n_embd=width, n_head=max(1, width // 64), vocab_size=256,
+                        n_positions=64, bos_token_id=0, eos_token_id=0)
+    return GPT2LMHeadModel(config).eval().to(device)
+
+
+def fastest(*actions, repeats: int = REPEATS) -> list[float]:
+    """The fastest of ``repeats`` timed calls of each action (seconds), the actions taking
+    turns so that a busy moment of a shared machine hits them alike."""
+    best = [float("inf")] * len(actions)
+    for _ in range(repeats):
+        for index, action in enumerate(actions):
+            start = time.perf_counter()
+            action()
+            best[index] = min(best[index], time.perf_counter() - start)
+    return best
+
+
+def measure_copy(options) -> None:
+    import torch
+
+    from mpievo.torch import FlatParameters
+
+    flat = FlatParameters(build_model(options.layers, options.width, device=options.device))
+    rng = np.random.default_rng(0)
+    child = rng.standard_normal(flat.dim).astype(np.float32)
+    base = rng.standard_normal(flat.dim).astype(np.float32)
+    print(f"model: {flat.dim:,} genes ({flat.nbytes / 2**20:.1f} MiB {flat.dtype}) on {flat.device}")
+    if flat.device.type == "cuda":
+        source = torch.as_tensor(child, device=flat.device)
+        other = torch.empty_like(source)
+        sync = torch.cuda.synchronize
+        copy, write = fastest(lambda: (other.copy_(source), sync()), lambda: (flat.write(source), sync()))
+        print(f"device child -> flat buffer {write * 1e3:.3f} ms, device copy {copy * 1e3:.3f} ms: "
+              f"{copy / write:.2f}x a device copy (target >= 0.5x)")
+        return
+    target = np.zeros_like(child)       # touched: no first-write page faults in the timing
+    view = flat.genome()
+    copy, dense, delta = fastest(lambda: np.copyto(target, child), lambda: flat.write(child),
+                                 lambda: np.add(base, child, out=view))
+    tracemalloc.start()
+    flat.write(child)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    print(f"memcpy {copy * 1e3:.2f} ms ({flat.nbytes / copy / 1e9:.1f} GB/s)")
+    print(f"dense child -> flat buffer {dense * 1e3:.2f} ms: {copy / dense:.2f}x memcpy (target >= 0.5x)")
+    print(f"delta base+delta -> flat buffer {delta * 1e3:.2f} ms: {copy / delta:.2f}x memcpy "
+          "(reads two genomes, writes one)")
+    print(f"allocated while writing a child: {peak} B ({peak / flat.nbytes:.2e} of a genome)")
+
+
+def _rss_bytes() -> int:
+    """Peak resident set of this process so far (Linux: KiB in ru_maxrss)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def measure_memory(options) -> None:
+    import torch
+
+    import mpievo
+    from mpievo.parallel.world import world_comm
+    from mpievo.torch.problem import ModelProblem
+
+    comm = world_comm()
+    torch.set_num_threads(1)
+    sources = [build_model(options.layers, options.width, seed) for seed in (1, 2)]
+    ids = torch.randint(0, 256, (1, 16), generator=torch.Generator().manual_seed(0))
+    model = build_model(options.layers, options.width, 3)
+    islands, capacity, batch = comm.size, options.capacity, options.batch
+    config = {"engine": {"genome": "delta", "capacity": capacity, "batch_size": batch}}
+    warm = ModelProblem(build_model(1, 32, 4), lambda m: 0.0, sources=[build_model(1, 32, 5)])
+    mpievo.minimize(warm, budget=2 * comm.size * (capacity + batch), islands=comm.size, seed=1,
+                    config=config, comm=comm)     # compiles the kernels: not the model's memory
+    start = _rss_bytes()
+    problem = ModelProblem(model, lambda m: float(m(ids).logits[0, -1, 0]), sources=sources)
+    mpievo.minimize(problem, budget=islands * (capacity + 2 * batch), islands=islands, seed=1,
+                    config=config, comm=comm)
+    grown = _rss_bytes() - start
+    genome = problem.flat.nbytes
+    # growth from the peak after a warm-up run: the sources once per node (every rank
+    # maps and reads them), the archive and a batch per island on this rank; the child
+    # is the model's flat buffer, made when the problem re-points the model (its old
+    # storage freed: no growth)
+    estimate = (len(sources) + capacity + batch) * genome
+    # what the engine also holds at its peak (measured with tracemalloc): generation 0's
+    # population beside the archive until it enters it, and the delta row box (2 rows)
+    engine = estimate + (capacity + 2) * genome
+    print(f"rank {comm.rank}: peak RSS growth {grown / 2**20:.1f} MiB; estimate {estimate / 2**20:.1f} MiB "
+          f"(2 sources + {capacity} archive + {batch} batch rows of {genome / 2**20:.2f} MiB): "
+          f"{grown / estimate:.2f}x (target within 10 %); with generation 0 beside the archive and the "
+          f"row box {engine / 2**20:.1f} MiB: {grown / engine:.2f}x")
+
+
+def measure_scale(options) -> None:
+    import torch
+
+    import mpievo
+    from mpievo.comm import SelfComm
+    from mpievo.parallel.world import world_comm
+    from mpievo.torch.problem import ModelProblem
+
+    torch.set_num_threads(1)
+    comm = world_comm()
+    ids = torch.randint(0, 256, (options.tokens_batch, 64), generator=torch.Generator().manual_seed(0))
+    sources = [build_model(options.layers, options.width, seed) for seed in (1, 2)]
+
+    def run(on, evaluations):
+        problem = ModelProblem(build_model(options.layers, options.width, 3),
+                               lambda m: float(m(ids).logits.mean()), sources=sources)
+        start = time.perf_counter()
+        result = mpievo.minimize(problem, budget=evaluations, islands=2, seed=1,
+                                 config={"engine": {"capacity": 8, "batch_size": 4}}, comm=on)
+        return result.evaluations / (time.perf_counter() - start)
+
+    def barrier():
+        if comm.size > 1:     # a sleeping barrier: MPI's spins and would steal rank 0's core
+            from mpi4py import MPI
+
+            from mpievo.plan.workloads import sleep_until_all_arrive
+
+            sleep_until_all_arrive(MPI.COMM_WORLD)
+
+    run(SelfComm(), 24)                       # every rank compiles its kernels first
+    barrier()
+    alone = run(SelfComm(), options.evaluations) if comm.rank == 0 else None
+    barrier()
+    together = run(comm, options.evaluations)
+    if comm.rank == 0:
+        print(f"evaluations/s ({options.evaluations} evaluations, 2 islands): 1 rank {alone:.1f}, "
+              f"{comm.size} ranks {together:.1f}: {together / alone:.2f}x (target >= 1.8x at 2 ranks)")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="mpievo bench models", description=__doc__.split("\n")[0])
+    parser.add_argument("part", choices=("copy", "memory", "scale"))
+    parser.add_argument("--layers", type=int, default=None, help="GPT-2 blocks (default: copy, memory 8; scale 2)")
+    parser.add_argument("--width", type=int, default=None,
+                        help="GPT-2 embedding width (default: copy, memory 256; scale 64)")
+    parser.add_argument("--device", default="cpu", help="copy: cpu or cuda")
+    parser.add_argument("--capacity", type=int, default=8, help="memory: archive capacity")
+    parser.add_argument("--batch", type=int, default=4, help="memory: GA batch")
+    parser.add_argument("--evaluations", type=int, default=96, help="scale: evaluations per run")
+    parser.add_argument("--tokens-batch", type=int, default=32,
+                        help="scale: sequences of 64 tokens per forward pass (the evaluation's cost)")
+    options = parser.parse_args(argv)
+    small = options.part == "scale"        # scale: a small genome, an evaluation that dominates
+    options.layers = options.layers or (2 if small else 8)
+    options.width = options.width or (64 if small else 256)
+    {"copy": measure_copy, "memory": measure_memory, "scale": measure_scale}[options.part](options)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,219 @@
+"""A model is a genome, without copies: :class:`FlatParameters`.
+
+The module's parameters are laid out in one flat buffer (FSDP's flat-parameter layout)
+and each parameter's ``.data`` is re-pointed to a view of it, on the model's device and
+in its dtype. The buffer *is* the genome: the engine reads it without a copy
+(:meth:`FlatParameters.genome`: a numpy view of a CPU buffer; an object with a
+``__cuda_array_interface__`` over a CUDA one), and writing a child into the model is
+one copy into the buffer (:meth:`FlatParameters.write`), no genome-sized allocation.
+
+What is a gene:
+
+* every parameter with ``requires_grad`` (by default), in ``named_parameters`` order;
+* tied weights (one ``Parameter`` reachable under two names, e.g. GPT-2's ``wte`` and
+  ``lm_head``) are stored once, under their first name; :attr:`FlatParameters.aliases`
+  lists the others. Re-pointing ``.data`` keeps the ``Parameter`` objects, so ties,
+  hooks and optimiser references survive;
+* frozen parameters (``requires_grad=False``) are excluded by default: they keep
+  their own storage and values, as a fine-tune that froze them means. Pass
+  ``include_frozen=True`` to make them genes too;
+* buffers (batch-norm statistics, causal masks, rotary tables) are never genes: they
+  stay the model's own.
+
+All genes must share one device and one dtype (float32, float64, float16 or
+bfloat16). A bfloat16 buffer is seen by numpy as ``ml_dtypes.bfloat16`` (through an
+int16 view: numpy has no bfloat16 of its own), by CUDA consumers as ``<u2`` bits.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+#: torch dtypes a flat buffer may have, and how numpy sees them
+GENE_DTYPES = {torch.float32: np.dtype(np.float32), torch.float64: np.dtype(np.float64),
+               torch.float16: np.dtype(np.float16), torch.bfloat16: None}  # None: ml_dtypes.bfloat16
+
+
+def numpy_dtype(dtype: torch.dtype) -> np.dtype:
+    """How numpy sees a buffer of torch ``dtype`` (bfloat16: ``ml_dtypes.bfloat16``).
+
+    Raises:
+        TypeError: a dtype that cannot be a gene.
+    """
+    if dtype not in GENE_DTYPES:
+        raise TypeError(f"expected parameters of dtype float32, float64, float16 or bfloat16, got {dtype}")
+    if dtype == torch.bfloat16:
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return GENE_DTYPES[dtype]
+
+
+def as_numpy(tensor: torch.Tensor) -> np.ndarray:
+    """A numpy view (no copy) of a CPU ``tensor`` of a gene dtype."""
+    if tensor.device.type != "cpu":
+        raise ValueError(f"expected a CPU tensor for a numpy view, got one on {tensor.device}")
+    if tensor.dtype == torch.bfloat16:
+        return tensor.view(torch.int16).numpy().view(numpy_dtype(torch.bfloat16))
+    numpy_dtype(tensor.dtype)
+    return tensor.numpy()
+
+
+class CudaView:
+    """A ``__cuda_array_interface__`` (v3) over a contiguous tensor's memory, for the
+    engine's device arrays (Numba, CuPy). torch exports one itself except for
+    bfloat16, which this gives as ``<u2`` bits (as :mod:`mpievo.comm.devicebuf` views
+    it); ``owner`` keeps the memory alive."""
+
+    def __init__(self, tensor: torch.Tensor):
+        if not tensor.is_contiguous():
+            raise ValueError("expected a contiguous tensor for a device view, got a strided one")
+        self.owner = tensor
+        typestr = "<u2" if tensor.dtype == torch.bfloat16 else numpy_dtype(tensor.dtype).str
+        self.__cuda_array_interface__ = {"shape": tuple(tensor.shape), "typestr": typestr,
+                                         "data": (tensor.data_ptr(), False), "strides": None,
+                                         "version": 3, "stream": None}
+
+
+def _is_device_array(obj) -> bool:
+    return hasattr(obj, "__cuda_array_interface__") or getattr(obj, "__cuda_ndarray__", False)
+
+
+class FlatParameters:
+    """``model``'s genes in one flat buffer, the parameters views into it (module docstring).
+
+    Args:
+        model: a ``torch.nn.Module``; its parameters are re-pointed in place (values kept).
+        include_frozen: also make ``requires_grad=False`` parameters genes.
+
+    Attributes:
+        flat: the 1-D buffer (a tensor on the model's device, in its dtype).
+        names: the genes' parameters, in buffer order (tied weights once).
+        aliases: for a tied parameter, its other names.
+        offsets, shapes: where each of ``names`` lies in ``flat``.
+        dim: genes (``flat.numel()``).
+
+    Raises:
+        ValueError: no parameter to lay out, or parameters on several devices.
+        TypeError: parameters of several dtypes, or of a dtype that cannot be a gene.
+    """
+
+    def __init__(self, model: torch.nn.Module, *, include_frozen: bool = False):
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(f"expected a torch.nn.Module, got {type(model).__name__}")
+        self.model = model
+        self.include_frozen = bool(include_frozen)
+        params, self.names, self.aliases = [], [], {}
+        first_name: dict[int, str] = {}
+        for name, param in model.named_parameters(remove_duplicate=False):
+            if not (param.requires_grad or self.include_frozen):
+                continue
+            if id(param) in first_name:
+                self.aliases.setdefault(first_name[id(param)], []).append(name)
+                continue
+            first_name[id(param)] = name
+            params.append(param)
+            self.names.append(name)
+        if not params:
+            raise ValueError(f"expected a module with at least one {'' if include_frozen else 'trainable '}"
+                             f"parameter, got none in {type(model).__name__}")
+        devices = {p.device for p in params}
+        if len(devices) > 1:
+            raise ValueError(f"expected every gene on one device, got {sorted(map(str, devices))}")
+        dtypes = {p.dtype for p in params}
+        if len(dtypes) > 1:
+            raise TypeError(f"expected every gene of one dtype, got {sorted(map(str, dtypes))} "
+                            "(cast the model first, e.g. model.to(torch.bfloat16))")
+        self.dtype = params[0].dtype
+        numpy_dtype(self.dtype)
+        self.device = params[0].device
+        self.shapes = [tuple(p.shape) for p in params]
+        sizes = [p.numel() for p in params]
+        self.offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        self.dim = int(self.offsets[-1])
+        self.flat = torch.empty(self.dim, dtype=self.dtype, device=self.device)
+        with torch.no_grad():
+            for param, start, size in zip(params, self.offsets, sizes):
+                view = self.flat[start:start + size].view(param.shape)
+                view.copy_(param.data)
+                param.data = view       # same Parameter object: ties and references survive
+        self._params = params
+        self._host = as_numpy(self.flat) if self.device.type == "cpu" else None
+
+    def __repr__(self) -> str:
+        return (f"FlatParameters({type(self.model).__name__}, {len(self.names)} tensors, dim={self.dim}, "
+                f"{self.dtype}, {self.device})")
+
+    @property
+    def numpy_dtype(self) -> np.dtype:
+        """The genes' dtype as numpy sees it."""
+        return numpy_dtype(self.dtype)
+
+    @property
+    def nbytes(self) -> int:
+        return self.dim * self.flat.element_size()
+
+    def segment(self, name: str) -> slice:
+        """Where parameter ``name`` (or a tied alias of it) lies in the genome."""
+        for index, own in enumerate(self.names):
+            if name == own or name in self.aliases.get(own, ()):
+                return slice(int(self.offsets[index]), int(self.offsets[index + 1]))
+        raise KeyError(f"expected the name of a gene parameter, got {name!r} (genes: {self.names[:4]}...)")
+
+    def genome(self):
+        """The buffer as the engine's array, without a copy: a numpy view on the CPU, a
+        :class:`CudaView` on a GPU. Writing to it writes the model's weights."""
+        if self._host is not None:
+            return self._host
+        return CudaView(self.flat)
+
+    def read(self) -> np.ndarray:
+        """A host copy of the genes (the model's current genome)."""
+        if self._host is not None:
+            return self._host.copy()
+        return as_numpy(self.flat.cpu())
+
+    def check_genome(self, genome) -> None:
+        """Raises ValueError for a genome of another length (before anything is written)."""
+        shape = tuple(genome.__cuda_array_interface__["shape"]) if _is_device_array(genome) \
+            else np.shape(genome)
+        if shape not in ((self.dim,), (1, self.dim)):
+            raise ValueError(f"expected a genome of {self.dim} genes for {type(self.model).__name__}, "
+                             f"got shape {shape}")
+
+    def write(self, genome) -> None:
+        """Put ``genome`` into the model: one copy into the buffer, cast to the model's
+        dtype, no genome-sized allocation on the host path (nothing at all when
+        ``genome`` already is the buffer). A device array (``__cuda_array_interface__``)
+        is wrapped by torch without a copy and copied on the device.
+
+        Raises:
+            ValueError: a genome of another length.
+        """
+        self.check_genome(genome)
+        if _is_device_array(genome):
+            source = torch.as_tensor(genome, device=self.device).reshape(-1)
+            with torch.no_grad():
+                self.flat.copy_(source.view(self.dtype) if source.dtype == torch.uint16 else source)
+            return
+        genome = np.asarray(genome).reshape(-1)
+        if self._host is not None:
+            if not np.shares_memory(genome, self._host):
+                np.copyto(self._host, genome, casting="unsafe")
+            return
+        host = np.ascontiguousarray(genome, self.numpy_dtype)
+        with torch.no_grad():       # host genome -> device buffer: one transfer
+            self.flat.copy_(from_numpy(host))
+
+
+def from_numpy(array: np.ndarray) -> torch.Tensor:
+    """A tensor over ``array``'s memory (no copy; ``ml_dtypes.bfloat16`` becomes bfloat16)."""
+    if array.dtype == numpy_dtype(torch.bfloat16):
+        return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(array)
+
+
+def as_flat(model, include_frozen: bool = False) -> FlatParameters:
+    """``model``'s FlatParameters (made, or ``model`` itself when it already is one)."""
+    return model if isinstance(model, FlatParameters) else FlatParameters(model, include_frozen=include_frozen)

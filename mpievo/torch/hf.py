@@ -1,0 +1,235 @@
+"""Hugging Face checkpoints in and out: source models from local directories, the best
+merged model written back as one.
+
+* :func:`inspect_sources` refuses, before anything is loaded or bred, sources that
+  cannot be merged: a missing directory, architectures that differ, tensors whose
+  names or shapes differ (naming the file and the tensor), a dtype the engine does not
+  take (genes are float32, float64, float16 or bfloat16), and (with
+  :func:`check_memory`) models too large for the memory the settings leave.
+* :func:`load_model` loads one directory with ``transformers`` (``local_files_only``:
+  nothing is downloaded).
+* :func:`hf_bases` makes the sources the bases of genomes in a model's flat layout,
+  loaded when first used: once per node under MPI (:mod:`mpievo.parallel.shared_bases`).
+* :func:`save_merged` writes a model with ``save_pretrained`` (``from_pretrained``
+  loads it) and, beside it, ``mpievo_merge.json``: the recipe or genome that made it.
+
+Tensor headers are read from ``*.safetensors`` files (the shapes are checked without
+loading a weight); a directory without them is checked by loading its model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from ..evo.genomes import BaseModels, checksum
+from .flat import FlatParameters
+from .problem import bases_dtype, fill_genome
+
+#: safetensors dtypes a gene may have (the engine's float32/float64, or half types cast once)
+GENE_FILE_DTYPES = {"F32": 4, "F64": 8, "F16": 2, "BF16": 2}
+#: the file written beside a merged model
+RECIPE_FILE = "mpievo_merge.json"
+
+
+@dataclass(frozen=True)
+class SourceInfo:
+    """What :func:`inspect_sources` found: the architecture, ``{tensor: (shape, dtype)}``
+    of the first source (every other agrees), and the parameters' bytes per source."""
+
+    paths: tuple[Path, ...]
+    architecture: str
+    tensors: dict
+    numel: int
+
+
+def _tensor_headers(directory: Path) -> dict[str, tuple[tuple[int, ...], str, Path]] | None:
+    """``{name: (shape, dtype, file)}`` from the directory's safetensors files (None: none)."""
+    files = sorted(directory.glob("*.safetensors"))
+    if not files:
+        return None
+    from safetensors import safe_open
+
+    headers = {}
+    for file in files:
+        with safe_open(str(file), "pt") as handle:
+            for name in handle.keys():
+                part = handle.get_slice(name)
+                headers[name] = (tuple(part.get_shape()), part.get_dtype(), file)
+    return headers
+
+
+def _architecture(directory: Path) -> str:
+    config = directory / "config.json"
+    if not config.is_file():
+        raise FileNotFoundError(f"expected a Hugging Face model directory with config.json, got {directory} "
+                                "without one")
+    data = json.loads(config.read_text())
+    return ",".join(data.get("architectures") or [data.get("model_type", "unknown")])
+
+
+def inspect_sources(paths: Sequence[str | os.PathLike]) -> SourceInfo:
+    """Check that ``paths`` are Hugging Face directories of one architecture with the same
+    tensors (names, shapes) of gene dtypes, reading headers only.
+
+    Raises:
+        FileNotFoundError: a missing directory or config.json.
+        ValueError: no source, or architectures / tensor names / shapes that differ (the
+            file and the tensor named).
+        TypeError: a tensor of a dtype the engine does not take (file and tensor named).
+    """
+    paths = tuple(Path(p) for p in paths)
+    if not paths:
+        raise ValueError("expected at least one source model directory, got none")
+    first_arch, first = None, None
+    for path in paths:
+        if not path.is_dir():
+            raise FileNotFoundError(f"expected a source model directory, got {path} (missing)")
+        arch = _architecture(path)
+        if first_arch is not None and arch != first_arch:
+            raise ValueError(f"expected every source of architecture {first_arch} (as {paths[0]}), "
+                             f"got {arch} in {path / 'config.json'}")
+        headers = _tensor_headers(path)
+        if headers is None:
+            headers = _loaded_headers(path)
+        for name, (shape, dtype, file) in headers.items():
+            if dtype not in GENE_FILE_DTYPES:
+                raise TypeError(f"expected tensors of dtype {sorted(GENE_FILE_DTYPES)} (what the engine takes), "
+                                f"got {dtype} for {name!r} in {file}")
+        if first is not None:
+            _compare(first, headers, paths[0], path)
+        first_arch, first = first_arch or arch, first or headers
+    numel = sum(int(np.prod(shape)) for shape, _, _ in first.values())
+    return SourceInfo(paths, first_arch, {n: (s, d) for n, (s, d, _) in first.items()}, numel)
+
+
+def _loaded_headers(path: Path) -> dict:
+    """Headers of a directory without safetensors (a ``pytorch_model.bin``): its model, loaded."""
+    import torch
+
+    codes = {torch.float32: "F32", torch.float64: "F64", torch.float16: "F16", torch.bfloat16: "BF16"}
+    file = path / "pytorch_model.bin"
+    return {name: (tuple(t.shape), codes.get(t.dtype, str(t.dtype)), file)
+            for name, t in load_model(path).state_dict().items()}
+
+
+def _compare(first: dict, other: dict, first_path: Path, path: Path) -> None:
+    for name, (shape, _, file) in other.items():
+        if name not in first:
+            raise ValueError(f"expected the tensors of {first_path}, got an extra tensor {name!r} in {file}")
+        if shape != first[name][0]:
+            raise ValueError(f"expected tensor {name!r} of shape {first[name][0]} (as in {first[name][2]}), "
+                             f"got {shape} in {file}")
+    missing = sorted(set(first) - set(other))
+    if missing:
+        raise ValueError(f"expected tensor {missing[0]!r} (as in {first[missing[0]][2]}), got none in {path}")
+
+
+def available_memory() -> int:
+    """Bytes of memory this node can still give (``MemAvailable``; total memory elsewhere)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def memory_estimate(numel: int, sources: int, *, archive_rows: int = 0, ranks_per_node: int = 1,
+                    bases_itemsize: int = 4, gene_itemsize: int = 4, row_itemsize: int = 4) -> int:
+    """Bytes a node needs: the sources once (``bases_itemsize`` per gene), and per rank one
+    model (its genes) and ``archive_rows`` rows of ``row_itemsize`` (archive and batch)."""
+    per_rank = numel * (gene_itemsize + archive_rows * row_itemsize)
+    return numel * sources * bases_itemsize + ranks_per_node * per_rank
+
+
+def check_memory(needed: int, available: int | None = None, *, what: str = "the merge") -> None:
+    """Raises MemoryError when ``needed`` bytes exceed ``available`` (default: this node's)."""
+    available = available_memory() if available is None else int(available)
+    if needed > available:
+        raise MemoryError(f"expected {what} to fit in the {available / 2**30:.2f} GiB of memory available, "
+                          f"got an estimate of {needed / 2**30:.2f} GiB (sources, models and archives; "
+                          "use fewer sources or ranks per node, a smaller engine.capacity, or delta genomes)")
+
+
+def load_model(path: str | os.PathLike, *, dtype=None, device=None):
+    """The model in Hugging Face directory ``path`` (``from_pretrained`` with
+    ``local_files_only=True``), in eval mode, of the class its config names (else a
+    causal LM).
+
+    Raises:
+        FileNotFoundError: a missing directory.
+    """
+    import transformers
+
+    path = Path(path)
+    if not path.is_dir():
+        raise FileNotFoundError(f"expected a model directory, got {path} (missing)")
+    config = transformers.AutoConfig.from_pretrained(path, local_files_only=True)
+    names = getattr(config, "architectures", None) or []
+    cls = getattr(transformers, names[0], None) if names else None
+    cls = cls or transformers.AutoModelForCausalLM
+    kwargs = {"local_files_only": True}
+    if dtype is not None:
+        kwargs["dtype"] = dtype
+    model = cls.from_pretrained(path, **kwargs).eval()
+    return model if device is None else model.to(device)
+
+
+def hf_bases(paths: Sequence[str | os.PathLike], flat: FlatParameters, *, check: bool = True,
+             archive_rows: int = 0, row_itemsize: int = 4, ranks_per_node: int = 1,
+             available: int | None = None) -> BaseModels:
+    """The models in ``paths`` as the bases of genomes of ``flat``'s layout (loaded on
+    first use, once per node under MPI; each model is loaded, copied into its row, freed).
+
+    With ``check`` (the default) the sources are inspected and the node's memory
+    estimated (:func:`memory_estimate` with ``archive_rows`` rows of ``row_itemsize`` bytes
+    per gene per rank: the archive
+    capacity plus the batch of every island of a rank) before anything is loaded.
+
+    Raises:
+        as :func:`inspect_sources` and :func:`check_memory`.
+    """
+    paths = [Path(p) for p in paths]
+    if check:
+        info = inspect_sources(paths)
+        check_memory(memory_estimate(info.numel, len(paths), archive_rows=archive_rows,
+                                     ranks_per_node=ranks_per_node, bases_itemsize=bases_dtype(flat).itemsize,
+                                     gene_itemsize=flat.flat.element_size(), row_itemsize=row_itemsize), available)
+
+    def load(out: np.ndarray) -> None:
+        for row, path in zip(out, paths):
+            fill_genome(load_model(path), flat, row, label=str(path))
+
+    load.__qualname__ = "hf:" + ",".join(str(p) for p in paths)
+    return BaseModels(load, shape=(len(paths), flat.dim), dtype=bases_dtype(flat),
+                      reference=load.__qualname__)
+
+
+def save_merged(model, directory: str | os.PathLike, *, recipe: dict | None = None, genome=None,
+                score: float | None = None, max_genome_genes: int = 100_000) -> Path:
+    """Write ``model`` as a Hugging Face directory (``save_pretrained``, safetensors) and
+    ``mpievo_merge.json`` beside it: ``recipe`` (a :meth:`RecipeSpace.decode` dict), the
+    ``genome`` (its genes when at most ``max_genome_genes``, else its length and
+    checksum: the weights in the directory are that genome) and ``score``.
+
+    Returns:
+        The directory.
+    """
+    directory = Path(directory)
+    model.save_pretrained(directory)
+    note: dict = {"recipe": recipe, "score": score}
+    if genome is not None:
+        genome = np.asarray(genome)
+        note["genome_dim"] = int(genome.size)
+        note["genome_checksum"] = checksum(genome)
+        if genome.size <= max_genome_genes:
+            note["genome"] = genome.astype(np.float64).reshape(-1).tolist()
+    (directory / RECIPE_FILE).write_text(json.dumps(note, indent=1) + "\n")
+    return directory

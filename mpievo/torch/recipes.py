@@ -1,0 +1,204 @@
+"""Merge recipes as genomes: :class:`RecipeSpace` (what the genes mean) and
+:class:`RecipeProblem` (the fitness of a recipe: the merged model's score).
+
+A recipe genome is a small float64 vector in a box, so CMA-ES, SHADE and GA islands all
+search it. Its genes, per layer group ``g`` (consecutive transformer blocks, see
+:func:`layer_groups`; everything outside the blocks is the group ``"other"``):
+
+* ``linear``: a weight in [0, 1] per source;
+* ``task_arithmetic``: a weight in [0, 1] per source, and one ``lambda`` in [0, 2];
+* ``ties``, ``dare``: a weight per source and a ``density`` in [0.05, 1] per group, and
+  one ``lambda`` in [0, 2] (DARE's drop masks keyed by the problem's ``seed``);
+* ``slerp`` (two sources): ``t`` in [0, 1] per group.
+
+The fitness materialises the merged model into the model's flat buffer (on its device)
+from the sources, which are resident there once per process, and runs ``evaluate``.
+Methods with a base (task arithmetic, TIES, DARE) take task vectors from it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+from ..evo.genomes import BaseModels
+from ..evo.problems import Problem
+from .flat import as_flat
+from .merge import BASED, METHODS, as_tensor, dare_generator, merge_part
+from .problem import model_bases, score_each
+
+#: boxes of the method parameters
+WEIGHT_BOX, DENSITY_BOX, LAMBDA_BOX, T_BOX = (0.0, 1.0), (0.05, 1.0), (0.0, 2.0), (0.0, 1.0)
+_LAYER = re.compile(r"(?:^|\.)(\d+)\.")
+
+
+def layer_groups(names: Sequence[str], layers_per_group: int = 1) -> tuple[list[str], np.ndarray]:
+    """Group names and, per tensor of ``names``, its group: the first ``.N.`` in a name
+    is its layer (``transformer.h.3.attn...``, ``model.layers.3...``), ``layers_per_group``
+    consecutive layers make a group; tensors of no layer form ``"other"``."""
+    if layers_per_group < 1:
+        raise ValueError(f"expected layers_per_group >= 1, got {layers_per_group}")
+    keys = []
+    for name in names:
+        match = _LAYER.search(name)
+        keys.append(None if match is None else int(match.group(1)) // layers_per_group)
+    blocks = sorted({k for k in keys if k is not None})
+    labels = [f"layer {b}" if layers_per_group == 1
+              else f"layers {b * layers_per_group}-{(b + 1) * layers_per_group - 1}" for b in blocks]
+    index = {b: i for i, b in enumerate(blocks)}
+    if any(k is None for k in keys):
+        labels.append("other")
+    group_of = np.array([len(blocks) if k is None else index[k] for k in keys], np.int64)
+    return labels, group_of
+
+
+@dataclass
+class RecipeSpace:
+    """The genes of a ``method`` recipe over ``sources`` models and ``groups``.
+
+    Attributes:
+        names: one label per gene (``"layer 3/weight 1"``, ``"layers 0-1/density"``, ``"lambda"``).
+        lower, upper: the box, float64.
+    """
+
+    method: str
+    groups: list[str]
+    sources: int
+    names: list[str] = field(init=False)
+    lower: np.ndarray = field(init=False)
+    upper: np.ndarray = field(init=False)
+
+    def __post_init__(self):
+        if self.method not in METHODS:
+            raise ValueError(f"expected a merge method among {METHODS}, got {self.method!r}")
+        if self.method == "slerp" and self.sources != 2:
+            raise ValueError(f"expected 2 source models for 'slerp', got {self.sources}")
+        if self.sources < 1:
+            raise ValueError(f"expected at least one source model to merge, got {self.sources}")
+        genes = []
+        for group in self.groups:
+            if self.method == "slerp":
+                genes.append((f"{group}/t", T_BOX))
+                continue
+            genes += [(f"{group}/weight {i}", WEIGHT_BOX) for i in range(self.sources)]
+            if self.method in ("ties", "dare"):
+                genes.append((f"{group}/density", DENSITY_BOX))
+        if self.method in BASED:
+            genes.append(("lambda", LAMBDA_BOX))
+        self.names = [name for name, _ in genes]
+        self.lower = np.array([box[0] for _, box in genes])
+        self.upper = np.array([box[1] for _, box in genes])
+
+    @property
+    def dim(self) -> int:
+        return len(self.names)
+
+    def decode(self, genome) -> dict:
+        """The recipe of ``genome`` as plain values: ``{"method", "lambda", "groups":
+        {group: {"weights": [...], "density": d, "t": t}}}`` (what applies)."""
+        genome = np.asarray(genome, np.float64).reshape(-1)
+        if genome.shape != (self.dim,):
+            raise ValueError(f"expected a recipe of {self.dim} genes for {self.method!r}, got shape {genome.shape}")
+        values = dict(zip(self.names, genome.tolist()))
+        groups = {}
+        for group in self.groups:
+            entry = {}
+            if self.method == "slerp":
+                entry["t"] = values[f"{group}/t"]
+            else:
+                entry["weights"] = [values[f"{group}/weight {i}"] for i in range(self.sources)]
+            if self.method in ("ties", "dare"):
+                entry["density"] = values[f"{group}/density"]
+            groups[group] = entry
+        recipe = {"method": self.method, "groups": groups}
+        if self.method in BASED:
+            recipe["lambda"] = values["lambda"]
+        return recipe
+
+
+class RecipeProblem(Problem):
+    """The score of the model a recipe merges (module docstring).
+
+    Args:
+        model: the model merged into (its flat buffer is overwritten per evaluation), or
+            its :class:`~.flat.FlatParameters`.
+        evaluate: ``evaluate(model) -> float``, called under ``torch.no_grad()``.
+        sources: the models to merge: in-memory modules of ``model``'s architecture, or
+            :class:`BaseModels` in ``model``'s flat layout (e.g. :func:`mpievo.torch.hf.hf_bases`).
+        method: one of :data:`~.merge.METHODS`.
+        base: the base model of task vectors (``task_arithmetic``, ``ties``, ``dare``): a
+            module (prepended to the sources' bases), or the row of ``sources`` that is
+            the base (the other rows are merged).
+        layers_per_group: consecutive layers sharing one set of genes.
+        seed: DARE's drop-mask key.
+        maximize, include_frozen, name: as for :class:`~.problem.ModelProblem`.
+
+    Attributes:
+        space: the :class:`RecipeSpace` (``space.decode(x)`` is a readable recipe).
+        flat: the model's :class:`~.flat.FlatParameters`.
+    """
+
+    def __init__(self, model: torch.nn.Module, evaluate: Callable[[torch.nn.Module], float], sources, *,
+                 method: str, base=None, layers_per_group: int = 1, seed: int = 0, maximize: bool = True,
+                 include_frozen: bool = False, name: str | None = None):
+        if not callable(evaluate):
+            raise TypeError(f"expected a callable evaluate(model) -> float, got {type(evaluate).__name__}")
+        self.flat = as_flat(model, include_frozen)
+        model = self.flat.model
+        self.model, self.score, self.seed = model, evaluate, int(seed)
+        if isinstance(base, torch.nn.Module):
+            if isinstance(sources, BaseModels):
+                raise TypeError("expected base as a row of the BaseModels sources (an int), got a module")
+            sources, base = [base, *sources], 0
+        if not isinstance(sources, BaseModels):
+            sources = model_bases(sources, self.flat)
+        if sources.dim != self.flat.dim:
+            raise ValueError(f"expected sources of {self.flat.dim} genes for {type(model).__name__}, "
+                             f"got {sources.dim} ({sources.reference})")
+        if method in BASED and base is None:
+            raise ValueError(f"expected a base model for {method!r} (a module or a row of the sources), got none")
+        if base is not None and int(base) not in range(sources.count):
+            raise ValueError(f"expected base as a row in 0..{sources.count - 1} of the sources, got {base}")
+        self.base_row = None if base is None else int(base)
+        self.merged_rows = [r for r in range(sources.count) if r != self.base_row]
+        groups, self.group_of = layer_groups(self.flat.names, layers_per_group)
+        self.space = RecipeSpace(method, groups, len(self.merged_rows))
+        self.sources = sources
+        self._resident = (None, None)
+        self.row_dtype = np.dtype(np.float64)      # islands keep recipes in float64, whatever engine.dtype
+        super().__init__(self._evaluate_batch, self.space.dim, self.space.lower, self.space.upper,
+                         maximize=maximize, name=name or f"{method} recipe", batched=True, bases=sources)
+
+    def _source_tensor(self) -> torch.Tensor:
+        """The sources on the model's device: a view of the (node-shared) host bases on the
+        CPU, one copy per process on a GPU; renewed when other bases were attached."""
+        array = self.sources.array
+        held, tensor = self._resident
+        if held is not array:
+            tensor = as_tensor(array, self.flat.device)
+            self._resident = (array, tensor)
+        return tensor
+
+    def materialize(self, genome) -> dict:
+        """Write the model ``genome``'s recipe merges into the model; returns the recipe."""
+        recipe = self.space.decode(genome)
+        sources = self._source_tensor()
+        base = None if self.base_row is None else sources[self.base_row]
+        groups = list(recipe["groups"].values())
+        lam = recipe.get("lambda", 1.0)
+        with torch.no_grad():
+            for index, (start, stop) in enumerate(zip(self.flat.offsets[:-1], self.flat.offsets[1:])):
+                part = slice(int(start), int(stop))
+                group = groups[self.group_of[index]]
+                self.flat.flat[part] = merge_part(
+                    self.space.method, sources[:, part][self.merged_rows], None if base is None else base[part],
+                    group.get("weights"), lam=lam, density=group.get("density", 1.0), t=group.get("t", 0.5),
+                    generator=dare_generator(self.seed, index, self.flat.device))
+        return recipe
+
+    def _evaluate_batch(self, genomes: np.ndarray) -> np.ndarray:
+        return score_each(self.model, self.score, genomes, self.materialize)
