@@ -53,7 +53,8 @@ def test_the_engine_protocol_does_not_import_mpi():
 COMM = ROOT / "mpievo" / "comm"
 NAMEDTUPLE_API = {"_replace", "_asdict", "_fields", "_make"}
 #: packages that run inside a job: they import neither the benchmarks nor the cost model
-RUNTIME = ("mpievo.comm", "mpievo.evo", "mpievo.parallel", "mpievo.io", "mpievo.rules", "mpievo.kernels")
+RUNTIME = ("mpievo.comm", "mpievo.evo", "mpievo.parallel", "mpievo.io", "mpievo.rules", "mpievo.kernels",
+           "mpievo.torch")
 
 
 def source_modules(root: Path = ROOT) -> dict[str, tuple[Path, bool]]:

@@ -9,6 +9,7 @@
     mpievo bench bbob [JOB.toml ...] [--functions 1,3] [--peers] [--out DIR]   COCO's BBOB suite
     mpievo bench genomes [--dims 1e3,1e5,1e7,1e8] [--device cpu|cuda] [--out DIR]
                                                                    dense, delta, seeded genomes
+    mpievo bench models copy|memory|scale [--layers N --width W]   PyTorch models as genomes
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import re
 import sys
 
 HELP = ("benchmarks: collectives (vs native MPI), calibrate (selection table), engine, gpu, schemes, bbob, "
-        "genomes")
+        "genomes, models")
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
@@ -78,6 +79,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _add_schemes_arguments(sub)
     _add_bbob_arguments(sub)
     _add_genomes_arguments(sub)
+    models = sub.add_parser("models", add_help=False,
+                            help="PyTorch models as genomes (the torch extra): a child into the model's flat "
+                                 "buffer vs memcpy, peak memory vs its estimate, 2-rank scaling; "
+                                 "`mpievo bench models --help` lists its options")
+    models.add_argument("models_args", nargs=argparse.REMAINDER)
 
 
 def _add_schemes_arguments(sub) -> None:
@@ -169,6 +175,10 @@ def _numbers(kind, *, one: bool = False):
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.bench == "models":
+        from mpievo.bench.models import main as bench_models
+
+        return bench_models(args.models_args)
     if args.bench == "genomes":
         return _bench_genomes(args)
     if args.bench == "bbob":
