@@ -60,10 +60,15 @@ from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
+from . import early_signals
+
 #: exit status of a run that checkpointed because a stop was requested (Slurm requeues it)
 EXIT_CHECKPOINTED_REQUEUE = 85
 #: signals that request a checkpoint-and-stop by default
 DEFAULT_STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+#: ``mpievo run``'s: Ctrl-C too; a second SIGINT or SIGTERM aborts at once
+RUN_STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
+RUN_ABORT_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 #: how TimeLimitedFitness enforces its limit (see the module docstring)
 TIME_LIMIT_METHODS = ("process", "signal")
 
@@ -77,6 +82,7 @@ class StopRequest:
         self._signal: int | None = None
         self._requested = False
         self._previous: dict[int, Any] = {}
+        self._abort_on_repeat: tuple[int, ...] = ()
 
     @property
     def requested(self) -> bool:
@@ -99,8 +105,13 @@ class StopRequest:
         self._requested = False
 
     def handle(self, signum: int, frame: Any) -> None:
-        """The signal handler: only records the request (async-signal-safe in spirit)."""
+        """The signal handler: records the request; the abort-on-repeat signals get their
+        default action back, so that a second one ends the process at once, even inside a
+        long C call or a checkpoint write (an atomic write leaves the previous checkpoint
+        whole)."""
         self.request(signum)
+        for abort in self._abort_on_repeat:
+            signal.signal(abort, signal.SIG_DFL)
 
     def restore(self) -> None:
         """Put back the handlers that ``install_stop_handlers`` replaced."""
@@ -116,12 +127,15 @@ class StopRequest:
 
 
 def install_stop_handlers(signals: Iterable[int] = DEFAULT_STOP_SIGNALS,
-                          stop: StopRequest | None = None) -> StopRequest:
+                          stop: StopRequest | None = None, *,
+                          abort_on_repeat: Iterable[int] = ()) -> StopRequest:
     """Make ``signals`` set a stop flag instead of ending the process.
 
     Args:
         signals: the signals to catch (default SIGTERM and SIGUSR1).
         stop: the flag to set (default: a new one).
+        abort_on_repeat: signals (among ``signals``) that end the process at once when
+            they come after a stop was requested (a second Ctrl-C).
 
     Returns:
         the StopRequest; ``restore()`` (or leaving its ``with`` block) reinstates the
@@ -135,9 +149,20 @@ def install_stop_handlers(signals: Iterable[int] = DEFAULT_STOP_SIGNALS,
         raise RuntimeError("expected install_stop_handlers to be called from the main thread, "
                            f"got thread {threading.current_thread().name!r}")
     stop = StopRequest() if stop is None else stop
+    signals = tuple(signals)
+    stray = [s for s in abort_on_repeat if s not in signals]
+    if stray:
+        raise ValueError(f"expected abort_on_repeat among the caught signals {signals}, got {stray}")
+    stop._abort_on_repeat = tuple(abort_on_repeat)
+    early = False
     for signum in signals:
         previous = signal.signal(signum, stop.handle)
+        early = early or previous is early_signals.record
         stop._previous.setdefault(signum, previous)
+    if early:      # signals that came while the program was still loading
+        for signum in early_signals.received:
+            stop.handle(signum, None)
+        early_signals.received.clear()
     return stop
 
 
