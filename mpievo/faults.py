@@ -3,7 +3,8 @@
 Stop requests
 -------------
 ``install_stop_handlers()`` makes SIGTERM and SIGUSR1 set a flag (nothing else happens in
-the handler). The run loop (``mpievo.parallel.runner.RunLoop``) reads the flag after
+the handler); ``mpievo run`` adds SIGINT, and gives SIGINT and SIGTERM their default
+action back once a stop was requested, so that a second one ends the rank at once. The run loop (``mpievo.parallel.runner.RunLoop``) reads the flag after
 every generation and ORs it over all ranks with a non-blocking all-reduce that it
 completes after the next generation: a signal may reach only some ranks, yet every rank
 stops after the same generation, the one after the flag was read (a one-rank run stops
@@ -16,7 +17,8 @@ at once (exit 143, no checkpoint) and kills the ranks (in one trial it left them
 running, orphaned). So signal ``mpiexec`` with SIGUSR1 (under Slurm:
 ``#SBATCH --signal=B:USR1@<seconds>`` and forward it from the batch script); SIGTERM
 is for launchers that deliver it to the ranks themselves (``srun``, Slurm's own
-end-of-time-limit SIGTERM to the tasks).
+end-of-time-limit SIGTERM to the tasks). ``mpievo launch`` does this translation
+itself: SIGINT or SIGTERM to it becomes SIGUSR1 to ``mpiexec`` (see mpievo.launch).
 
 Evaluation time limits
 ----------------------

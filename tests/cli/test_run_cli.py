@@ -6,7 +6,6 @@ import pytest
 from mpi4py import MPI
 
 from mpievo.cli.main import main
-from mpievo.cli.run import EXIT_NO_FINITE_FITNESS
 
 # pytest-mpi also runs unmarked tests on every rank of an MPI stage
 pytestmark = pytest.mark.skipif(MPI.COMM_WORLD.Get_size() > 1,
@@ -157,6 +156,8 @@ def test_nan_fitness_is_counted_logged_and_warned(tmp_path, capsys, monkeypatch)
     module.write_text("import numpy as np\ndef f(x):\n    return np.full(len(x), np.nan)\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     out = tmp_path / "out"
+    from mpievo.cli.run import EXIT_NO_FINITE_FITNESS
+
     # no island ever saw a finite fitness: the run fails (issue 31, finding 7), its files written
     assert _run("--problem", "nanfit_mod:f", "--dim", 3, "--lower", -1, "--upper", 1, "--generations", 3,
                 "--islands", 2, "--out", out, "--progress", "none",

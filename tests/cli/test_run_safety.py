@@ -13,7 +13,6 @@ import pytest
 from mpi4py import MPI
 
 from mpievo.cli.main import main
-from mpievo.parallel.job import make_default_out_dir
 
 pytestmark = pytest.mark.skipif(MPI.COMM_WORLD.Get_size() > 1,
                                 reason="runs `mpievo run` on COMM_WORLD in this process: one rank only")
@@ -66,6 +65,8 @@ def test_resume_into_another_runs_directory_is_refused(tmp_path, capsys):
 
 
 def test_default_directories_are_unique_within_one_second(tmp_path):
+    from mpievo.parallel.job import make_default_out_dir
+
     made = [make_default_out_dir(now=0.0, root=tmp_path) for _ in range(3)]
     assert len({p.name for p in made}) == 3 and all(p.is_dir() for p in made)
     assert made[1].name == made[0].name + "-2"
