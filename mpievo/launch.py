@@ -89,7 +89,7 @@ def launch(nranks: int, argv: list[str]) -> int:
 
     mpiexec runs in a process group of its own, so a terminal's Ctrl-C reaches only
     this launcher (mpiexec would kill the ranks at once on SIGINT or SIGTERM). The
-    first SIGINT or SIGTERM becomes SIGUSR1 to mpiexec, which forwards it to every
+    first SIGINT, SIGTERM or SIGHUP becomes SIGUSR1 to mpiexec, which forwards it to every
     rank: they finish the current generation, write a checkpoint and exit 85. A second
     one aborts at once: SIGTERM to mpiexec (the ranks, their stop already requested,
     die on it), SIGKILL if mpiexec is still there after ``ABORT_GRACE_S``. SIGUSR1 and
@@ -98,7 +98,7 @@ def launch(nranks: int, argv: list[str]) -> int:
     cmd = launch_command(nranks, argv)
     sys.stdout.flush()
     sys.stderr.flush()
-    child = subprocess.Popen(cmd, env=launch_env(), process_group=0)
+    child = subprocess.Popen(cmd, env=launch_env(), process_group=0, preexec_fn=_end_with_parent)
     relay = _SignalRelay(child)
     previous = {signum: signal.signal(signum, relay.handle) for signum in _RELAYED}
     try:
@@ -123,7 +123,21 @@ EXIT_CHECKPOINTED = 85
 ABORT_GRACE_S = 10.0
 #: seconds between repeats of the stop request to mpiexec
 STOP_REPEAT_S = 2.0
-_RELAYED = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
+_RELAYED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+#: prctl(2) option: the signal a process gets when its parent ends (Linux)
+_PR_SET_PDEATHSIG = 1
+
+
+def _end_with_parent() -> None:
+    """In mpiexec before it starts (Linux): SIGTERM when the launcher ends without passing
+    anything on (SIGKILL, the OOM killer), as when mpiexec was the launcher itself; the
+    terminal's hangup, which no longer reaches mpiexec's own process group, is relayed."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+    except (OSError, AttributeError):   # not Linux: the launcher's own end leaves mpiexec running
+        pass
 
 
 def _daemon(target) -> None:

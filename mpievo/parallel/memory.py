@@ -74,9 +74,9 @@ def memory_problem(comm, job) -> str | None:
     for node in dict.fromkeys(name for name, *_ in seen):
         here = [entry for entry in seen if entry[0] == node]
         need = sum(entry[1] for entry in here)
-        usable, source = min((entry[2], entry[3]) for entry in here if entry[2] is not None) \
-            if any(entry[2] is not None for entry in here) else (None, "unknown")
-        if usable is not None and need > usable:
+        known = [(entry[2], entry[3]) for entry in here if entry[2] is not None]
+        if known and need > min(known)[0]:
+            usable, source = min(known)
             return _refusal(job, f"{len(here)} rank(s) on {node}", need, usable, source, "host")
     return None
 

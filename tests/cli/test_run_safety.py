@@ -159,3 +159,20 @@ def test_the_installed_script_finds_a_module_in_the_current_directory(tmp_path):
                               "--show-config"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert missing.returncode == 2
     assert f"no 'nomod' in the current directory {tmp_path} nor elsewhere on sys.path" in missing.stderr
+
+
+def test_gpu_islands_are_checked_against_the_devices_free_memory(monkeypatch):
+    from mpievo.comm.protocol import SelfComm
+    from mpievo.config import validate
+    from mpievo.parallel import memory
+
+    job = validate({"problem": {"name": "sphere", "dim": 10**6}, "engine": {"device": "cuda", "capacity": 8,
+                                                                           "batch_size": 8}}, 1)
+    need = 16 * 10**6 * 4 + 8 * 10**6 * 8
+    monkeypatch.setattr(memory, "_free_device_bytes", lambda: need - 1)
+    assert "got an estimate of 0.119 GiB of device memory" in memory.device_memory_problem(SelfComm(), job)
+    monkeypatch.setattr(memory, "_free_device_bytes", lambda: need)
+    assert memory.device_memory_problem(SelfComm(), job) is None
+    off = validate({**job.config, "run": {**job.config["run"], "memory_check": False}}, 1)
+    monkeypatch.setattr(memory, "_free_device_bytes", lambda: 0)
+    assert memory.device_memory_problem(SelfComm(), off) is None

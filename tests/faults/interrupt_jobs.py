@@ -90,10 +90,19 @@ def finish(job: subprocess.Popen, timeout: float = 240.0) -> tuple[int, str]:
     try:
         out, err = job.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(job.pid, signal.SIGKILL)
+        kill(job)
         out, err = job.communicate()
         raise AssertionError(f"the job did not end within {timeout} s of its interrupt:\n{err[-2000:]}")
     return job.returncode, out + err
+
+
+def kill(job: subprocess.Popen) -> None:
+    """SIGKILL the job's processes: the ranks, mpiexec (a process group of its own), the launcher."""
+    for pid in [*rank_pids(job), *children(job.pid)]:
+        send(pid, signal.SIGKILL)
+    if job.poll() is None:
+        os.killpg(job.pid, signal.SIGKILL)
+    job.wait()
 
 
 def looks_like_a_checkpoint(out: Path) -> list[str]:

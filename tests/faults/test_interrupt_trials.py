@@ -12,7 +12,8 @@ A CI stage of its own, kept out of the others (the ``trials`` marker; skipped un
     MPIEVO_TEST_TRIALS=1 .venv/bin/python -m pytest -q -p no:randomly -m trials tests/faults/test_interrupt_trials.py
 
 ``MPIEVO_TRIALS`` sets the trials per target (launcher, rank; default 20, half at 2 ranks,
-half at 4); ``MPIEVO_TRIALS_SEED`` the random moments (default 31). Each trial prints one
+half at 4); ``MPIEVO_TRIALS_SEED`` the random moments (default 31); ``MPIEVO_TRIALS_LANES``
+how many jobs run at once (default 4). Each trial prints one
 line (``-s`` shows them): target, ranks, signal, moment, outcome.
 
 A moment is counted from when the signalled process has its handler (its SigCgt mask in
@@ -24,17 +25,24 @@ from __future__ import annotations
 
 import os
 import random
+from concurrent.futures import ThreadPoolExecutor
 import signal
 import time
 from pathlib import Path
 
 import pytest
-from interrupt_jobs import catches, finish, logged_generation, outcome_problem, rank_pids, resume, send, start, wait_until
+from interrupt_jobs import (catches, finish, kill, logged_generation, outcome_problem, rank_pids, resume, send,
+                            start, wait_until)
 from mpi4py import MPI
 
 TRIALS = int(os.environ.get("MPIEVO_TRIALS", "20"))
 SEED = int(os.environ.get("MPIEVO_TRIALS_SEED", "31"))
 RESUME_EVERY = int(os.environ.get("MPIEVO_TRIALS_RESUME_EVERY", "5"))
+LANES = int(os.environ.get("MPIEVO_TRIALS_LANES", "4"))
+#: when the signal comes, by trial number modulo 3: 0-4 s after the process has its handler
+#: (mostly while MPI, the config and the islands load), 0-2 s after generation 1, or as soon
+#: as a checkpoint write is under way
+MOMENTS = ("during the start", "during the run", "during a checkpoint write")
 #: checkpoints every other generation of a 2000-gene job: writes are a good share of the run
 CHECKPOINTING = ["--checkpoint-every", "2", "--dim", "2000"]
 
@@ -55,33 +63,43 @@ def _writing(out: Path) -> bool:
     return any(path.name not in named for path in folder.glob("ckpt-*"))
 
 
-def _trial(tmp_path: Path, target: str, k: int, rng: random.Random) -> tuple[str, str | None]:
+def _trial(tmp_path: Path, target: str, k: int) -> tuple[str, str | None]:
     """One trial; (its description, what went wrong or None)."""
+    rng = random.Random(f"{SEED}-{target}-{k}")
     nranks = 2 if k % 2 == 0 else 4
     signum = rng.choice([signal.SIGINT, signal.SIGTERM])
     out = tmp_path / f"{target}-{k}"
     job = start(out, nranks, *CHECKPOINTING)
-    moment = "during a checkpoint write" if k % 3 == 2 else f"{rng.uniform(0.0, 6.0):.2f} s"
+    moment = MOMENTS[k % 3]
     try:
         if target == "rank":
             wait_until(lambda: len(rank_pids(job)) == nranks, job)
             victim = rng.choice(rank_pids(job))
         else:
             victim = job.pid
-        wait_until(lambda: catches(victim, signum), job)    # its program has started
-        if moment.startswith("during"):
+        # its program has started: SIGTERM is caught once mpievo's handlers are in (SIGINT from
+        # the interpreter's start: Python's own KeyboardInterrupt handler)
+        wait_until(lambda: catches(victim, signal.SIGTERM), job)
+        if moment == "during a checkpoint write":
             wait_until(lambda: _writing(out), job)
+        elif moment == "during the run":
+            wait_until(lambda: logged_generation(out) >= 1, job)
+            time.sleep(rng.uniform(0.0, 2.0))
         else:
-            time.sleep(float(moment.split()[0]))
+            time.sleep(rng.uniform(0.0, 4.0))
         interrupted_at = logged_generation(out)
         send(victim, signum)
     except AssertionError as err:     # the job ended before its moment: a failure of its own
-        job.kill()
+        kill(job)
         return f"{target} {nranks} ranks {moment}", str(err)
+    except BaseException:
+        kill(job)
+        raise
     status, text = finish(job)
     problem = outcome_problem(out, status, text, interrupted_at)
-    described = (f"{target} {nranks} ranks {signal.Signals(signum).name} at {moment} (logged generation "
-                 f"{interrupted_at}): exit {status}")
+    saved = "checkpointed" if (out / "checkpoints" / "manifest.json").exists() else "nothing saved"
+    described = (f"{target} {nranks} ranks {signal.Signals(signum).name} {moment} (logged generation "
+                 f"{interrupted_at}): exit {status}, {saved}")
     if problem is None and (out / "checkpoints" / "manifest.json").exists() and k % RESUME_EVERY == 0:
         from mpievo.io import load_latest
 
@@ -95,11 +113,15 @@ def _trial(tmp_path: Path, target: str, k: int, rng: random.Random) -> tuple[str
 
 @pytest.mark.parametrize("target", ["launcher", "rank"])
 def test_random_interruptions_leave_a_resumable_checkpoint_or_say_there_is_none(tmp_path, target):
-    rng = random.Random(f"{SEED}-{target}")
     failures = []
-    for k in range(TRIALS):
-        described, problem = _trial(tmp_path, target, k, rng)
+
+    def one(k: int) -> None:
+        described, problem = _trial(tmp_path, target, k)
         print(f"trial {k}: {described}: {'ok' if problem is None else 'FAILED: ' + problem}", flush=True)
         if problem is not None:
             failures.append(f"trial {k} ({described}): {problem}")
+
+    # several jobs at once: a trial spends much of its time waiting for its moment or its end
+    with ThreadPoolExecutor(LANES) as lanes:
+        list(lanes.map(one, range(TRIALS)))
     assert not failures, "\n".join(failures)
