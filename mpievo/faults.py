@@ -115,6 +115,23 @@ class StopRequest:
         for abort in self._abort_on_repeat:
             signal.signal(abort, signal.SIG_DFL)
 
+    @contextlib.contextmanager
+    def disarmed(self) -> Iterator[None]:
+        """No abort on a repeated signal inside the block: the abort signals only record.
+
+        For a run's last collectives: once one rank has ended with status 85, ``mpiexec``
+        sends SIGTERM to the others, and a rank still finishing must take it as a repeat,
+        not die of it (the job would end with 143). Every rank enters the block before the
+        last collective, so none can have ended while another is outside it.
+        """
+        armed, self._abort_on_repeat = self._abort_on_repeat, ()
+        for signum in armed:
+            signal.signal(signum, self.handle)
+        try:
+            yield
+        finally:
+            self._abort_on_repeat = armed
+
     def restore(self) -> None:
         """Put back the handlers that ``install_stop_handlers`` replaced."""
         for signum, previous in self._previous.items():

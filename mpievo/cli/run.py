@@ -285,8 +285,9 @@ def _refuse(comm, error: str) -> int:
 
 
 def _stop_before_start(comm, stop) -> bool:
-    """Whether a stop was requested on any rank before the run began (nothing to save yet)."""
-    with comm.purpose("control"):
+    """Whether a stop was requested on any rank before the run began (nothing to save yet;
+    the ranks may leave one by one after this collective: see StopRequest.disarmed)."""
+    with stop.disarmed(), comm.purpose("control"):
         return any(comm.allgather_object(stop.requested))
 
 

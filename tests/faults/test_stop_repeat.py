@@ -40,3 +40,16 @@ def test_signals_received_while_importing_become_a_stop_request():
     finally:
         signal.signal(signal.SIGUSR1, previous)
         early_signals.received.clear()
+
+
+def test_disarmed_takes_a_repeated_signal_as_a_repeat():
+    # a run's last collectives: mpiexec's cleanup SIGTERM must not kill a rank still finishing
+    with install_stop_handlers([signal.SIGUSR1, signal.SIGUSR2], abort_on_repeat=[signal.SIGUSR2]) as stop:
+        os.kill(os.getpid(), signal.SIGUSR2)
+        assert signal.getsignal(signal.SIGUSR2) == signal.SIG_DFL
+        with stop.disarmed():
+            assert signal.getsignal(signal.SIGUSR2) == stop.handle
+            os.kill(os.getpid(), signal.SIGUSR2)       # would end the process if armed
+            assert signal.getsignal(signal.SIGUSR2) == stop.handle
+        os.kill(os.getpid(), signal.SIGUSR1)
+        assert signal.getsignal(signal.SIGUSR2) == signal.SIG_DFL     # armed again after the block
