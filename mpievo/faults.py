@@ -5,8 +5,9 @@ Stop requests
 ``install_stop_handlers()`` makes SIGTERM and SIGUSR1 set a flag (nothing else happens in
 the handler); ``mpievo run`` adds SIGINT, and gives SIGINT and SIGTERM their default
 action back once a stop was requested, so that a second one ends the rank at once.
-The run loop (``mpievo.parallel.runner.RunLoop``) reads the flag after every generation and ORs it over all ranks with a non-blocking all-reduce that it
-completes after the next generation: a signal may reach only some ranks, yet every rank
+The run loop (``mpievo.parallel.runner.RunLoop``) reads the flag after every generation
+and ORs it over all ranks with a non-blocking all-reduce that it completes after the
+next generation: a signal may reach only some ranks, yet every rank
 stops after the same generation, the one after the flag was read (a one-rank run stops
 after the generation that read it). The ranks then write a checkpoint and ``mpievo run``
 exits with ``EXIT_CHECKPOINTED_REQUEUE`` (85), which the Slurm requeue template turns
