@@ -17,12 +17,15 @@ from .schema import (Check, Settings, boolean, bounds, choice, index_lists, inte
 MAX_ROTATED_DIM = 10_000
 #: keys that may change when a run is resumed (everything else must match the checkpoint)
 RESUMABLE_KEYS = ("run.generations", "run.budget", "run.target", "run.log_every", "run.checkpoint_every",
-                  "run.checkpoint_seconds", "run.checkpoint_keep", "run.blas_threads", "run.ranks_per_island",
+                  "run.checkpoint_seconds", "run.checkpoint_keep", "run.blas_threads", "run.memory_check",
+                  "run.ranks_per_island",
                   "run.scheme", "engine.evaluation")
 #: the parallel schemes of ``run.scheme``
 SCHEMES = ("island", "hybrid", "centralized", "replicated", "master_worker")
 #: the schemes that run as one group of every rank (rank 0 holds the islands or speaks for them)
 ONE_GROUP_SCHEMES = ("centralized", "replicated", "master_worker")
+#: the most islands a job may ask for (a typo of an extra 000 fails at validation)
+MAX_ISLANDS = 1_000_000
 #: run.generations without a budget, when not given
 DEFAULT_GENERATIONS = 200
 
@@ -133,7 +136,7 @@ class RunConfig(Settings):
                           "of each batch and all-gathers the fitness), master_worker (rank 0 holds "
                           "the islands and breeds, the other ranks pull blocks of rows to evaluate; "
                           "see engine.evaluation)")
-    islands: int = setting(0, integer(0), "number of islands; 0: one per group of ranks "
+    islands: int = setting(0, integer(0, MAX_ISLANDS), "number of islands; 0: one per group of ranks "
                            "(centralized, replicated, master_worker: one)")
     ranks_per_island: Any = setting(1, ranks_per_island,
                                     "ranks per group: the group's first rank holds its islands and "
@@ -147,6 +150,9 @@ class RunConfig(Settings):
                                         "generation later), so a node failure loses at most this much; 0: off")
     checkpoint_keep: int = setting(3, integer(1), "checkpoints kept on disk")
     blas_threads: int = setting(1, integer(0), "BLAS/OpenMP threads per rank; 0: the libraries' default")
+    memory_check: bool = setting(True, boolean, "refuse a job whose per-rank memory estimate (archive, "
+                                 "children, draws) exceeds what the ranks can use (cgroup limit, "
+                                 "MemAvailable, free device memory); false: skip the check")
 
 
 @dataclass(frozen=True)
@@ -204,6 +210,38 @@ class ProblemConfig(Settings):
             value = getattr(self, bound)
             if isinstance(value, list) and len(value) != self.dim:
                 problems.append(f"problem.{bound}: expected a number or {self.dim} numbers, got {len(value)}")
+        problems += self._box_problems()
+
+    def _box_problems(self) -> list[str]:
+        """Non-finite bounds and genes whose lower bound is not below the upper one (a
+        missing bound of a built-in is the built-in's), found here rather than as a
+        traceback on every rank once the run has started."""
+        from .evo.problems import BUILTIN_PROBLEMS
+
+        builtin = BUILTIN_PROBLEMS.get(self.name)
+        box, problems = {}, []
+        for bound in ("lower", "upper"):
+            value = getattr(self, bound)
+            if value is None and builtin is not None:
+                value = getattr(builtin, bound)
+            if value is None:
+                continue
+            values = value if isinstance(value, list) else [value]
+            bad = [v for v in values if not math.isfinite(v)]
+            if bad:
+                problems.append(f"problem.{bound}: expected finite numbers, got {bad[0]}")
+            elif not isinstance(value, list) or len(value) == self.dim:
+                box[bound] = values
+        if len(box) == 2:
+            lower, upper = box["lower"], box["upper"]
+            width = max(len(lower), len(upper))
+            pairs = [(lower[k % len(lower)], upper[k % len(upper)]) for k in range(width)]
+            wrong = next((k for k, (lo, hi) in enumerate(pairs) if not lo < hi), None)
+            if wrong is not None:
+                gene = "" if width == 1 else f" at gene {wrong}"
+                problems.append(f"problem.lower, problem.upper: expected lower < upper{gene}, got "
+                                f"lower {pairs[wrong][0]:g} and upper {pairs[wrong][1]:g}")
+        return problems
 
 
 @dataclass(frozen=True)

@@ -96,6 +96,10 @@ def render(report: dict[str, Any]) -> str:
     else:
         fallback = report["newest_good"] or "none"
         lines.append(f"result: latest checkpoint {report['latest']} is BAD; a resume would use: {fallback}")
+    if report["newest_good"] is not None:
+        code = report["resume_imports"]
+        lines.append("a resume would import: " + (", ".join(code) + " (a checkpoint is trusted like a config file)"
+                                                   if code else "no user code (built-in problem and algorithms)"))
     return "\n".join(lines)
 
 
@@ -127,6 +131,9 @@ def _collect_directory(directory: Path, verify: bool) -> dict[str, Any]:
     good = [c["name"] for c in report["checkpoints"] if not c["problems"]]
     report["newest_good"] = good[-1] if good else None
     report["exit_code"] = EXIT_OK if report["newest_good"] == report["latest"] else EXIT_LATEST_BAD
+    if report["newest_good"] is not None:
+        chosen = next(e for e in entries if e.name == report["newest_good"])
+        report["resume_imports"] = resume_imports(_saved_config(directory / chosen.file_of_rank(0).path))
     return report
 
 
@@ -185,15 +192,32 @@ def _island_rows(header, maximize: bool) -> list[dict[str, Any]]:
 
 def _maximizes(path: Path) -> bool:
     """Whether the run that wrote ``path`` maximised (its saved config's ``problem.maximize``)."""
+    problem = _saved_config(path).get("problem")    # a damaged config: leave values minimised
+    return isinstance(problem, dict) and problem.get("maximize") is True
+
+
+def _saved_config(path: Path) -> dict:
+    """The config saved in a checkpoint file ({} when it cannot be read)."""
     from ..io import CheckpointError, parse_config, read_checkpoint_file
 
     try:
         contents = read_checkpoint_file(path, (), with_run_state=False)
         config = parse_config(contents.config_text, contents.config_format)
-    except (CheckpointError, ValueError):  # header-only mode on a damaged config: leave values minimised
-        return False
-    problem = config.get("problem") if isinstance(config, dict) else None
-    return isinstance(problem, dict) and problem.get("maximize") is True
+    except (CheckpointError, ValueError):
+        return {}
+    return config if isinstance(config, dict) else {}
+
+
+def resume_imports(config: dict) -> list[str]:
+    """The user code (``module:name``) a resume from a checkpoint with ``config`` would
+    import, as ``key = 'module:name'`` (a checkpoint is trusted like a config file)."""
+    found = []
+    for table, key in (("problem", "name"), ("engine", "algorithm")):
+        value = config.get(table, {}).get(key) if isinstance(config.get(table), dict) else None
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, str) and ":" in item:
+                found.append(f"{table}.{key} = {item!r}")
+    return list(dict.fromkeys(found))
 
 
 # ---------------------------------------------------------------- rendering

@@ -4,11 +4,15 @@ Without a config it runs the embedded default job (``mpievo/cli/default.toml``).
 Started by an MPI launcher it runs on every rank; started without one it runs in
 this process without MPI (mpi4py is never imported). Every rank validates the same config (rank 0 reads the file and broadcasts its
 text) before any work starts; a bad config is reported once, by rank 0, and every
-rank exits with status 2. SIGUSR1/SIGTERM on any rank: all ranks finish the current
-generation, write a checkpoint and exit with status 85 (requeue); ``--resume DIR``
-continues such a run, also on another number of ranks.
+rank exits with status 2. SIGUSR1/SIGTERM/SIGINT on any rank: all ranks finish the current
+generation, write a checkpoint and exit with status 85 (requeue); a second SIGINT or
+SIGTERM ends the rank at once (the previous checkpoint stays whole); ``--resume DIR``
+continues such a run, also on another number of ranks. A stop requested before the
+run's first generation exits 85 too, having written nothing. A run never writes into a
+directory that holds another run (checkpoints or a summary.json) unless ``--overwrite``.
 
-Exit status: 0 done, 2 bad config or unusable checkpoint, 85 checkpointed on request.
+Exit status: 0 done, 2 bad config, unusable checkpoint, an occupied output directory or
+too little memory, 3 no island ever saw a finite fitness, 85 stopped on request.
 """
 
 from __future__ import annotations
@@ -16,11 +20,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import sys
 from pathlib import Path
 
 HELP = "run an island-model optimisation (a TOML job config, or the built-in default job)"
 EXIT_CONFIG_ERROR = 2
+#: a completed run in which no island ever saw a finite fitness
+EXIT_NO_FINITE_FITNESS = 3
 CHECKPOINT_SUBDIR = "checkpoints"
 #: (flag, config key, metavar) of the value overrides besides --problem
 _FLAGS = (("--islands", "run.islands", "N"), ("--generations", "run.generations", "N"),
@@ -39,6 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="output directory (default: runs/<timestamp>, or DIR of --resume)")
     parser.add_argument("--resume", type=Path, metavar="DIR",
                         help="continue the run in DIR from its latest checkpoint")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="remove the run already in --out (its checkpoints, logs and summary) first")
     overrides = parser.add_argument_group("overrides (take precedence over the config)")
     overrides.add_argument("--problem", dest="problem.name", metavar="NAME",
                            help="sets problem.name (built-in or module:function) in a fresh [problem] "
@@ -62,11 +71,11 @@ def main(args: argparse.Namespace) -> int:
         print(describe_schema())
         print(_departures_note())
         return 0
-    from ..faults import install_stop_handlers
+    from ..faults import RUN_ABORT_SIGNALS, RUN_STOP_SIGNALS, install_stop_handlers
 
     # first thing: Slurm's signal may come while MPI and the config are still loading;
     # the handler only records it, and the run stops at its first generation boundary
-    stop = install_stop_handlers()
+    stop = install_stop_handlers(RUN_STOP_SIGNALS, abort_on_repeat=RUN_ABORT_SIGNALS)
     try:
         from ..parallel.world import world_comm
 
@@ -217,37 +226,76 @@ def _agree(comm, error: str | None) -> str | None:
     return next((v for v in verdicts if v is not None), None)
 
 
-def _out_dir(comm, args) -> Path:
-    from ..parallel.job import out_dir_default
+def _out_dir(comm, args) -> tuple[Path | None, str | None]:
+    """(the output directory, made on rank 0; or None and why it cannot be used)."""
+    from ..parallel.job import claim_out_dir, make_default_out_dir
 
-    out = None
+    reply = None
     if comm.rank == 0:
-        out = args.out or args.resume or out_dir_default()
-        out.mkdir(parents=True, exist_ok=True)
+        try:
+            if args.out is None and args.resume is None:
+                reply = (str(make_default_out_dir()), None)
+            else:
+                out = args.out or args.resume
+                in_place = args.resume is not None and out.resolve() == args.resume.resolve()
+                claim_out_dir(out, resuming=in_place, overwrite=args.overwrite)
+                reply = (str(out), None)
+        except (OSError, ValueError) as err:
+            reply = (None, str(err))
     with comm.purpose("control"):
-        out = Path(comm.bcast_object(str(out) if out is not None else None))
-    return out
+        out, error = comm.bcast_object(reply)
+    return (None if out is None else Path(out)), error
 
 
 # ---------------------------------------------------------------- the run
 def _run(comm, args, stop) -> int:
+    from ..faults import EXIT_CHECKPOINTED_REQUEUE
+    from ..parallel.memory import memory_problem
+
     try:
         prepared, error = _prepare(comm, args), None
     except _Failure as failure:
         prepared, error = None, str(failure)
     error = _agree(comm, error)
+    if error is None and not args.show_config:
+        error = _agree(comm, memory_problem(comm, prepared.job))
     if error is not None:
-        if comm.rank == 0:
-            print(f"mpievo run: {error}", file=sys.stderr, flush=True)
-        return EXIT_CONFIG_ERROR
+        return _refuse(comm, error)
     job = prepared.job
     if args.show_config:
         if comm.rank == 0:
             print(json.dumps(job.config, indent=1))
         return 0
-    out = _out_dir(comm, args)
+    if _stop_before_start(comm, stop):
+        if comm.rank == 0:
+            print(f"mpievo run: interrupted before the first checkpoint: {_nothing_written(args, prepared)}",
+                  flush=True)
+        return EXIT_CHECKPOINTED_REQUEUE
+    out, error = _out_dir(comm, args)
+    if error is not None:
+        return _refuse(comm, error)
     with contextlib.ExitStack() as stack:
         return _execute(comm, args, prepared, out, stack, stop)
+
+
+def _refuse(comm, error: str) -> int:
+    if comm.rank == 0:
+        print(f"mpievo run: {error}", file=sys.stderr, flush=True)
+    return EXIT_CONFIG_ERROR
+
+
+def _stop_before_start(comm, stop) -> bool:
+    """Whether a stop was requested on any rank before the run began (nothing to save yet;
+    the ranks may leave one by one after this collective: see StopRequest.disarmed)."""
+    with stop.disarmed(), comm.purpose("control"):
+        return any(comm.allgather_object(stop.requested))
+
+
+def _nothing_written(args, prepared) -> str:
+    if prepared.restored is not None:
+        return (f"checkpoint {prepared.restored.name} is unchanged; resume with "
+                f"`mpievo run --resume {args.resume}`")
+    return "nothing was written; run the same command again to start over"
 
 
 def _execute(comm, args, prepared, out: Path, stack: contextlib.ExitStack, stop) -> int:
@@ -256,12 +304,16 @@ def _execute(comm, args, prepared, out: Path, stack: contextlib.ExitStack, stop)
     from ..rules.budget import plan
     from ..parallel.device_binding import bind_device
     from ..parallel.job import run_job
+    from ..parallel.memory import device_memory_problem
     from ..parallel.output import NonfiniteWarner, OutputWriter, ProgressReporter
     from ..parallel.threads import limit_blas_threads
 
     job, restored = prepared.job, prepared.restored
     threads = limit_blas_threads(job.run.blas_threads, stack)
     binding = bind_device(getattr(comm, "mpi_comm", None))    # SelfComm: no MPI, the environment
+    error = _agree(comm, device_memory_problem(comm, job))
+    if error is not None:
+        return _refuse(comm, error)
     budget_generation = plan(job.engines, job.problem.dim, job.run.budget).budget_generation
     last = min(g for g in (job.run.generations, budget_generation) if g is not None)
     with comm.purpose("control"):
@@ -279,6 +331,8 @@ def _execute(comm, args, prepared, out: Path, stack: contextlib.ExitStack, stop)
             out, job.config, resume_generation=None if restored is None else restored.generation,
             extra=extra), restored))
         start = "resuming " + restored.name if restored is not None else "starting"
+        for note in () if restored is None else restored.skipped:
+            print(f"mpievo run: skipped: {note}", flush=True)
         print(f"mpievo run: {start}: {prepared.source}, {job.n_islands} islands on {comm.size} ranks "
               f"({', '.join(sorted(set(devices)))}), {_limits(job, last)}, out {out}", flush=True)
     checkpointer = Checkpointer(out / CHECKPOINT_SUBDIR, keep=job.run.checkpoint_keep, comm=comm)
@@ -291,6 +345,12 @@ def _execute(comm, args, prepared, out: Path, stack: contextlib.ExitStack, stop)
             print(f"mpievo run: checkpointed at generation {result.generations} on request; "
                   f"resume with `mpievo run --resume {out}` (exit {EXIT_CHECKPOINTED_REQUEUE})", flush=True)
         return EXIT_CHECKPOINTED_REQUEUE
+    if not math.isfinite(result.best_fitness):
+        if comm.rank == 0:
+            print(f"mpievo run: no island ever saw a finite fitness in {result.generations} generations "
+                  f"({result.evaluations} evaluations, best {result.best_fitness}); check the fitness "
+                  f"function and the bounds (exit {EXIT_NO_FINITE_FITNESS})", file=sys.stderr, flush=True)
+        return EXIT_NO_FINITE_FITNESS
     return 0
 
 

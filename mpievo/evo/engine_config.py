@@ -32,6 +32,9 @@ _SOURCE = "[engine] settings"
 GENOMES = ("dense", "delta", "seeded")
 #: evaluation modes of ``engine.evaluation``
 EVALUATIONS = ("generational", "steady")
+#: the most members or children a size setting may ask for: far above any useful
+#: population, low enough that a typo (an extra 000) fails at validation, not in malloc
+MAX_MEMBERS = 10_000_000
 
 
 def _setting(default, check, doc: str):
@@ -55,8 +58,8 @@ class EngineConfig(Settings):
     algorithm: Any = _setting("ga", choice(algorithm_classes, extra=" or 'module:Class'",
                                            also=_user_class),
                               "island algorithm: ga, de (jde), shade, cmaes or 'module:Class'")
-    capacity: Any = _setting(64, integer(2), "archive capacity (members kept per island)")
-    batch_size: Any = _setting(128, integer(1), "GA children per generation")
+    capacity: Any = _setting(64, integer(2, MAX_MEMBERS), "archive capacity (members kept per island)")
+    batch_size: Any = _setting(128, integer(1, MAX_MEMBERS), "GA children per generation")
     dtype: Any = _setting("float32", choice(GENOME_DTYPES),
                           "genome dtype; bfloat16 and float16 (GA, dense or delta genomes) breed in float32 "
                           "and round once to nearest even (see mpievo.evo.half)")
@@ -82,7 +85,7 @@ class EngineConfig(Settings):
                                "(every island's batch in flight at once; workers wait only at generation "
                                "ends); the same result either way")
     selection: Any = _setting("tournament", choice(SELECTIONS), "GA parent selection")
-    tournament_size: Any = _setting(2, integer(1), "members per tournament")
+    tournament_size: Any = _setting(2, integer(1, MAX_MEMBERS), "members per tournament")
     rank_pressure: Any = _setting(1.5, number(1.0, 2.0), "linear ranking pressure in [1, 2]")
     crossover: Any = _setting("interpolate", choice(CROSSOVERS), "GA crossover")
     omega: Any = _setting(None, optional(number(0.0, 1.0)),
@@ -98,7 +101,7 @@ class EngineConfig(Settings):
                                     "GA step-size control: success rule or self-adaptation")
     sigma_tau: Any = _setting(None, optional(number(0.0, 10.0)),
                               "self-adaptation learning rate; None: 1/sqrt(2 * mutated genes)")
-    population: Any = _setting(None, optional(integer(2)),
+    population: Any = _setting(None, optional(integer(2, MAX_MEMBERS)),
                                "members in use at the start (the archive's limit; capped at capacity); "
                                "None: capacity. GA restarts multiply it by restart_growth, up to capacity")
     stagnation_patience: Any = _setting(200, integer(0),
@@ -122,19 +125,19 @@ class EngineConfig(Settings):
                                    "than the best at the restart by this fraction of the fitness spread "
                                    "(as stagnation_tol)")
     bounds: Any = _setting("clip", choice(BOUND_MODES), "box handling: clip, reflect or resample")
-    de_population: Any = _setting(32, integer(4), "differential evolution population")
+    de_population: Any = _setting(32, integer(4, MAX_MEMBERS), "differential evolution population")
     de_tau_f: Any = _setting(0.1, number(0.0, 1.0), "jDE: probability of renewing F")
     de_tau_cr: Any = _setting(0.1, number(0.0, 1.0), "jDE: probability of renewing CR")
-    cma_popsize: Any = _setting(None, optional(integer(2)), "CMA-ES population; None: 4 + 3 ln(dim)")
+    cma_popsize: Any = _setting(None, optional(integer(2, MAX_MEMBERS)), "CMA-ES population; None: 4 + 3 ln(dim)")
     cma_sigma0: Any = _setting(0.3, number(0.0, 1.0, open_low=True),
                                "CMA-ES initial step, relative to the box width")
     cma_restarts: Any = _setting("ipop", choice(("ipop", "bipop", "none")),
                                  "CMA-ES restarts: ipop (population grows each restart), bipop (alternates "
                                  "large and small local runs by evaluations used), none (same population)")
     cma_popsize_growth: Any = _setting(2.0, number(1.0, 1e3), "CMA-ES: population factor per ipop/bipop restart")
-    cma_max_popsize: Any = _setting(None, optional(integer(2)),
+    cma_max_popsize: Any = _setting(None, optional(integer(2, MAX_MEMBERS)),
                                     "CMA-ES: largest population restarts reach; None: 512 x the first")
-    shade_population: Any = _setting(None, optional(integer(4)),
+    shade_population: Any = _setting(None, optional(integer(4, MAX_MEMBERS)),
                                      "SHADE: initial population; None: 18 x dim with shade_max_evaluations "
                                      "(L-SHADE), else 100 (SHADE)")
     shade_memory: Any = _setting(6, integer(1), "SHADE: slots H of the F and CR success memories")

@@ -18,6 +18,9 @@ _BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
 _UNARY = {ast.UAdd: operator.pos, ast.USub: operator.neg}
 _CALLS = {"min": min, "max": max, "abs": abs}
 _MAX_EXPONENT = 64   # keeps "9**9**9" from eating the machine
+#: integer results beyond this many bits are refused before they are computed: an
+#: exponent cap alone lets "((9**64)**64)**64" grow a number of millions of digits
+_MAX_INT_BITS = 1024
 _MAX_LENGTH = 200
 _MENTIONS_I = re.compile(r"(?<![A-Za-z0-9_.])i(?![A-Za-z0-9_])")
 
@@ -110,7 +113,22 @@ def _evaluate(node: ast.AST, i: int, text: str):
     left, right = _evaluate(node.left, i, text), _evaluate(node.right, i, text)
     if isinstance(node.op, ast.Pow) and abs(right) > _MAX_EXPONENT:
         raise ValueError(f"expected exponents of at most {_MAX_EXPONENT} in {text!r}, got {right}")
+    if _result_bits(node.op, left, right) > _MAX_INT_BITS:
+        raise ValueError(f"expected integers of at most {_MAX_INT_BITS} bits in {text!r}, got a larger "
+                         f"intermediate result for i={i}")
     try:
         return _BINARY[type(node.op)](left, right)
     except (ZeroDivisionError, OverflowError) as err:
         raise ValueError(f"expected {text!r} to be computable for i={i}, got {err}") from None
+
+
+def _result_bits(op: ast.operator, left, right) -> int:
+    """An upper bound on the bit length of an integer ``left op right`` (0 for floats,
+    which overflow on their own), known before the result is computed."""
+    if not (isinstance(left, int) and isinstance(right, int)):
+        return 0
+    if isinstance(op, ast.Pow):
+        return left.bit_length() * max(right, 0)
+    if isinstance(op, ast.Mult):
+        return left.bit_length() + right.bit_length()
+    return max(left.bit_length(), right.bit_length()) + 1

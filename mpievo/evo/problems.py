@@ -25,6 +25,8 @@ Example::
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Callable
@@ -332,6 +334,15 @@ def builtin_problem(name: str, dim: int, *, shift: bool = False, rotate: bool = 
     return Problem(func, dim, lo, hi, maximize=maximize, name=label)
 
 
+def _search_current_directory() -> None:
+    """Put the current directory first on ``sys.path`` as ``python -m`` does (an installed
+    ``mpievo`` script starts with its own directory there instead), so that
+    ``mymod:f`` finds ``./mymod.py`` on every rank whichever way the rank was started."""
+    here = os.getcwd()
+    if not any(entry in ("", here) for entry in sys.path):
+        sys.path.insert(0, here)
+
+
 def load_object(spec: str):
     """Import ``"package.module:attribute"`` (the attribute may be dotted).
 
@@ -341,8 +352,15 @@ def load_object(spec: str):
     if not isinstance(spec, str) or spec.count(":") != 1 or spec.startswith(":") or spec.endswith(":"):
         raise ValueError(f"expected 'module:attribute', got {spec!r}")
     module_name, attr_path = spec.split(":")
+    _search_current_directory()
     try:
         obj = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name != module_name.split(".")[0]:   # the module was found; something it imports was not
+            raise ValueError(f"cannot import module {module_name!r} for {spec!r}: {exc}") from exc
+        raise ValueError(f"cannot import module {module_name!r} for {spec!r}: no {exc.name!r} in the "
+                         f"current directory {os.getcwd()} nor elsewhere on sys.path {sys.path}; "
+                         "run from the directory that holds it or add that directory to PYTHONPATH") from exc
     except ImportError as exc:
         raise ValueError(f"cannot import module {module_name!r} for {spec!r}: {exc}") from exc
     for part in attr_path.split("."):

@@ -60,6 +60,8 @@ def load_latest(directory: str | Path, islands: IslandSelection = None, *, comm:
     (manifest order, newest first), each rank reads and verifies the islands it asked
     for plus rank 0's file (run state, config) -- each file's bytes against the digest
     recorded at writing before HDF5 opens it, then the checksums of the sections read --
+    and, shared out among the ranks, the bytes of every other file of the checkpoint
+    (a resume reading only rank 0's file first still picks a checkpoint that is whole),
     and the ranks agree: when any rank
     finds a problem, all of them move to the previous checkpoint. A bad checkpoint is
     never modified; it is reported in a CheckpointWarning (on rank 0) and in
@@ -89,7 +91,7 @@ def load_latest(directory: str | Path, islands: IslandSelection = None, *, comm:
         for note in skipped:
             warnings.warn(note, CheckpointWarning, stacklevel=2)
     for entry in listing["entries"]:
-        loaded, problem = _try_load(directory, entry, islands)
+        loaded, problem = _try_load(directory, entry, islands, comm.rank, comm.size)
         problems = comm.allgather_object(problem)
         usage = [p[1] for p in problems if p is not None and p[0] == "usage"]
         if usage:
@@ -190,14 +192,25 @@ def _list_candidates(directory: Path) -> dict:
     return {"entries": list(reversed(entries)), "notes": notes}
 
 
-def _try_load(directory: Path, entry: CheckpointEntry, selection: IslandSelection):
-    """Return (Checkpoint, None) or (None, (kind, message)) with kind "usage" or "bad"."""
+def _try_load(directory: Path, entry: CheckpointEntry, selection: IslandSelection, rank: int = 0,
+              size: int = 1):
+    """Return (Checkpoint, None) or (None, (kind, message)) with kind "usage" or "bad".
+
+    Besides the files it reads, this rank checks the bytes of every ``size``-th other file
+    of the checkpoint (from ``rank`` on): the ranks together verify all of them, so that a
+    checkpoint is chosen only when it is whole, whichever islands this resume reads."""
     try:
         wanted = _resolve_selection(selection, entry)
     except (TypeError, ValueError) as err:
         return None, ("usage", str(err))
     try:
-        return _load_entry(directory, entry, wanted), None
+        loaded = _load_entry(directory, entry, wanted)
+        holder = entry.file_of_island()
+        read = {entry.file_of_rank(0).path, *(holder[i].path for i in wanted)}
+        for file_entry in entry.files[rank::size]:
+            if file_entry.path not in read:
+                check_file_bytes(directory / file_entry.path, file_entry.file_sha256, file_entry.size_bytes)
+        return loaded, None
     except FileNotFoundError as err:
         return None, ("bad", f"{err.filename}: missing (named by the manifest)")
     except CheckpointError as err:

@@ -149,8 +149,62 @@ def best_genome_bytes(result: RunResult) -> bytes:
     return b"" if result.best_genome is None else np.ascontiguousarray(result.best_genome).tobytes()
 
 
-def out_dir_default(now=None) -> Path:
-    """``runs/<YYYYmmdd-HHMMSS>`` (rank 0 picks it; broadcast it to the others)."""
+#: what in an output directory marks a run (a checkpoint directory, a finished run's summary)
+RUN_MARKERS = ("checkpoints", "summary.json")
+#: what ``--overwrite`` removes: everything a run writes there, and nothing else
+RUN_OUTPUTS = (*RUN_MARKERS, "islands", "best_genome.npy", "convergence.png")
+
+
+def make_default_out_dir(now=None, root: Path = Path("runs")) -> Path:
+    """Create and return a new ``runs/<YYYYmmdd-HHMMSS>`` (``-2``, ``-3``, ... when taken):
+    made with one ``mkdir`` that fails when the name exists, so two runs started in the
+    same second get different directories (rank 0 makes it; broadcast it to the others)."""
     import time
 
-    return Path("runs") / time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
+    root.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
+    for attempt in range(1, 10_000):
+        path = root / (stamp if attempt == 1 else f"{stamp}-{attempt}")
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"expected a free name for {root / stamp}, got 9999 taken ones")
+
+
+def holds_run(out: Path) -> bool:
+    """Whether ``out`` holds a run: a ``checkpoints`` directory with anything in it, or a
+    summary.json (a directory left by a run stopped before its first checkpoint does not)."""
+    checkpoints = out / "checkpoints"
+    return (out / "summary.json").exists() or (checkpoints.is_dir() and any(checkpoints.iterdir()))
+
+
+def claim_out_dir(out: Path, *, resuming: bool, overwrite: bool) -> None:
+    """Make ``out`` ready for a run: create it; refuse one that holds another run unless
+    ``resuming`` (the run continues there) or ``overwrite`` (its run is removed first).
+
+    Raises:
+        ValueError: ``out`` holds a run, and neither way out was chosen; or both were.
+    """
+    out = Path(out)
+    if overwrite and resuming:
+        raise ValueError("expected --overwrite or --resume, got both (a resume keeps the run it continues)")
+    if not resuming and holds_run(out):
+        if not overwrite:
+            raise ValueError(f"expected a new or empty output directory, got {out}, which holds another run; "
+                             f"continue it with `mpievo run --resume {out}`, choose a new --out, or add "
+                             "--overwrite to remove it first")
+        _remove_run(out)
+    out.mkdir(parents=True, exist_ok=True)
+
+
+def _remove_run(out: Path) -> None:
+    import shutil
+
+    for name in RUN_OUTPUTS:
+        path = out / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif path.exists() or path.is_symlink():
+            path.unlink()

@@ -40,6 +40,7 @@ alter the result of a deterministic run.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol, Sequence
@@ -338,6 +339,12 @@ class RunLoop:
 
     # --------------------------------------------------------------- finish
     def _finish(self, wall_s: float, reason: str) -> RunResult:
+        # ranks leave one by one after these collectives: no abort on a repeated stop signal
+        # from here (mpievo.faults.StopRequest.disarmed)
+        with getattr(self.stop, "disarmed", contextlib.nullcontext)():
+            return self._result(wall_s, reason)
+
+    def _result(self, wall_s: float, reason: str) -> RunResult:
         comm = self.comm
         with comm.purpose("global_best"):
             best = comm.allgather_object(_without_genome(self.scheme.best_local()))

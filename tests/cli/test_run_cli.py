@@ -156,9 +156,12 @@ def test_nan_fitness_is_counted_logged_and_warned(tmp_path, capsys, monkeypatch)
     module.write_text("import numpy as np\ndef f(x):\n    return np.full(len(x), np.nan)\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     out = tmp_path / "out"
+    from mpievo.cli.run import EXIT_NO_FINITE_FITNESS
+
+    # no island ever saw a finite fitness: the run fails (issue 31, finding 7), its files written
     assert _run("--problem", "nanfit_mod:f", "--dim", 3, "--lower", -1, "--upper", 1, "--generations", 3,
                 "--islands", 2, "--out", out, "--progress", "none",
-                "--set", "engine.batch_size=8", "--set", "engine.capacity=4") == 0
+                "--set", "engine.batch_size=8", "--set", "engine.capacity=4") == EXIT_NO_FINITE_FITNESS
     summary = json.loads((out / "summary.json").read_text())
     assert summary["nonfinite_evaluations"] == summary["evaluations"] == 2 * (4 + 3 * 8)
     assert [i["nonfinite"] for i in summary["islands"]] == [4 + 3 * 8] * 2
@@ -166,3 +169,4 @@ def test_nan_fitness_is_counted_logged_and_warned(tmp_path, capsys, monkeypatch)
     assert last["nonfinite"] == last["evaluations"] == 4 + 3 * 8
     err = capsys.readouterr().err
     assert err.count("has seen only non-finite fitness values") == 2
+    assert err.strip().splitlines()[-1].startswith("mpievo run: no island ever saw a finite fitness in 3 generations")

@@ -72,7 +72,7 @@ def test_all_problems_are_reported_at_once_path_first():
         "extra: expected a key among ['engine', 'migration', 'problem', 'run'], got an unknown key",
         "run.bogus: expected a key among ['blas_threads', 'budget', 'checkpoint_every', 'checkpoint_keep', "
         "'checkpoint_seconds', 'generations', 'islands', 'leader_margin', 'leader_rate', 'leader_rate_final', "
-        "'log_every', 'ranks_per_island', 'scheme', 'seed', 'target'], got an unknown key",
+        "'log_every', 'memory_check', 'ranks_per_island', 'scheme', 'seed', 'target'], got an unknown key",
         "run.seed: expected an int >= 0, got -1",
         "run.generations: expected an int >= 1, got str 'many'",
         "problem.dimension: expected a key among ['bases', 'batched', 'dim', 'lower', 'maximize', 'name', 'rotate', "
@@ -80,7 +80,7 @@ def test_all_problems_are_reported_at_once_path_first():
         "migration.topology: expected one of ['ring', 'bidirectional_ring', 'torus', 'fully_connected', "
         "'random', 'graph', 'unconnected'], got str 'star'",
         "migration.adaptive.enabled: expected true or false, got str 'yes'",
-        "engine.capacity: expected an int >= 2, got 1",
+        "engine.capacity: expected an int >= 2 and <= 10000000, got 1",
         "engine.omega[1]: expected a number in [0.0, 1.0], got 2.0",
     ]
     assert str(info.value).startswith("invalid job.toml (9 problems):\n  - extra: ")

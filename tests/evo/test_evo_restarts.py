@@ -371,7 +371,7 @@ def test_restarts_are_invariant_to_a_constant_added_to_the_fitness():
 
 
 @pytest.mark.parametrize("key, value, text", [
-    ("population", 1, "engine.population: expected an int >= 2, got 1"),
+    ("population", 1, "engine.population: expected an int >= 2 and <= 10000000, got 1"),
     ("stagnation_patience", -1, "engine.stagnation_patience: expected an int >= 0, got -1"),
     ("stagnation_tol", -0.1, r"engine.stagnation_tol: expected a number in \[0.0, 1.0\], got -0.1"),
     ("restart_elite", 0, "engine.restart_elite: expected an int >= 1, got 0"),

@@ -288,7 +288,7 @@ def test_a_toml_job_selects_shade_with_its_settings():
 
 
 @pytest.mark.parametrize("key, value, text", [
-    ("shade_population", 3, "engine.shade_population: expected an int >= 4, got 3"),
+    ("shade_population", 3, "engine.shade_population: expected an int >= 4 and <= 10000000, got 3"),
     ("shade_memory", 0, "engine.shade_memory: expected an int >= 1, got 0"),
     ("shade_pbest", 0.0, r"engine.shade_pbest: expected a number in \(0.0, 1.0\], got 0.0"),
     ("shade_archive_rate", -1, r"engine.shade_archive_rate: expected a number in \[0.0, 100.0\], got -1.0"),

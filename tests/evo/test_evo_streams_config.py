@@ -73,9 +73,9 @@ def test_config_rejects_unknown_keys_naming_them():
 
 
 @pytest.mark.parametrize("key, value, text", [
-    ("capacity", 3.5, "engine.capacity: expected an int >= 2, got float 3.5"),
-    ("capacity", True, "engine.capacity: expected an int >= 2, got bool True"),
-    ("capacity", 1, "engine.capacity: expected an int >= 2, got 1"),
+    ("capacity", 3.5, "engine.capacity: expected an int >= 2 and <= 10000000, got float 3.5"),
+    ("capacity", True, "engine.capacity: expected an int >= 2 and <= 10000000, got bool True"),
+    ("capacity", 1, "engine.capacity: expected an int >= 2 and <= 10000000, got 1"),
     ("omega", 1.5, "engine.omega: expected a number in [0.0, 1.0], got 1.5"),
     ("omega", "half", "engine.omega: expected a number in [0.0, 1.0], got str 'half'"),
     ("selection", "roulette", "engine.selection: expected one of ['uniform', 'tournament', 'rank'], "
@@ -111,7 +111,7 @@ def test_config_per_island_resolution():
     with pytest.raises(ConfigError, match=r"engine.omega: expected a list of 4 values"):
         cfg.resolve(0, 4)
     bad = EngineConfig(capacity=lambda i: -i)
-    with pytest.raises(ConfigError, match="engine.capacity on island 1: expected an int >= 2, got -1"):
+    with pytest.raises(ConfigError, match="engine.capacity on island 1: expected an int >= 2 and <= 10000000, got -1"):
         bad.resolve(1, 2)
 
 
@@ -122,7 +122,7 @@ def test_resolve_all_reports_each_setting_once_on_its_first_failing_island():
     assert info.value.problems == [
         "engine.batch_size: expected a list of 5 values (one per island), got 2: [1, 2]",
         "engine.mutation_sigma on island 2: expected a number in (0.0, 1.0], got 0.0",
-        "engine.capacity on island 3: expected an int >= 2, got 1",
+        "engine.capacity on island 3: expected an int >= 2 and <= 10000000, got 1",
     ]
 
 

@@ -1,0 +1,142 @@
+"""The memory check before a run allocates anything: a per-rank estimate from the settings
+against what the rank can use.
+
+The estimate counts the arrays that grow with the settings (a lower bound, not a
+profile): per island, the archive (``engine.capacity`` rows) and a generation's children
+(``engine.batch_size`` rows) of ``problem.dim`` genes, plus the float64 random draws of the
+children; CMA-ES adds its covariance and eigenvectors (two dim x dim float64 matrices), a
+rotated built-in its rotation matrix. A rank holds ``ceil(islands / ranks)`` islands.
+The ranks on one node share its memory: their estimates are summed and compared with the
+least of the cgroup's limit left (v2 ``memory.max - memory.current``, or v1's) and
+``MemAvailable``. A GPU island's rows are on its device: they are compared with the
+device's free memory once the rank is bound to it. ``run.memory_check = false`` skips
+both checks.
+"""
+
+from __future__ import annotations
+
+import math
+import socket
+from pathlib import Path
+
+#: float64 random draws per child gene (the GA's Gaussian mutation)
+_DRAW_BYTES = 8
+
+
+def island_bytes(engine, dim: int) -> int:
+    """The estimated bytes of one island's arrays (see the module docstring)."""
+    itemsize = 4 if engine.dtype == "float32" else 8
+    rows = engine.capacity + engine.batch_size
+    total = rows * dim * itemsize + engine.batch_size * dim * _DRAW_BYTES
+    if engine.genome == "seeded":        # rows are recipes; one genome at a time is whole
+        total = 2 * dim * itemsize
+    if engine.algorithm == "cmaes":
+        total += 2 * dim * dim * 8
+    return total
+
+
+def rank_estimate(job, nranks: int) -> tuple[int, int]:
+    """(host bytes, device bytes) one rank needs at least for ``job`` on ``nranks`` ranks."""
+    dim = job.problem.dim
+    per_rank = math.ceil(job.n_islands / nranks)
+    largest = max(island_bytes(engine, dim) for engine in job.engines)
+    on_device = any(engine.device == "cuda" for engine in job.engines)
+    islands = per_rank * largest
+    host = 0 if on_device else islands
+    if getattr(job.problem, "rotate", False):
+        host += 8 * dim * dim
+    return host, islands if on_device else 0
+
+
+def usable_host_bytes() -> tuple[int | None, str]:
+    """(bytes this process may still allocate, where that number comes from); None when unknown."""
+    limits = []
+    available = _meminfo_available()
+    if available is not None:
+        limits.append((available, "MemAvailable"))
+    cgroup = _cgroup_room()
+    if cgroup is not None:
+        limits.append((cgroup, "the cgroup's memory limit"))
+    if not limits:
+        return None, "unknown"
+    return min(limits)
+
+
+def memory_problem(comm, job) -> str | None:
+    """Collective: why ``job`` cannot fit in host memory on some node (None: it fits, the
+    check is off, or the memory cannot be read). Every rank gets the same answer."""
+    if not job.run.memory_check:
+        return None
+    host, _ = rank_estimate(job, comm.size)
+    usable, source = usable_host_bytes()
+    with comm.purpose("control"):
+        seen = comm.allgather_object((socket.gethostname(), host, usable, source))
+    for node in dict.fromkeys(name for name, *_ in seen):
+        here = [entry for entry in seen if entry[0] == node]
+        need = sum(entry[1] for entry in here)
+        known = [(entry[2], entry[3]) for entry in here if entry[2] is not None]
+        if known and need > min(known)[0]:
+            usable, source = min(known)
+            return _refusal(job, f"{len(here)} rank(s) on {node}", need, usable, source, "host")
+    return None
+
+
+def device_memory_problem(comm, job) -> str | None:
+    """Collective, once each rank is bound to its device: why some rank's GPU islands
+    cannot fit in its device's free memory (None: they fit, none is on a GPU, or off)."""
+    need = rank_estimate(job, comm.size)[1] if job.run.memory_check else 0
+    free = _free_device_bytes() if need else None
+    with comm.purpose("control"):
+        seen = comm.allgather_object((need, free))
+    for rank, (need, free) in enumerate(seen):
+        if free is not None and need > free:
+            return _refusal(job, f"rank {rank}'s device", need, free, "its free device memory", "device")
+    return None
+
+
+def _free_device_bytes() -> int | None:
+    try:
+        from numba import cuda
+
+        return int(cuda.current_context().get_memory_info()[0])
+    except Exception:  # no usable device here: the run itself reports that
+        return None
+
+
+def _refusal(job, where: str, need: int, usable: int, source: str, kind: str) -> str:
+    engine = job.engines[0]
+    return (f"memory: expected the job to fit in the {_gib(usable)} {where} can use ({source}), got an "
+            f"estimate of {_gib(need)} of {kind} memory for {job.n_islands} islands of dim "
+            f"{job.problem.dim} (engine.capacity {engine.capacity}, engine.batch_size {engine.batch_size}, "
+            f"engine.dtype {engine.dtype}); lower problem.dim, engine.capacity, engine.batch_size or "
+            "run.islands, run on more ranks or nodes, or set run.memory_check = false to skip this check")
+
+
+def _gib(nbytes: int) -> str:
+    return f"{nbytes / 2**30:.3g} GiB"
+
+
+def _meminfo_available() -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _cgroup_room() -> int | None:
+    """The cgroup's limit minus its usage (v2, then v1); None without a limit."""
+    for limit_file, usage_file in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+                                   ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
+                                    "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
+        try:
+            limit = Path(limit_file).read_text().strip()
+            usage = int(Path(usage_file).read_text().strip())
+        except (OSError, ValueError):
+            continue
+        if limit == "max" or not limit.isdigit() or int(limit) >= 1 << 60:
+            return None
+        return max(int(limit) - usage, 0)
+    return None
