@@ -8,7 +8,8 @@ start pytest again on the tests that never ran. A timeout so fails one test, nev
 rest of its stage.
 
 Lines: ``start NODEID`` before a test's setup, ``end OUTCOME NODEID`` after its teardown,
-OUTCOME being passed, failed or skipped (failed when any phase failed).
+OUTCOME being passed, failed or skipped (failed when any phase failed); a file that
+fails to collect is an ``end failed FILE`` line.
 """
 
 from __future__ import annotations
@@ -48,6 +49,10 @@ class Progress:
             self.outcome[report.nodeid] = "failed"
         elif report.skipped and self.outcome.get(report.nodeid) == "passed":
             self.outcome[report.nodeid] = "skipped"
+
+    def pytest_collectreport(self, report):
+        if report.failed:       # a test file that does not import fails the stage
+            self._write(f"end failed {report.nodeid or 'collection'}")
 
     def pytest_runtest_logfinish(self, nodeid, location):
         self._write(f"end {self.outcome.pop(nodeid, 'passed')} {nodeid}")

@@ -61,16 +61,19 @@ stage "serial" $OMPI 0 1800 --with-mpi --timeout=300 -n 2
 stage "openmpi -n 2" $OMPI 2 1200 --only-mpi --timeout=300
 if [ -z "${MPIEVO_TEST_QUICK:-}" ]; then
     stage "openmpi -n 4" $OMPI 4 1500 --only-mpi --timeout=300
-    stage "openmpi -n 3 comm" $OMPI 3 900 --only-mpi --timeout=300 tests/comm tests/bench/test_collectives.py
-    stage "openmpi -n 5 comm" $OMPI 5 900 --only-mpi --timeout=300 tests/comm tests/bench/test_collectives.py
+    stage "openmpi -n 3 comm" $OMPI 3 900 --only-mpi --timeout=300 tests/comm tests/bench/test_bench_collectives.py
+    stage "openmpi -n 5 comm" $OMPI 5 900 --only-mpi --timeout=300 tests/comm tests/bench/test_bench_collectives.py
     # a 2.5 GiB genome between 2 ranks, exchanged and migrated bit for bit (~16 GiB of memory)
     MPIEVO_TEST_LARGE=1 stage "openmpi -n 2 large messages" $OMPI 2 1200 --only-mpi --timeout=900 \
         tests/comm/test_large_messages.py
     # real calibrations of the cost model (minutes): their own budget, nothing beside them
     MPIEVO_TEST_HEAVY=1 stage "heavy" $OMPI 0 1500 --with-mpi --timeout=1200 tests
+    # SIGINT/SIGTERM at random moments to the launcher and to a rank, at 2 and 4 ranks
+    MPIEVO_TEST_TRIALS=1 stage "interrupt trials" $OMPI 0 900 -p no:randomly --timeout=600 \
+        tests/faults/test_interrupt_trials.py
     if make_venv .venv-mpich mpich; then
         stage "mpich -n 2" .venv-mpich 2 1200 --only-mpi --timeout=300 tests/comm tests/parallel tests/rules
-        stage "mpich -n 4" .venv-mpich 4 1200 --only-mpi --timeout=300 tests/comm tests/bench/test_collectives.py
+        stage "mpich -n 4" .venv-mpich 4 1200 --only-mpi --timeout=300 tests/comm tests/bench/test_bench_collectives.py
         MPIEVO_TEST_LARGE=1 stage "mpich -n 2 large messages" .venv-mpich 2 1200 --only-mpi --timeout=900 \
             tests/comm/test_large_messages.py
     else

@@ -88,6 +88,8 @@ def main(argv: list[str]) -> int:
         if not unfinished:
             if rc not in RESULT_CODES or (rc == 5 and attempt == 0):
                 problems.append(f"pytest exited {rc} outside any test")
+            elif rc == 1 and "failed" not in ended_now.values():
+                problems.append("pytest exited 1 (failures) but recorded no failed test")
             break
         killed += sorted(unfinished)
         print(f"=== stage {name}: the process ended during {sorted(unfinished)} (exit {rc}); "
