@@ -253,17 +253,15 @@ def _run(comm, args, stop) -> int:
 def _execute(comm, args, prepared, out: Path, stack: contextlib.ExitStack, stop) -> int:
     from ..faults import EXIT_CHECKPOINTED_REQUEUE
     from ..io import Checkpointer
-    from ..parallel.budget import plan
     from ..parallel.gpu import bind_device
-    from ..parallel.job import run_job
+    from ..parallel.job import last_generation, run_job
     from ..parallel.output import NonfiniteWarner, OutputWriter, ProgressReporter
     from ..parallel.threads import limit_blas_threads
 
     job, restored = prepared.job, prepared.restored
     threads = limit_blas_threads(job.run.blas_threads, stack)
     binding = bind_device(getattr(comm, "mpi_comm", None))    # SelfComm: no MPI, the environment
-    budget_generation = plan(job.engines, job.problem.dim, job.run.budget).budget_generation
-    last = min(g for g in (job.run.generations, budget_generation) if g is not None)
+    last = last_generation(job)
     with comm.purpose("control"):
         devices = comm.allgather_object(binding.label)
     reporters = []
