@@ -1,0 +1,41 @@
+"""MkDocs hook: the configuration reference, generated from the schema at build time.
+
+A page holding the line ``<!-- config-reference -->`` gets, in its place, one table per
+config table (``mpievo.config.schema_tables``): every key with its type, default and
+meaning, as ``mpievo run --help-config`` prints them. Nothing is copied by hand.
+"""
+
+from __future__ import annotations
+
+MARKER = "<!-- config-reference -->"
+
+
+def on_page_markdown(markdown: str, page, config, files) -> str:
+    if MARKER not in markdown:
+        return markdown
+    return markdown.replace(MARKER, config_reference())
+
+
+def config_reference() -> str:
+    """Markdown: a section per table, a row per key."""
+    from mpievo.config import PER_ISLAND_NOTE, as_toml, schema_tables
+    from mpievo.schema import Settings
+
+    parts = []
+    for cls in schema_tables():
+        parts.append(f"## `[{cls.TABLE}]`\n")
+        if cls.TABLE == "engine":
+            parts.append(f"Every key: {PER_ISLAND_NOTE}.\n")
+        parts.append("| key | type | default | meaning |\n|---|---|---|---|")
+        for name, key in cls.keys().items():
+            if isinstance(key.default, Settings):      # a nested table: its own section
+                continue
+            parts.append(f"| `{name}` | {_cell(key.check.expected)} | `{_cell(as_toml(key.default))}` "
+                         f"| {_cell(key.doc)} |")
+        parts.append("")
+    return "\n".join(parts)
+
+
+def _cell(text: str) -> str:
+    """Text safe inside a Markdown table cell."""
+    return str(text).replace("|", "\\|").replace("\n", " ")
