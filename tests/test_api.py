@@ -186,15 +186,19 @@ def test_x0_and_callback_problems_are_reported_before_any_work():
     assert calls == []
 
 
+STEADY = {"run": {"scheme": "master_worker"}, "engine": {**SMALL["engine"], "evaluation": "steady"}}
+
+
 @pytest.mark.mpi(min_size=1)
-def test_x0_and_callback_give_the_one_process_result_on_every_rank(world):
+@pytest.mark.parametrize("tables", [SMALL, STEADY], ids=["island", "master_worker steady"])
+def test_x0_and_callback_give_the_one_process_result_on_every_rank(world, tables):
     from mpi_support import all_ranks_agree
     from mpievo.comm.protocol import SelfComm
 
     def run(comm=None):
         seen = []
         result = mpievo.minimize(batch_sphere, bounds=[(-3, 3)] * 6, x0=[0.5] * 6, seed=2, generations=300,
-                                 config=SMALL, comm=comm,
+                                 config=tables, comm=comm,
                                  callback=lambda r: seen.append(r.nit) or r.fun < 0.05 or r.nit >= 150)
         return result, seen
 
