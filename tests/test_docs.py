@@ -38,7 +38,7 @@ def test_the_config_reference_is_generated_with_a_row_per_key():
     from mpievo.schema import Settings
 
     assert "<!-- config-reference -->" in (ROOT / "docs" / "reference" / "config.md").read_text(encoding="utf-8")
-    spec = importlib.util.spec_from_file_location("config_reference", ROOT / "docs" / "hooks" / "config_reference.py")
+    spec = importlib.util.spec_from_file_location("reference", ROOT / "docs" / "hooks" / "reference.py")
     hook = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(hook)
     text = hook.config_reference()

@@ -1,4 +1,5 @@
-"""MkDocs hook: the configuration reference, generated from the schema at build time.
+"""MkDocs hooks: the configuration reference, generated from the schema at build time,
+and the docstrings' Sphinx roles made plain.
 
 A page holding the line ``<!-- config-reference -->`` gets, in its place, one table per
 config table (``mpievo.config.schema_tables``): every key with its type, default and
@@ -7,13 +8,22 @@ meaning, as ``mpievo run --help-config`` prints them. Nothing is copied by hand.
 
 from __future__ import annotations
 
+import re
+
 MARKER = "<!-- config-reference -->"
+#: a Sphinx role before its code span (":class:`X`" renders as ":class:<code>X</code>")
+SPHINX_ROLE = re.compile(r":(?:mod|func|class|meth|attr|data|exc|obj|const):(?=<code>)")
 
 
 def on_page_markdown(markdown: str, page, config, files) -> str:
     if MARKER not in markdown:
         return markdown
     return markdown.replace(MARKER, config_reference())
+
+
+def on_page_content(html: str, page, config, files) -> str:
+    """The docstrings use Sphinx roles, which mkdocstrings leaves as text: drop them."""
+    return SPHINX_ROLE.sub("", html)
 
 
 def config_reference() -> str:
