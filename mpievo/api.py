@@ -50,7 +50,7 @@ class MinimizeResult:
         x: the best genome found (the islands' dtype, float32 by default).
         fun: its fitness, in the problem's sense.
         evaluations: fitness evaluations over all islands (also ``nfev``).
-        generations: generations of the run (rounds; see :mod:`mpievo.parallel.budget`;
+        generations: generations of the run (rounds; see :mod:`mpievo.rules.budget`;
             also ``nit``).
         stop_reason: "budget", "target", "generations" or "callback": what ended the run.
         best_island: the island that holds ``x``.

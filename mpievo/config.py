@@ -11,7 +11,7 @@ every key with its type, default and meaning)::
     [problem]    name (built-in or "module:function"), dim, shift, rotate, seed,
                  lower, upper, maximize, batched, time_limit, time_limit_method
                                                                    (ProblemConfig)
-    [engine]     the island engine's settings        (mpievo.evo.config.EngineConfig)
+    [engine]     the island engine's settings        (mpievo.evo.engine_config.EngineConfig)
     [migration]  topology, interval, emigrants, selection, replacement, unique,
                  degree (random), rows (torus), adjacency or edges (graph),
                  and [migration.adaptive]: enabled, minimum, maximum,
@@ -50,10 +50,10 @@ from .config_tables import (DEFAULT_GENERATIONS, MAX_ROTATED_DIM, ONE_GROUP_SCHE
 from .schema import ConfigError, Settings, shown, unknown_keys
 
 if TYPE_CHECKING:
-    from .evo.config import EngineConfig
-    from .evo.migration import MigrationPolicy
+    from .evo.engine_config import EngineConfig
+    from .evo.migration_policy import MigrationPolicy
     from .evo.problems import Problem
-    from .parallel.scheme import MigrationSchedule
+    from .rules.schedule import MigrationSchedule
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -185,7 +185,7 @@ def validate(config: dict, nranks: int, source: str = "config", *, problem: Prob
     Raises:
         ConfigError: listing every problem found.
     """
-    from .evo.config import EngineConfig    # loads numpy: only when validating
+    from .evo.engine_config import EngineConfig    # loads numpy: only when validating
 
     if not isinstance(config, dict):
         raise ConfigError([f"expected a table of tables, got {shown(config)}"], source)
@@ -295,7 +295,7 @@ def _check_leader_rate(run: RunConfig, problems: list[str]) -> None:
 
 def _check_budget(budget: int, engines, problems: list[str]) -> None:
     from .evo.island import initial_population
-    from .parallel.budget import smallest_budget
+    from .rules.budget import smallest_budget
 
     minimum = smallest_budget([initial_population(e) for e in engines])
     if budget < minimum:
@@ -306,10 +306,10 @@ def _check_budget(budget: int, engines, problems: list[str]) -> None:
 def _migration(migration: MigrationConfig, run: RunConfig, engines, problems: list[str]):
     """(MigrationPolicy, MigrationSchedule) of a checked [migration] table (None, None
     with problems added when the topology or the adaptive rule cannot be built)."""
-    from .evo.migration import MigrationPolicy
-    from .parallel.adaptive import AdaptiveInterval
-    from .parallel.scheme import MigrationSchedule
-    from .parallel.topology import build_topology
+    from .evo.migration_policy import MigrationPolicy
+    from .rules.adaptive import AdaptiveInterval
+    from .rules.schedule import MigrationSchedule
+    from .rules.topology import build_topology
 
     found = len(problems)
     if engines and migration.emigrants > min(e.capacity for e in engines):
@@ -343,7 +343,7 @@ def _drop_none(value):
 def schema_tables() -> list[type[Settings]]:
     """Every table of a job config, in the order they are documented (nested tables,
     such as ``[migration.adaptive]``, as their own)."""
-    from .evo.config import EngineConfig
+    from .evo.engine_config import EngineConfig
 
     return [RunConfig, ProblemConfig, MigrationConfig, AdaptiveConfig, EngineConfig]
 

@@ -1,6 +1,6 @@
 """The tables of a job config: ``[run]``, ``[problem]``, ``[migration]`` (with
 ``[migration.adaptive]``), as :class:`mpievo.schema.Settings` (``[engine]`` is
-:class:`mpievo.evo.config.EngineConfig`). :mod:`mpievo.config` loads and validates
+:class:`mpievo.evo.engine_config.EngineConfig`). :mod:`mpievo.config` loads and validates
 whole jobs with them. Standard library only, like :mod:`mpievo.schema`.
 """
 
@@ -29,25 +29,25 @@ DEFAULT_GENERATIONS = 200
 
 # --------------------------------------------------------------------- registries (loaded late)
 def _selection_policies():
-    from .evo.migration import SELECTION_POLICIES
+    from .evo.migration_policy import SELECTION_POLICIES
 
     return SELECTION_POLICIES
 
 
 def _replacement_policies():
-    from .evo.migration import REPLACEMENT_POLICIES
+    from .evo.migration_policy import REPLACEMENT_POLICIES
 
     return REPLACEMENT_POLICIES
 
 
 def _topologies():
-    from .parallel.topology import TOPOLOGIES
+    from .rules.topology import TOPOLOGIES
 
     return TOPOLOGIES
 
 
 def _time_limit_methods():
-    from .faults import TIME_LIMIT_METHODS
+    from .evo.problem_wrappers import TIME_LIMIT_METHODS
 
     return TIME_LIMIT_METHODS
 
@@ -167,7 +167,7 @@ class ProblemConfig(Settings):
     time_limit: float = setting(0.0, number(0.0, 1e9), "seconds per evaluation (0: no limit); "
                                 "a late evaluation counts as failed")
     time_limit_method: str = setting("process", choice(_time_limit_methods),
-                                     "how the limit is enforced (see mpievo.faults)")
+                                     "how the limit is enforced (see mpievo.evo.problem_wrappers)")
     bases: Any = setting(None, optional(text),
                          "delta/seeded genomes: a .npy file of the base models, shape (count, dim) or "
                          "(dim,), loaded once per node; none: the problem object's own")

@@ -5,7 +5,7 @@ fields are declared with :func:`setting` (default, :class:`Check`, one-line doc)
 Constructing it checks every field and raises one :class:`ConfigError` listing every
 problem as ``"table.key: expected X, got Y"``; :meth:`Settings.from_dict` also names
 unknown keys. The job config (:mod:`mpievo.config`) and the engine settings
-(:class:`mpievo.evo.config.EngineConfig`) are such tables.
+(:class:`mpievo.evo.engine_config.EngineConfig`) are such tables.
 
 Standard library only: importing it loads neither numpy nor MPI.
 """

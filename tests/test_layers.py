@@ -24,7 +24,8 @@ def loaded_after(statement: str) -> set[str]:
 def test_comm_does_not_import_the_engine():
     mods = loaded_after("import mpievo.comm")
     higher = {m for m in mods if m.split(".")[:2] in (["mpievo", "evo"], ["mpievo", "parallel"],
-                                                      ["mpievo", "io"], ["mpievo", "cli"])}
+                                                      ["mpievo", "io"], ["mpievo", "cli"], ["mpievo", "rules"],
+                                                      ["mpievo", "plan"], ["mpievo", "bench"])}
     assert not higher, f"mpievo.comm loaded {sorted(higher)}"
 
 
@@ -32,7 +33,7 @@ def test_engine_does_not_import_mpi():
     evo = ROOT / "mpievo" / "evo"
     if not evo.exists():
         pytest.fail("mpievo.evo is missing")
-    mods = loaded_after("import mpievo.evo")
+    mods = loaded_after("import mpievo.evo, mpievo.rules")
     assert "mpi4py" not in mods and "mpi4py.MPI" not in mods
 
 
@@ -51,6 +52,121 @@ def test_the_engine_protocol_does_not_import_mpi():
 
 COMM = ROOT / "mpievo" / "comm"
 NAMEDTUPLE_API = {"_replace", "_asdict", "_fields", "_make"}
+#: packages that run inside a job: they import neither the benchmarks nor the cost model
+RUNTIME = ("mpievo.comm", "mpievo.evo", "mpievo.parallel", "mpievo.io", "mpievo.rules", "mpievo.kernels")
+
+
+def source_modules() -> dict[str, tuple[Path, bool]]:
+    """Module name -> (file, is a package) of every module of mpievo/ and kernels/ (as mpievo.kernels)."""
+    modules = {}
+    for path in [*(ROOT / "mpievo").rglob("*.py"), *(ROOT / "kernels").rglob("*.py")]:
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[0] == "kernels":
+            parts = ["mpievo", *parts]
+        package = parts[-1] == "__init__"
+        modules[".".join(parts[:-1] if package else parts)] = (path, package)
+    return modules
+
+
+def imported_names(module: str, package: bool, node) -> list[str]:
+    """The absolute names an import statement names (a ``from`` import's names may be submodules)."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if node.level:
+        parts = module.split(".")[:None if package else -1]
+        base = ".".join(parts[:len(parts) - node.level + 1] + ([node.module] if node.module else []))
+    else:
+        base = node.module
+    return [base, *(f"{base}.{alias.name}" for alias in node.names)]
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the modules of mpievo it imports, at the top or inside functions alike.
+    Importing ``a.b.c`` runs the packages ``a.b`` and ``a`` first, so they count as
+    imported too (but not the importer's own packages, which are already running)."""
+    modules = source_modules()
+    graph = {}
+    for module, (path, package) in modules.items():
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, (ast.Import, ast.ImportFrom)):
+                continue
+            for name in imported_names(module, package, node):
+                if not name.startswith("mpievo"):
+                    continue
+                parts = name.split(".")
+                found.update(".".join(parts[:n]) for n in range(2, len(parts) + 1)
+                             if ".".join(parts[:n]) in modules
+                             and not (module + ".").startswith(".".join(parts[:n]) + "."))
+        graph[module] = found - {module}
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle of ``graph`` as a path that ends where it starts, or None."""
+    done, path = set(), []
+
+    def visit(module):  # depth-first; a module met again on the current path closes a cycle
+        if module in path:
+            return path[path.index(module):] + [module]
+        if module in done:
+            return None
+        path.append(module)
+        for imported in sorted(graph.get(module, ())):
+            cycle = visit(imported)
+            if cycle:
+                return cycle
+        path.pop()
+        done.add(module)
+        return None
+
+    return next((cycle for module in sorted(graph) if (cycle := visit(module))), None)
+
+
+def test_no_import_cycle_anywhere():
+    cycle = find_cycle(import_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_the_cycle_finder_finds_cycles_through_packages():
+    graph = {"mpievo.a": {"mpievo.b.c"}, "mpievo.b.c": {"mpievo.b"}, "mpievo.b": {"mpievo.a"}}
+    assert find_cycle(graph) == ["mpievo.a", "mpievo.b.c", "mpievo.b", "mpievo.a"]
+    assert find_cycle({"mpievo.a": {"mpievo.b"}, "mpievo.b": set()}) is None
+
+
+def test_import_graph_counts_function_level_imports_and_packages():
+    graph = import_graph()
+    # function-level: bench_layout imports the workloads inside the function
+    assert "mpievo.plan.workloads" in graph["mpievo.plan.traffic"]
+    # importing mpievo.rules.topology runs the package mpievo.rules first
+    assert {"mpievo.rules.topology", "mpievo.rules"} <= graph["mpievo.config_tables"]
+
+
+def imports_into(graph, importers: tuple[str, ...], targets: tuple[str, ...]) -> list[str]:
+    """"importer -> imported" for every import from a module under ``importers`` into one under ``targets``."""
+    def under(module, packages):
+        return any(module == p or module.startswith(p + ".") for p in packages)
+
+    return sorted(f"{m} -> {i}" for m, imported in graph.items() if under(m, importers)
+                  for i in imported if under(i, targets))
+
+
+def test_runtime_packages_import_no_benchmark_and_no_cost_model():
+    assert imports_into(import_graph(), RUNTIME, ("mpievo.bench", "mpievo.plan")) == []
+
+
+def test_the_cost_model_imports_no_benchmark():
+    assert imports_into(import_graph(), ("mpievo.plan",), ("mpievo.bench",)) == []
+
+
+def test_config_and_rules_import_only_downward():
+    """The job config checks against the MPI-free rules, never the layers that run it."""
+    above = ("mpievo.parallel", "mpievo.comm", "mpievo.io", "mpievo.cli", "mpievo.api", "mpievo.bench",
+             "mpievo.plan")
+    graph = import_graph()
+    assert imports_into(graph, ("mpievo.config", "mpievo.config_tables", "mpievo.schema"), above) == []
+    assert imports_into(graph, ("mpievo.rules",), above + ("mpievo.config", "mpievo.config_tables")) == []
+    assert "mpi4py" not in loaded_after("import mpievo.rules.topology, mpievo.rules.budget, mpievo.rules.schedule")
 
 
 def comm_imports(path: Path) -> set[str]:
@@ -73,20 +189,8 @@ def test_comm_modules_all_import_and_form_no_cycle():
         f"importlib.import_module('mpievo.comm.{m}')" for m in modules))
     assert {f"mpievo.comm.{m}" for m in modules} <= mods
     graph = {m: comm_imports(COMM / f"{m}.py") & set(modules) for m in modules}
-    done, path = set(), []
-
-    def visit(module):  # depth-first search; a module met again on the current path closes a cycle
-        if module in path:
-            raise AssertionError("import cycle: " + " -> ".join(path[path.index(module):] + [module]))
-        if module not in done:
-            path.append(module)
-            for imported in sorted(graph[module]):
-                visit(imported)
-            path.pop()
-            done.add(module)
-
-    for module in modules:
-        visit(module)
+    cycle = find_cycle(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
 
 def private_use(node) -> bool:
@@ -144,7 +248,7 @@ def test_exception_on_one_rank_aborts_the_job_promptly():
 
 
 def test_launcher_sets_wheel_environment():
-    from mpievo.launch import launch_env
+    from mpievo.launcher import launch_env
 
     env = launch_env({"OMPI_MCA_btl": "self,vader"})
     assert env["OMPI_ALLOW_RUN_AS_ROOT"] == "1"

@@ -175,7 +175,7 @@ def main(args: argparse.Namespace) -> int:
     if args.bench == "schemes":
         return _bench_schemes(args)
     if args.bench == "gpu":
-        from mpievo.parallel.bench_gpu import EXIT_REFUSED, refusal
+        from mpievo.bench.gpu import EXIT_REFUSED, refusal
 
         reason = refusal(args.check)
         if reason:
@@ -188,7 +188,7 @@ def main(args: argparse.Namespace) -> int:
     rank = MPI.COMM_WORLD.Get_rank()
     with abort_on_error():
         if args.bench == "collectives":
-            from mpievo.comm.benchmark import run_collectives
+            from mpievo.bench.collectives import run_collectives
 
             result = run_collectives(sizes=args.sizes, collectives=_split(args.collectives),
                                      malloc_modes=_split(args.malloc), algorithm=args.algorithm,
@@ -198,7 +198,7 @@ def main(args: argparse.Namespace) -> int:
         elif args.bench == "gpu":
             result = _bench_gpu(args)
         else:
-            from mpievo.parallel.bench import bench_engine
+            from mpievo.bench.engine import bench_engine
             from mpievo.comm import Communicator
 
             result = bench_engine(Communicator(), json_path=None)
@@ -215,7 +215,7 @@ _GPU_OPTIONS = ("kernel_mib", "allreduce_mib", "dims", "breed_dim", "repeats", "
 
 def _bench_gpu(args) -> dict:
     from mpievo.comm import Communicator
-    from mpievo.parallel.bench_gpu import GpuBenchOptions, bench_gpu
+    from mpievo.bench.gpu import GpuBenchOptions, bench_gpu
 
     given = {name: getattr(args, name) for name in _GPU_OPTIONS if getattr(args, name) is not None}
     options = GpuBenchOptions(force_direct=args.force_direct, **given)
@@ -233,7 +233,7 @@ _LAUNCHED = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK")
 def _bench_schemes(args) -> int:
     import os
 
-    from mpievo.parallel.bench_schemes import SchemesCheckError, SchemesOptions, bench_schemes
+    from mpievo.bench.schemes import SchemesCheckError, SchemesOptions, bench_schemes
 
     launched = [name for name in _LAUNCHED if name in os.environ]
     if launched:
@@ -256,7 +256,7 @@ def _bench_schemes(args) -> int:
 
 def _parse_cases(text: str) -> list:
     """--cases value -> [(dtype, op)]; argparse reports a bad entry as a usage error."""
-    from mpievo.comm.bench_verify import parse_cases  # lazy, like every mpievo.comm import here
+    from mpievo.bench.collectives_verify import parse_cases  # lazy, like every mpievo.comm import here
 
     try:
         return parse_cases(text)
@@ -269,7 +269,7 @@ def _split(text: str) -> list[str]:
 
 
 def _calibrate(args, rank) -> dict:
-    from mpievo.comm.calibration import calibrate, merge_tuning
+    from mpievo.bench.calibrate_collectives import calibrate, merge_tuning
 
     update_path = args.update
     result = calibrate(sizes=args.sizes, target_s=args.target_seconds, repeats=args.repeats)
@@ -327,7 +327,7 @@ def _seeds(text: str) -> tuple:
 
 def _bench_bbob(args) -> int:
     from mpievo.config import ConfigError
-    from mpievo.parallel.bench_bbob import BbobCheckError, BbobOptions, bench_bbob
+    from mpievo.bench.bbob import BbobCheckError, BbobOptions, bench_bbob
     from mpievo.parallel.world import world_comm
 
     try:
@@ -375,7 +375,7 @@ _GENOMES_OPTIONS = ("dims", "capacity", "batch", "generations", "repeats", "devi
 
 def _genomes_device(text: str) -> str:
     """argparse type of ``--device``: one of the benchmark's devices."""
-    from mpievo.parallel.bench_genomes import DEVICES
+    from mpievo.bench.genomes import DEVICES
 
     if text not in DEVICES:
         raise argparse.ArgumentTypeError(f"expected one of {', '.join(DEVICES)}, got {text!r}")
@@ -403,7 +403,7 @@ def _add_genomes_arguments(sub) -> None:
 
 
 def _bench_genomes(args) -> int:
-    from mpievo.parallel.bench_genomes import GenomesCheckError, GenomesOptions, bench_genomes
+    from mpievo.bench.genomes import GenomesCheckError, GenomesOptions, bench_genomes
     from mpievo.parallel.world import world_comm
 
     given = {name: getattr(args, name) for name in _GENOMES_OPTIONS if getattr(args, name) is not None}

@@ -15,7 +15,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from ..launch import launch
+    from ..launcher import launch
 
     argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
     return launch(args.nranks, argv)

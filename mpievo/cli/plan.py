@@ -4,8 +4,8 @@
     mpievo plan --constants cal.json --ranks 4 ...    each scheme's bytes and time per generation
     mpievo plan --scenario design [--inter-node-gbps 25]   the design study's table recomputed
 
-Bytes come from :mod:`mpievo.parallel.plan` (exact for GA runs: every message the schemes
-send), time from :mod:`mpievo.parallel.plan_time` with the calibrated constants.
+Bytes come from :mod:`mpievo.plan.traffic` (exact for GA runs: every message the schemes
+send), time from :mod:`mpievo.plan.timing` with the calibrated constants.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     if args.calibrate:
-        from mpievo.parallel.plan_calibrate import calibrate, write
+        from mpievo.plan.calibrate import calibrate, write
 
         result = calibrate(args.dims) if args.dims else calibrate()
         print(json.dumps(result, indent=1))
@@ -81,8 +81,8 @@ def _dims(text: str) -> tuple[int, ...]:
 
 
 def _scenario(args) -> str:
-    from mpievo.parallel.plan_scenario import Scenario, format_scenario
-    from mpievo.parallel.plan_time import Constants, Link
+    from mpievo.plan.scenario import Scenario, format_scenario
+    from mpievo.plan.timing import Constants, Link
 
     intra = Scenario().intra
     if args.constants:
@@ -94,8 +94,8 @@ def _scenario(args) -> str:
 
 
 def _layouts(args) -> str:
-    from mpievo.parallel.plan import SCHEMES, Layout, traffic
-    from mpievo.parallel.plan_time import Constants, Cost, Link, predict_seconds
+    from mpievo.plan.traffic import SCHEMES, Layout, traffic
+    from mpievo.plan.timing import Constants, Cost, Link, predict_seconds
 
     inter = Link(args.inter_node_latency_us * 1e-6, args.inter_node_gbps * 1e9 / 8)
     constants = Constants.load(args.constants, inter)

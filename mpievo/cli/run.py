@@ -85,7 +85,7 @@ def _departures_note() -> str:
     """The keys the embedded job sets away from the defaults (one set for the library,
     ``mpievo.minimize`` and jobs; the embedded job is tuned for its own problem)."""
     from ..config import MigrationConfig, ProblemConfig, RunConfig, load_config
-    from ..evo.config import EngineConfig
+    from ..evo.engine_config import EngineConfig
 
     parsed, _ = load_config(None)
     tables = {"run": RunConfig, "problem": ProblemConfig, "migration": MigrationConfig, "engine": EngineConfig}

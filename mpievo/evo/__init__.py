@@ -6,7 +6,7 @@ Building blocks:
   parallel layer drives: ``initialize()``, ``step(g)`` (or ``ask(g)``/``tell(f)`` to
   evaluate elsewhere), ``emigrants(k, policy, rng, exclude)``, ``immigrate(...)``,
   ``diversity()``, ``counters()``, ``best()``, ``state_dict()``/``load_state_dict()``.
-* Migration policies (:mod:`.migration`) -- selection (``best``, ``random``) and
+* Migration policies (:mod:`.migration_policy`) -- selection (``best``, ``random``) and
   replacement (``worst``, ``better``, ``fair``) as plain callables, elite-unique
   filtering, :class:`MigrationPolicy`; the parallel layer only transports migrants.
 * :class:`Archive` (:mod:`.archive`) -- fixed-capacity elite set: genomes, fitness,
@@ -24,7 +24,7 @@ Building blocks:
 * Genome encodings (:mod:`.genomes`, ``engine.genome``) -- ``dense`` rows, ``delta``
   rows against a base model, ``seeded`` recipes over base models
   (:class:`BaseModels`, ``Problem(..., bases=...)``), materialised for the fitness.
-* :class:`EngineConfig` (:mod:`.config`) -- validated settings; any setting may be a
+* :class:`EngineConfig` (:mod:`.engine_config`) -- validated settings; any setting may be a
   per-island list or callable (:func:`resolve_param`).
 * :func:`stream` (:mod:`.streams`) -- random generators keyed by
   ``(seed, island, generation, purpose)``: same seed, same results, any rank layout.
@@ -42,10 +42,10 @@ Example::
 
 from .archive import ID_STRIDE, Archive, Insertion, make_ids, sanitize_fitness
 from .algorithms import CMAES, JDE, SHADE, GeneticAlgorithm, IslandAlgorithm, make_algorithm
-from .config import EngineConfig
+from .engine_config import EngineConfig
 from .genomes import BaseModels
 from .island import Island
-from .migration import REPLACEMENT_POLICIES, SELECTION_POLICIES, MigrationPolicy, Migrants
+from .migration_policy import REPLACEMENT_POLICIES, SELECTION_POLICIES, MigrationPolicy, Migrants
 from .params import resolve_param
 from .problems import BUILTIN_PROBLEMS, Problem, builtin_problem, check_fitness, make_problem
 from .stagnation import StagnationMonitor

@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..kernels import operators as kernels
+from mpievo.kernels import operators as kernels
 
 #: ids are island_index * ID_STRIDE + counter, unique across islands.
 ID_STRIDE = 2**40
@@ -250,7 +250,7 @@ class Archive:
             genomes: (n, dim) candidates.
             fitness: (n,) minimised fitness (non-finite ranks worst).
             ids, origins, births: (n,) int64 or scalars (same order as
-                :class:`~mpievo.evo.migration.Migrants`).
+                :class:`~mpievo.evo.migration_policy.Migrants`).
 
         Returns:
             :class:`Insertion` (which candidates entered, where, duplicates dropped).

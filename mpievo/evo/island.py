@@ -23,7 +23,7 @@ settings and the order of calls on each island, never on ranks or timing; after
 ``load_state_dict`` an island continues exactly as it would have.
 
 Migration: :meth:`Island.emigrants` picks members and :meth:`Island.immigrate`
-takes foreign genomes in, both under the policies of :mod:`.migration`
+takes foreign genomes in, both under the policies of :mod:`.migration_policy`
 (selection ``best``/``random``, replacement ``worst``/``better``/``fair``, optionally
 elite-unique). Migrants keep their ids, births and origin island.
 """
@@ -32,13 +32,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kernels import operators as kernels
+from mpievo.kernels import operators as kernels
 from .algorithms.base import make_algorithm
 from .algorithms.cmaes_core import default_popsize
 from . import device, genomes
 from .archive import Archive, make_ids, sanitize_fitness
-from .config import EngineConfig
-from .migration import Migrants, admit, choose_emigrants
+from .engine_config import EngineConfig
+from .migration_policy import Migrants, admit, choose_emigrants
 from .operators import box_arrays
 from .problems import Problem, check_fitness, make_problem
 from .streams import stream
@@ -337,7 +337,7 @@ class Island:
 
         Args:
             k: number of emigrants.
-            policy: selection policy (:data:`~.migration.SELECTION_POLICIES`): ``best``
+            policy: selection policy (:data:`~.migration_policy.SELECTION_POLICIES`): ``best``
                 (the k best, best first) or ``random`` (k distinct members).
             rng: required by ``random`` (e.g. ``stream(seed, index, g, "emigrate")``).
             exclude: the receiver's :meth:`member_hashes`; members with one of these
@@ -356,7 +356,7 @@ class Island:
             fitness: (k,) minimised fitness as computed on their origin island.
             ids, origins: (k,) int64 (origins may be one int for all).
             births: (k,) generations of birth; default: this island's generation.
-            policy: replacement policy (:data:`~.migration.REPLACEMENT_POLICIES`):
+            policy: replacement policy (:data:`~.migration_policy.REPLACEMENT_POLICIES`):
                 ``worst`` (evict the worst members unconditionally), ``better`` (enter
                 only when better than the worst member) or ``fair`` (like ``better``,
                 for at most ``max_replace`` immigrants, the best).

@@ -40,8 +40,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..kernels import counter_operators as counter_kernels
-from ..kernels import operators as kernels
+from mpievo.kernels import counter_operators as counter_kernels
+from mpievo.kernels import operators as kernels
 from .streams import counter_blocks
 
 BOUND_MODES = tuple(kernels.BOUND_MODES)

@@ -32,7 +32,8 @@ from typing import Callable
 
 import numpy as np
 
-from ..kernels import operators as kernels
+from mpievo.kernels import operators as kernels
+from .base_models import as_bases
 from .operators import box_arrays, counter_based, uniform_genomes
 from .streams import stream
 
@@ -123,7 +124,6 @@ class Problem:
         self.batched = bool(batched)
         self.initial = initial
         self.device = bool(device)
-        from .genomes.bases import as_bases  # lazy: genomes builds on this module
 
         self.bases = as_bases(bases)
 

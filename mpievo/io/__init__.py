@@ -16,7 +16,7 @@ state trees and any object with the communicator's control-plane methods.
 """
 
 from .checkpointer import CheckpointInfo, Checkpointer
-from .config import (check_config_compatible, config_differences, config_hash, config_text_and_format,
+from .config_compat import (check_config_compatible, config_differences, config_hash, config_text_and_format,
                      parse_config)
 from .errors import (CheckpointError, CheckpointWarning, CheckpointWriteError, ConfigMismatchError,
                      CorruptCheckpointError, ForeignFileError, NewerFormatError, NoCheckpointError)

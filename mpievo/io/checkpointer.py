@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .atomic import TEMP_INFIX, fsync_directory
-from .config import config_text_and_format
+from .config_compat import config_text_and_format
 from .errors import CheckpointWarning, CheckpointWriteError
 from .files import write_checkpoint_file
 from .loader import existing_entries

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from .config import parse_config
+from .config_compat import parse_config
 from .errors import CheckpointError, CheckpointWarning, CorruptCheckpointError, NoCheckpointError
 from .files import check_file_bytes, read_checkpoint_file, read_header, read_sidecar, verify_file
 from .manifest import (MANIFEST_NAME, RANK_FILE_RE, CheckpointEntry, FileEntry, checkpoint_dirs,

@@ -1,34 +1,31 @@
-"""mpievo.parallel: islands over MPI ranks (the only place where comm and evo meet).
+"""mpievo.parallel: islands over MPI ranks (the only place where comm and evo meet; runtime only).
 
-* :mod:`.mapping` -- block placement of N logical islands on P ranks.
-* :mod:`.topology` -- ring, bidirectional ring, torus, fully connected, seeded random
-  per epoch, user graph, unconnected: ``neighbours(n_islands, ...) -> list[list[int]]``.
-* :mod:`.migration` -- synchronous buffer migration: edges, packing, hash exchange, one
+* :mod:`.migrator` -- synchronous buffer migration: edges, packing, hash exchange, one
   message of records per rank pair, genomes straight from and into their arrays (the
-  policies live in :mod:`mpievo.evo.migration`).
-* :mod:`.adaptive` -- migration interval from measured diversity (a pure rule).
-* :mod:`.budget` -- evaluation shares: rounds of R evaluations per island, budget shares (the rule).
+  policies live in :mod:`mpievo.evo.migration_policy`, the topologies in :mod:`mpievo.rules`).
 * :mod:`.world` -- COMM_WORLD under a launcher, else SelfComm (no MPI).
 * :mod:`.scheme` -- the :class:`Scheme` protocol and the :class:`IslandScheme`.
 * :mod:`.runner` -- the run loop (logging, checkpoints, stop requests).
 * :mod:`.job` -- build and run a validated TOML job (:func:`run_job`).
 * :mod:`.output` -- progress line, per-island logs, summary.json, convergence plot.
 * :mod:`.gpu` -- bind each rank to a node-local GPU when there is one.
-* :mod:`.bench` -- the engine benchmark (``mpievo bench engine``).
-* :mod:`.bench_gpu`, :mod:`.bench_gpu_engine` -- the GPU benchmark (``mpievo bench gpu``).
+
+The MPI-free rules (placement, topologies, adaptive interval, budget shares) live in
+:mod:`mpievo.rules` and are re-exported here; the benchmarks in :mod:`mpievo.bench`.
 """
 
-from .adaptive import AdaptiveInterval, next_interval
-from .budget import SharePlan, plan
+from ..rules.adaptive import AdaptiveInterval, next_interval
+from ..rules.budget import SharePlan, plan
 from .gpu import DeviceBinding, bind_device, choose_device, local_rank
 from .job import best_genome_bytes, build_problem, build_scheme, run_job
-from .mapping import islands_of_rank, rank_of_island
-from ..evo.migration import MigrationPolicy
-from .migration import IslandShape, MigrationReport, Migrator
+from ..rules.mapping import islands_of_rank, rank_of_island
+from ..evo.migration_policy import MigrationPolicy
+from .migrator import IslandShape, MigrationReport, Migrator
 from .runner import LogPoint, RunLoop, RunResult, RunSettings
-from .scheme import BestMember, IslandRecord, IslandScheme, MigrationSchedule, Scheme, StepResult
-from .topology import (TOPOLOGIES, bidirectional_ring, build_topology, fully_connected, graph,
-                       random_topology, ring, torus, unconnected)
+from ..rules.schedule import MigrationSchedule
+from .scheme import BestMember, IslandRecord, IslandScheme, Scheme, StepResult
+from ..rules.topology import (TOPOLOGIES, bidirectional_ring, build_topology, fully_connected, graph,
+                              random_topology, ring, torus, unconnected)
 from .world import launched, world_comm
 
 __all__ = [

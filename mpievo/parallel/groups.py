@@ -22,7 +22,7 @@ import numpy as np
 
 from ..config_tables import ONE_GROUP_SCHEMES
 from ..evo.problems import Problem, check_fitness
-from .mapping import islands_of_rank
+from ..rules.mapping import islands_of_rank
 
 
 @dataclass(frozen=True)

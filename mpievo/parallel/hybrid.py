@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from ..evo.config import EngineConfig
-from .budget import plan
+from ..evo.engine_config import EngineConfig
+from ..rules.budget import plan
 from .groups import GroupLayout, GroupProblem, serve
 from .led import LedScheme
 from .scheme import IslandScheme

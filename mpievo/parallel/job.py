@@ -25,9 +25,10 @@ import numpy as np
 from ..config import ProblemConfig
 from ..evo import genomes
 from ..evo.genomes import BaseModels
+from ..evo.problem_wrappers import RowFitness, TimeLimitedFitness
 from ..evo.problems import Problem, load_object, make_problem
-from .bases import share_bases
-from .budget import plan
+from ..rules.budget import plan
+from .shared_bases import share_bases
 from .runner import Reporter, RunLoop, RunResult, RunSettings
 from .groups import scheme_layout
 from .hybrid import HybridScheme
@@ -36,21 +37,11 @@ from .replicated import ReplicatedScheme
 from .scheme import IslandScheme, Scheme
 
 
-class RowFitness:
-    """One genome's fitness from a batch function (picklable when the function is)."""
-
-    def __init__(self, batch_function):
-        self.batch_function = batch_function
-
-    def __call__(self, genome) -> float:
-        return float(np.asarray(self.batch_function(np.asarray(genome)[None, :])).reshape(-1)[0])
-
-
 def build_problem(problem: ProblemConfig | Problem, stack: contextlib.ExitStack | None = None) -> Problem:
     """The :class:`Problem` of a validated ``[problem]`` table (a Problem: itself).
 
     With ``time_limit > 0`` each genome is evaluated under
-    :class:`mpievo.faults.TimeLimitedFitness` (a late evaluation counts as failed, +inf);
+    :class:`mpievo.evo.problem_wrappers.TimeLimitedFitness` (a late evaluation counts as failed, +inf);
     its worker is closed when ``stack`` closes. ``bases`` (a .npy path) become the
     problem's base models (replacing a problem object's own, on a copy of it).
     """
@@ -78,8 +69,6 @@ def _problem_of_table(problem: ProblemConfig, stack: contextlib.ExitStack | None
             return func
         if limit <= 0:
             return make_problem(func, problem.dim, batched=batched, **common)
-    from ..faults import TimeLimitedFitness
-
     limited = TimeLimitedFitness(RowFitness(func) if batched else func, limit, method=problem.time_limit_method)
     if stack is not None:
         stack.callback(limited.close)

@@ -71,9 +71,9 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from ..comm.protocol import SelfComm
-from ..evo.config import EngineConfig
+from ..evo.engine_config import EngineConfig
 from ..evo.problems import Problem
-from .budget import plan
+from ..rules.budget import plan
 from .groups import evaluate_block
 from .led import LedScheme
 from .scheme import IslandScheme, StepResult

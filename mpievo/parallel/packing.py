@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..evo import device
-from ..evo.migration import Migrants
+from ..evo.migration_policy import Migrants
 
 
 def empty_migrants(dim: int, dtype) -> Migrants:

@@ -20,7 +20,7 @@ from typing import Sequence
 import numpy as np
 
 from ..comm.protocol import SelfComm
-from ..evo.config import EngineConfig
+from ..evo.engine_config import EngineConfig
 from ..evo.problems import Problem
 from .groups import evaluate_block, row_blocks
 from .scheme import BestMember, IslandRecord, IslandScheme, StepResult

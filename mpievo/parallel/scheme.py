@@ -8,7 +8,7 @@ engine's ask/tell interface.
 
 Generations and evaluations: a generation of the run is a *round* in which every
 island evaluates about the same number of children, whatever its batch; an
-evaluation budget gives each island a share (the rule is in :mod:`.budget`).
+evaluation budget gives each island a share (the rule is in :mod:`mpievo.rules.budget`).
 
 Checkpoint contract: ``island_states()`` returns this rank's islands as
 ``{index: state tree}`` and ``run_state()`` a small scheme-level tree (identical on
@@ -19,19 +19,19 @@ any rank count that the island count allows) back exactly where it was.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, NamedTuple, Protocol, Sequence, runtime_checkable
+from typing import Any, Mapping, NamedTuple, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from ..evo.config import EngineConfig
+from ..evo.engine_config import EngineConfig
 from ..evo.genomes import row_dtype
 from ..evo.island import Island
-from ..evo.migration import MigrationPolicy
-from .adaptive import AdaptiveInterval
-from .budget import lead_scale, leader, leader_rates, plan, rate_at, rounds_to_spend, split_left
-from .mapping import islands_of_rank
-from .migration import IslandShape, MigrationReport, Migrator
-from .topology import build_topology
+from ..evo.migration_policy import MigrationPolicy
+from ..rules.budget import lead_scale, leader, leader_rates, plan, rate_at, rounds_to_spend, split_left
+from ..rules.mapping import islands_of_rank
+from ..rules.schedule import MigrationSchedule
+from .migrator import IslandShape, MigrationReport, Migrator
+from ..rules.topology import build_topology
 
 SCHEME_FORMAT = 1
 
@@ -123,33 +123,13 @@ class Scheme(Protocol):
         """Continue from saved states (local)."""
 
 
-@dataclass(frozen=True)
-class MigrationSchedule:
-    """When and along which edges islands migrate.
-
-    Attributes:
-        destinations: the topology, ``destinations(epoch) -> list[list[int]]`` (from
-            :func:`mpievo.parallel.topology.build_topology`, for the run's island count).
-        interval: generations (rounds) between migrations (the first one with ``adaptive``).
-        adaptive: rule for a diversity-driven interval, or None for a fixed one.
-    """
-
-    destinations: Callable[[int], list[list[int]]]
-    interval: int = 10
-    adaptive: AdaptiveInterval | None = None
-
-    def __post_init__(self):
-        if isinstance(self.interval, bool) or not isinstance(self.interval, int) or self.interval < 1:
-            raise ValueError(f"expected a migration interval >= 1, got {self.interval!r}")
-
-
 class IslandScheme:
     """The island model: N islands over the ranks of ``comm``, migrating synchronously.
 
     Args:
         comm: an mpievo Communicator.
         problem: the :class:`~mpievo.evo.problems.Problem` (the same on every island).
-        engines: one resolved :class:`~mpievo.evo.config.EngineConfig` per island (at
+        engines: one resolved :class:`~mpievo.evo.engine_config.EngineConfig` per island (at
             least comm.size of them), e.g. ``EngineConfig(...).resolve_all(n_islands)``.
         seed: the run's seed.
         policy: the :class:`MigrationPolicy` (default: its defaults).
@@ -158,16 +138,16 @@ class IslandScheme:
             limit); each island gets its share and the run ends at ``budget_generation``.
         leader_rate: with a budget, > 1 splits the budget left again at each migration
             (before the migrants move): the island with the best fitness evaluates
-            ``leader_rate`` children per child of any other island (:mod:`.budget`),
+            ``leader_rate`` children per child of any other island (:mod:`mpievo.rules.budget`),
             and ``budget_generation`` moves with each split. 1: fixed equal shares.
         leader_rate_final: with ``leader_rate > 1``, the leader's rate at the whole budget:
             from half the budget spent it grows geometrically from ``leader_rate`` to
-            this (:func:`.budget.rate_at`); None: ``leader_rate`` throughout.
+            this (:func:`mpievo.rules.budget.rate_at`); None: ``leader_rate`` throughout.
         leader_margin: the lead changes hands only when another island is better by more
             than this fraction of the spread of the islands' best fitness at the first
-            split (:func:`.budget.lead_scale`); 0: any improvement.
+            split (:func:`mpievo.rules.budget.lead_scale`); 0: any improvement.
 
-    Generation ``g`` of the run is a round (:mod:`.budget`): each island steps until
+    Generation ``g`` of the run is a round (:mod:`mpievo.rules.budget`): each island steps until
     the children it evaluated since its initial population reach ``g * R`` (``R``:
     the largest planned batch, ``plan.round_size``), so an island with a small batch
     (CMA-ES: 10 children) steps more often than one with a large batch (a GA with
@@ -278,7 +258,7 @@ class IslandScheme:
     def _split(self, generation: int) -> None:
         """Split the budget left among the islands: the leader (best fitness now, before
         this migration's arrivals; the current one kept within ``leader_margin``) at the
-        rate :func:`.budget.rate_at` gives (collective: one small gather)."""
+        rate :func:`mpievo.rules.budget.rate_at` gives (collective: one small gather)."""
         with self.comm.purpose("control"):
             mine = [(i, self.islands[i].evaluations, self.islands[i].best_internal()) for i in self.local_indices]
             gathered = self.comm.allgather_object(mine)

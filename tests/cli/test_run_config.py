@@ -5,8 +5,8 @@ import pytest
 from mpievo.config import (AdaptiveConfig, ConfigError, MigrationConfig, ProblemConfig, RunConfig,
                            apply_overrides, default_config_text, describe_schema, load_config,
                            parse_assignment, parse_toml, validate)
-from mpievo.evo.config import EngineConfig
-from mpievo.evo.migration import MigrationPolicy
+from mpievo.evo.engine_config import EngineConfig
+from mpievo.evo.migration_policy import MigrationPolicy
 
 
 def test_default_job_is_valid_and_gets_one_island_per_rank():

@@ -18,9 +18,9 @@ from mpi4py import MPI
 
 from mpi_support import all_ranks_agree
 from mpievo.comm import CollectiveTimeoutError, Communicator, chunking
-from mpievo.evo.migration import MigrationPolicy, Migrants
-from mpievo.parallel.migration import IslandShape, Migrator
-from mpievo.parallel.topology import ring
+from mpievo.evo.migration_policy import MigrationPolicy, Migrants
+from mpievo.parallel.migrator import IslandShape, Migrator
+from mpievo.rules.topology import ring
 
 P = MPI.COMM_WORLD.Get_size()
 PIECE = 1024

@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from mpi4py import MPI
 
-from mpievo.comm import calibration, selection
-from mpievo.comm.benchmark import time_alternating
+from mpievo.bench import calibrate_collectives as calibration
+from mpievo.comm import selection
+from mpievo.bench.collectives import time_alternating
 from mpievo.comm.nodes import fake_colours, layout_key
 from mpievo.comm.shm import ARENA_BUDGET_BYTES, MIN_PIECE_BYTES, piece_bytes
 from mpievo.kernels import host, ordered

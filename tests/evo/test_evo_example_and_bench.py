@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from mpievo.evo import EngineConfig, Island
-from mpievo.evo import bench
+from mpievo.bench import engine_vs_pygmo as bench
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "custom_problem.py"
 

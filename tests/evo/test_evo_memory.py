@@ -11,7 +11,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from mpievo.evo import bench
+from mpievo.bench import engine_vs_pygmo as bench
 from mpievo.evo import operators as ops
 from mpievo.evo.archive import Archive
 from mpievo.evo.streams import stream

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mpievo.evo import Archive, MigrationPolicy, Migrants
-from mpievo.evo.migration import (REPLACEMENT_POLICIES, SELECTION_POLICIES, admit, choose_emigrants,
+from mpievo.evo.migration_policy import (REPLACEMENT_POLICIES, SELECTION_POLICIES, admit, choose_emigrants,
                                   replace_fair, replace_if_better, replace_worst, select_best, select_random,
                                   unheld)
 

@@ -127,6 +127,6 @@ def test_resolve_all_reports_each_setting_once_on_its_first_failing_island():
 
 
 def test_evo_never_imports_mpi4py():
-    code = "import sys, mpievo.evo, mpievo.evo.bench; print('mpi4py' in sys.modules)"
+    code = "import sys, mpievo.evo, mpievo.bench.engine_vs_pygmo; print('mpi4py' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from fault_fitness import dying, failing, mpi_state, sleepy, sphere, spin, swallowing
 
-from mpievo.faults import EvaluationError, TimeLimitedFitness
+from mpievo.evo.problem_wrappers import EvaluationError, TimeLimitedFitness
 
 
 def test_signal_method_returns_values_within_the_limit():
@@ -27,7 +27,7 @@ def test_signal_method_returns_values_within_the_limit():
 def test_signal_method_stops_a_late_evaluation_and_counts_it(fitness, caplog):
     limited = TimeLimitedFitness(fitness, 0.1, method="signal", worst=math.inf)
     start = time.monotonic()
-    with caplog.at_level(logging.WARNING, logger="mpievo.faults"):
+    with caplog.at_level(logging.WARNING, logger="mpievo.evo.problem_wrappers"):
         assert limited([5.0]) == math.inf
     assert time.monotonic() - start < 2.0
     assert limited.timeouts == 1 and limited.failures == 1

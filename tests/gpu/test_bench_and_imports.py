@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mpievo.parallel.bench_gpu import WrongResultError, expect_equal
+from mpievo.bench.checks import WrongResultError, expect_equal
 
 ROOT = Path(__file__).resolve().parents[2]
 MPIEVO = [sys.executable, "-W", "ignore", "-m", "mpievo.cli.main"]
@@ -135,7 +135,7 @@ def test_building_the_command_line_loads_neither_cuda_nor_mpi():
     code = ("import sys\n"
             "from mpievo.cli.main import build_parser\n"
             "build_parser().parse_args(['bench', 'gpu', '--check'])\n"
-            "import mpievo.parallel.bench_gpu, mpievo.parallel.bench_gpu_engine\n"
+            "import mpievo.bench.gpu, mpievo.bench.gpu_engine\n"
             "print([m for m in sys.modules if m.startswith(('numba.cuda', 'cupy', 'mpi4py.MPI'))])\n")
     done = _run([sys.executable, "-c", code], NUMBA_ENABLE_CUDASIM="1", timeout=120)
     assert done.returncode == 0, done.stderr

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from mpievo.kernels.cuda import simulator_enabled
-from mpievo.parallel import bench_genomes as bench
-from mpievo.parallel.bench_genomes import GenomesOptions, bench_genomes
+from mpievo.bench import genomes as bench
+from mpievo.bench.genomes import GenomesOptions, bench_genomes
 
 DIMS = (1_000, 2_000)
 

@@ -9,7 +9,7 @@ from mpievo.comm.protocol import SelfComm
 from mpievo.config import ConfigError, validate
 from mpievo.evo import EngineConfig, Island, make_problem
 from mpievo.parallel import IslandScheme, best_genome_bytes, build_scheme, run_job
-from mpievo.parallel.budget import evaluation_shares, plan, smallest_budget
+from mpievo.rules.budget import evaluation_shares, plan, smallest_budget
 
 # islands whose batches differ: GA 16 children, CMA-ES 9 (dim 6), DE 32, GA 16
 MIXED = {"engine": {"algorithm": ["ga", "cmaes", "de", "ga"]}}

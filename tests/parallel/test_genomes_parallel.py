@@ -13,7 +13,7 @@ from mpievo.comm import Communicator
 from mpievo.comm.protocol import SelfComm
 from mpievo.io import load_latest
 from mpievo.parallel import best_genome_bytes, build_scheme, run_job
-from mpievo.parallel.bench_schemes import scheme_traffic
+from mpievo.plan.workloads import scheme_traffic
 from mpievo.parallel.runner import RunLoop, RunSettings
 
 

@@ -11,7 +11,7 @@ from mpievo.comm.protocol import SelfComm
 from mpievo.config import ConfigError
 from mpievo.io import Checkpointer, load_latest
 from mpievo.parallel import RunLoop, RunSettings, best_genome_bytes, build_scheme, run_job
-from mpievo.parallel.budget import lead_scale, leader, leader_rates, rate_at, rounds_to_spend, split_left
+from mpievo.rules.budget import lead_scale, leader, leader_rates, rate_at, rounds_to_spend, split_left
 
 # GA 16 children, CMA-ES 9 (dim 6), DE 32, GA 16: batches that do not divide each other
 LEADING = {"engine": {"algorithm": ["ga", "cmaes", "de", "ga"]},

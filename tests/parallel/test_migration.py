@@ -7,9 +7,9 @@ from mpi4py import MPI
 from mpievo.comm import Communicator
 from mpievo.comm.protocol import SelfComm
 from mpievo.evo import EngineConfig, Island, MigrationPolicy, make_problem
-from mpievo.parallel.mapping import islands_of_rank
-from mpievo.parallel.migration import IslandShape, Migrator, topology_edges
-from mpievo.parallel.topology import bidirectional_ring, fully_connected, ring
+from mpievo.rules.mapping import islands_of_rank
+from mpievo.parallel.migrator import IslandShape, Migrator, topology_edges
+from mpievo.rules.topology import bidirectional_ring, fully_connected, ring
 
 from mpi_support import all_ranks_agree
 

@@ -6,7 +6,7 @@ from mpi4py import MPI
 from parallel_helpers import small_job
 
 from mpievo.comm import Communicator
-from mpievo.evo.config import EngineConfig
+from mpievo.evo.engine_config import EngineConfig
 from mpievo.evo.problems import make_problem
 from mpievo.parallel import IslandScheme, MigrationSchedule, build_scheme, build_topology
 from mpievo.parallel import scheme as scheme_module

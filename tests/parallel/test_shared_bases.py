@@ -1,4 +1,4 @@
-"""share_bases (mpievo.parallel.bases): the bases loaded once per node and attached on every
+"""share_bases (mpievo.parallel.shared_bases): the bases loaded once per node and attached on every
 rank; the nodes' checksums compared; a loader that fails on a leader raises on every rank."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 from mpi_support import all_ranks_agree
 from mpievo.comm import SelfComm
 from mpievo.comm.nodes import FAKE_NODES_ENV
-from mpievo.evo.genomes.bases import BaseModels, checksum
-from mpievo.parallel.bases import BasesError, share_bases
+from mpievo.evo.base_models import BaseModels, checksum
+from mpievo.parallel.shared_bases import BasesError, share_bases
 
 SHAPE = (3, 4099)
 

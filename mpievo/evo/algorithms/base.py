@@ -89,7 +89,7 @@ def make_algorithm(spec, config=None):
     Args:
         spec: a built-in name ("ga", "de"/"jde", "cmaes", "shade"), a ``"module:Class"``
             string, a class, or an instance (returned as is).
-        config: a resolved :class:`~mpievo.evo.config.EngineConfig` for ``from_config``.
+        config: a resolved :class:`~mpievo.evo.engine_config.EngineConfig` for ``from_config``.
 
     Raises:
         ValueError: unknown name or import failure.

@@ -138,7 +138,7 @@ class GeneticAlgorithm:
 
     @classmethod
     def from_config(cls, config) -> "GeneticAlgorithm":
-        """Build from a resolved :class:`~mpievo.evo.config.EngineConfig`."""
+        """Build from a resolved :class:`~mpievo.evo.engine_config.EngineConfig`."""
         return cls(batch_size=config.batch_size, selection=config.selection,
                    tournament_size=config.tournament_size, rank_pressure=config.rank_pressure,
                    crossover=config.crossover, omega=config.omega, swap_prob=config.swap_prob,

@@ -8,7 +8,7 @@
   genome.
 
 The base models come with the problem (``Problem(..., bases=...)``, see
-:class:`.bases.BaseModels`). An encoding is a Problem over rows
+:class:`mpievo.evo.base_models.BaseModels`). An encoding is a Problem over rows
 (:class:`.encoded.EncodedProblem`) that materialises whole genomes for the user's
 fitness under ``engine.materialize_budget``; archives, operators, migration and
 checkpoints work on its rows unchanged.
@@ -20,7 +20,7 @@ import numpy as np
 
 from .. import device
 from ..problems import Problem
-from .bases import BaseModels, checksum
+from ..base_models import BaseModels, checksum
 from .delta import DeltaProblem
 from .encoded import EncodedProblem, encoding_of
 from .seeded import RecipeLayout, SeededProblem

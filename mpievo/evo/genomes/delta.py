@@ -1,7 +1,7 @@
 """``engine.genome = "delta"``: a row is a genome's difference from a base model.
 
 The base is the first of the problem's bases (``bases[0]``), held once per node (see
-:mod:`.bases`). The row box is the problem's box shifted by the base
+:mod:`mpievo.evo.base_models`). The row box is the problem's box shifted by the base
 (``[lower - base, upper - base]`` in the rows' dtype, rounded inwards; its width is the
 problem's), so every operator, algorithm and bound mode works on deltas exactly as on
 genomes; an island starts from the problem's starting genomes
@@ -33,7 +33,7 @@ import numpy as np
 
 from .. import device
 from ..problems import Problem
-from .bases import BaseModels
+from ..base_models import BaseModels
 from ..operators import box_arrays
 from .encoded import EncodedProblem
 

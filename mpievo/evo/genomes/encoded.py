@@ -23,7 +23,7 @@ from collections import OrderedDict
 import numpy as np
 
 from ..problems import Problem
-from .bases import BaseModels
+from ..base_models import BaseModels
 
 
 def encoding_of(problem) -> "EncodedProblem | None":

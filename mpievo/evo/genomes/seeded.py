@@ -41,10 +41,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...kernels import recipes as kernels
+from mpievo.kernels import recipes as kernels
 from ..operators import draw_omega
 from ..problems import Problem
-from .bases import BaseModels
+from ..base_models import BaseModels
 from ..operators import box_arrays
 from .encoded import EncodedProblem
 

@@ -1,0 +1,176 @@
+"""Evaluation shares: how a run's generations and budget divide into island evaluations.
+
+The rule (the same on every rank, from the settings alone):
+
+* **Rounds.** A generation of the run is a *round* of ``R`` evaluations per island,
+  ``R`` the largest planned batch of any island (:func:`round_size`). In round ``g``
+  each island steps until the children it evaluated since its initial population
+  reach ``g * R`` (at least one step when it is behind). A GA island with batch 64
+  beside a CMA-ES island with 10 children: with ``R = 64`` the GA steps once per
+  round and CMA-ES about six times, so their evaluation counts stay within one batch
+  of each other. Migration every ``K`` generations is every ``K * R`` evaluations.
+* **Budget.** ``budget`` evaluations in total (initial populations included) split
+  into one share per island (:func:`evaluation_shares`: ``budget // n``, the first
+  ``budget % n`` islands one more). An island never evaluates beyond its share: its
+  last step evaluates only the children left. Every island has spent its share by
+  round :func:`budget_rounds`, where the run ends.
+* **The leader's share** (``run.leader_rate = m > 1``, island scheme): at each
+  migration, before the migrants move, the budget left is split again
+  (:func:`split_left`): the island with the best fitness (:func:`leader`) gets ``m``
+  parts, every other island one, and from then on the leader steps ``m * R``
+  children per round, the others ``R``, so all spend their new shares in the same
+  rounds (:func:`rounds_to_spend`) and the run's end moves with each split.
+  With ``run.leader_rate_final = M > m`` the rate grows once half the budget is
+  spent (:func:`rate_at`): geometrically from ``m`` to ``M`` over the second half, so
+  a portfolio explores with moderate shares first and commits late. With
+  ``run.leader_margin = e > 0`` the lead changes hands only when another island is
+  better by more than ``e`` times the spread of the islands' best fitness at the
+  first split (:func:`lead_scale`): an island that polishes an immigrant's copy does
+  not take the budget from the island that found it.
+
+:func:`plan` applies the rule to a run's engine settings; nothing here communicates.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+from ..evo.engine_config import EngineConfig
+from ..evo.island import initial_population, planned_batch
+
+
+@dataclass(frozen=True)
+class SharePlan:
+    """How a run's evaluations divide over its islands (identical on every rank).
+
+    Attributes:
+        round_size: ``R``, evaluations per island per generation.
+        initial: each island's initial population (evaluated before generation 1).
+        shares: each island's share of the budget (None: no budget).
+        budget_generation: the generation by which every share is spent (None: no budget).
+    """
+
+    round_size: int
+    initial: list[int]
+    shares: list[int] | None
+    budget_generation: int | None
+
+
+def plan(engines: Sequence[EngineConfig], dim: int, budget: int | None = None) -> SharePlan:
+    """The :class:`SharePlan` of islands with resolved settings ``engines`` on a ``dim``-gene problem.
+
+    Raises:
+        ValueError: a budget that does not cover the initial populations.
+    """
+    initial = [initial_population(e) for e in engines]
+    size = round_size([planned_batch(e, dim) for e in engines])
+    if budget is None:
+        return SharePlan(size, initial, None, None)
+    shares = evaluation_shares(budget, len(engines))
+    return SharePlan(size, initial, shares, budget_rounds(shares, initial, size))
+
+
+def round_size(batches: Sequence[int]) -> int:
+    """``R``: the largest of the islands' planned batches (>= 1)."""
+    return max(1, *batches)
+
+
+def evaluation_shares(budget: int, n_islands: int) -> list[int]:
+    """Each island's evaluations out of ``budget``: ``budget // n``, the first
+    ``budget % n`` islands one more (they add up to ``budget``)."""
+    base, extra = divmod(int(budget), int(n_islands))
+    return [base + (1 if i < extra else 0) for i in range(n_islands)]
+
+
+def smallest_budget(initial: Sequence[int]) -> int:
+    """The smallest budget whose shares cover every island's initial population."""
+    n = len(initial)
+    return max((p - 1) * n + i + 1 if p > 0 else 0 for i, p in enumerate(initial))
+
+
+def budget_rounds(shares: Sequence[int], initial: Sequence[int], size: int) -> int:
+    """The round by which every island has spent its share (see the module docstring).
+
+    Raises:
+        ValueError: a share smaller than the island's initial population.
+    """
+    short = [i for i, (share, start) in enumerate(zip(shares, initial)) if share < start]
+    if short:
+        raise ValueError(f"expected a budget of at least {smallest_budget(initial)} evaluations (the "
+                         f"initial populations), got {sum(shares)}: islands {short} start beyond their share")
+    return rounds_to_spend(shares, initial, size, [1] * len(shares))
+
+
+# ---------------------------------------------------------------- the leader's share
+#
+# With ``run.leader_rate = m > 1`` the budget left at each migration is split again:
+# the island with the best fitness (the *leader*) evaluates m children for each child
+# of any other island until the next migration. A portfolio thus spends its budget on
+# the kind of island that works on the problem at hand (CMA-ES on a rotated function,
+# DE on a separable one) without knowing it in advance. The rule uses only values
+# every rank gathers alike, so runs stay bit-identical on any rank count.
+
+
+def leader(best: Sequence[float], current: int | None, margin: float = 0.0) -> int:
+    """The island holding the best (lowest) fitness in ``best``; ``current`` keeps the
+    lead while its best is within ``margin`` of the lowest (a tie at 0), so an
+    immigrant's copy, or a copy another island polished by less than ``margin``, never
+    takes the lead from the island that found it; else the lowest index among the
+    best. NaN never leads."""
+    values = [float("inf") if v != v else float(v) for v in best]
+    lowest = min(values)
+    if current is not None and values[current] <= lowest + margin:
+        return current
+    return values.index(lowest)
+
+
+def lead_scale(best: Sequence[float]) -> float:
+    """The spread of the islands' best fitness (max - min over the finite ones; 0 with
+    fewer than two): the run's own fitness scale, taken at its first split, that
+    ``run.leader_margin`` is a fraction of (shift- and scale-invariant)."""
+    finite = [float(v) for v in best if math.isfinite(v)]
+    return max(finite) - min(finite) if len(finite) > 1 else 0.0
+
+
+def leader_rates(n_islands: int, lead: int, rate: int) -> list[int]:
+    """Children per round unit of each island: ``rate`` for the leader, 1 for the others."""
+    return [rate if i == lead else 1 for i in range(n_islands)]
+
+
+#: the fraction of the budget spent before the leader's rate starts to grow
+COMMIT_FROM = 0.5
+
+
+def rate_at(spent: int, budget: int, rate: int, final: int) -> int:
+    """The leader's rate at a split once ``spent`` of ``budget`` evaluations are spent:
+    ``rate`` up to :data:`COMMIT_FROM` of the budget, then geometric to ``final`` at
+    the whole budget (rounded; never below ``rate``).
+
+    Late commitment: the island leading early (often the fastest to a local optimum,
+    e.g. CMA-ES on separable Rastrigin) is not yet trusted with the budget, and the one
+    leading late, which found the best basin, gets nearly all of what is left."""
+    if final <= rate or budget <= 0:
+        return rate
+    progress = (spent / budget - COMMIT_FROM) / (1.0 - COMMIT_FROM)
+    if progress <= 0:
+        return rate
+    return max(rate, int(round(rate * (final / rate) ** min(1.0, progress))))
+
+
+def split_left(budget: int, evaluations: Sequence[int], rates: Sequence[int]) -> list[int]:
+    """New shares: each island keeps what it evaluated, and the budget left is split in
+    proportion to ``rates`` (floors; the remainder one each to the first islands)."""
+    left = max(0, int(budget) - sum(int(e) for e in evaluations))
+    total = sum(rates)
+    parts = [left * r // total for r in rates]
+    for i in range(left - sum(parts)):
+        parts[i] += 1
+    return [int(e) + p for e, p in zip(evaluations, parts)]
+
+
+def rounds_to_spend(shares: Sequence[int], base: Sequence[int], size: int, rates: Sequence[int]) -> int:
+    """Rounds after a split by which every island, stepping ``size * rate`` children per
+    round from ``base`` evaluations, has spent its share."""
+    return max(-(-(s - b) // (size * r)) for s, b, r in zip(shares, base, rates))

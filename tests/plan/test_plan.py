@@ -1,0 +1,156 @@
+"""``mpievo plan``: the cost model's bytes against real runs, its time, and the design scenario."""
+
+import json
+import pickle
+
+import numpy as np
+import pytest
+
+from mpievo.cli.main import main as cli_main
+from mpievo.bench.schemes import ModelCheckError, bench_schemes
+from mpievo.bench.schemes_report import format_table
+from mpievo.plan.traffic import Layout, run_states, traffic
+from mpievo.plan.scenario import GPUS, ITEMSIZE, NODES, PARAMS, Scenario, figures, layout
+from mpievo.plan.timing import Constants, Cost, Link, predict_seconds
+from mpievo.plan.workloads import SCHEMES, SchemesOptions
+
+CONSTANTS = {"source": "test", "cores": 64, "engine": {"100": {"row_s": 0.0, "breed_s": 0.0}},
+             "intra": {"latency_s": 0.0, "bandwidth_Bps": 1e12}}
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    """A tiny real sweep at P = 1, 2, 4 (launched by the bench itself), modelled."""
+    options = SchemesOptions(ps=(1, 2, 4), costs_ms=(0.0, 10.0), modes=("sleep",), dims=(100,), budget=128,
+                             fast_factor=1, sweeps=1)
+    try:
+        return bench_schemes(options, tmp_path_factory.mktemp("plan"))
+    except ModelCheckError as err:     # cost-0 runs on this shared machine may miss the bound
+        return err.result
+
+
+def test_bytes_are_exact_for_every_scheme_and_p(sweep):
+    rows = sweep["rows"]
+    assert {(r["scheme"], r["ranks"]) for r in rows} == {(s, p) for s in SCHEMES for p in (1, 2, 4)}
+    for row in rows:
+        measured = sum(n for p, n in row["bytes_per_generation_by_purpose"].items()
+                       if p in ("evaluation", "migration"))
+        assert row["model_bytes_per_generation"] * row["generations"] == pytest.approx(
+            measured * row["generations"], abs=0.5), (row["scheme"], row["ranks"])
+    assert all(r["generations"] == 3 for r in rows)         # a migration at generation 2
+    assert all(r["bytes_per_generation_by_purpose"]["migration"] > 0 for r in rows
+               if (r["scheme"], r["ranks"]) in (("island", 2), ("island", 4), ("hybrid", 4)))
+    assert any(r["model_bytes_per_generation"] > 0 for r in rows if r["scheme"] == "replicated")
+
+
+def test_time_is_within_25_percent_where_the_fitness_dominates(sweep):
+    """Island rows only: on this shared 2-core machine hybrid and centralized runs at P = 2
+    sometimes stall ~0.15 s (at cost 0 too), which no per-message cost explains."""
+    costly = [r for r in sweep["rows"] if r["mode"] == "sleep" and r["scheme"] == "island"]
+    errors = {r["ranks"]: round(r["model_time_error"], 3) for r in costly}
+    assert sorted(errors) == [1, 2, 4] and all(abs(e) < 0.25 for e in errors.values()), errors
+    assert "model time err P=4" in format_table(sweep)
+
+
+def test_island_migration_bytes_by_hand():
+    lay = Layout("island", ranks=2, islands=4, dim=10, capacity=8, batch=8, interval=2, emigrants=3,
+                 generations=4)
+    t = traffic(lay)
+    # ring 0>1>2>3>0 over ranks {0,1},{2,3}: edges 1>2 and 3>0 cross; 2 migrations
+    per_edge = (8 + 32 * 3) + 3 * 10 * 4 + 8 * (8 + 1)
+    assert t.migrations == [2, 4]
+    assert t.by_purpose() == {"migration": 2 * 2 * per_edge}
+
+
+def test_centralized_sends_every_block_but_the_leaders():
+    lay = Layout("centralized", ranks=4, islands=2, dim=10, capacity=8, batch=6, generations=1)
+    genomes = sum(m.nbytes for m in traffic(lay).messages if m.nbytes % 40 == 0 and m.src == 0)
+    # generation 0: 8 rows -> blocks 2,2,2,2; generation 1: 6 rows -> 2,2,1,1; per island
+    assert genomes == 2 * (6 + 4) * 40
+
+
+def test_master_worker_blocks_and_summons_by_hand():
+    lay = Layout("master_worker", ranks=3, islands=1, dim=10, capacity=9, batch=10, generations=1)
+
+    def sent(obj):      # send_object: a header of 8 bytes per part, the pickle, its arrays' data
+        buffers = []
+        body = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
+        return 8 * (1 + len(buffers)) + len(body) + sum(b.raw().nbytes for b in buffers)
+
+    # 2 workers: blocks of ceil(rows / 8) = 2 rows out, their fitness back; 9 rows, then 10
+    blocks = sum(sent(("evaluate", np.zeros((n, 10), np.float32))) + sent(np.zeros(n))
+                 for n in [2, 2, 2, 2, 1] + [2] * 5)
+    # the workers serve the whole run: each is summoned once, at its end, with the last state
+    summons = 2 * sent(("release", {"kind": "finish", "reason": "generations",
+                                    "run_state": run_states(lay, 1)[1][-1]}))
+    assert traffic(lay).by_purpose() == {"evaluation": blocks + summons}
+
+
+def test_master_worker_steady_waits_only_where_its_queue_drains_in_the_model():
+    constants = Constants.from_dict(CONSTANTS)
+    shape = dict(ranks=3, islands=2, dim=100, capacity=2, batch=2, generations=3)
+    generational, steady = (predict_seconds(Layout("master_worker", evaluation=e, **shape), constants,
+                                            Cost(0.01, "sleep"))["wall_s"] for e in ("generational", "steady"))
+    # 2 workers, 2 rows per island: the same 0.02 s per generation either way (sleep: no variance) ...
+    assert generational == pytest.approx(steady) == pytest.approx(4 * 0.02)
+    shape["generations"] = 8
+    vary = [predict_seconds(Layout("master_worker", evaluation=e, **shape), constants, Cost(0.01, "vary"))
+            ["wall_s"] for e in ("generational", "steady")]
+    assert vary[1] < 0.95 * vary[0]     # ... but steady never waits for one island's slower row
+
+
+def test_time_of_a_sleep_workload_by_hand():
+    constants = Constants.from_dict(CONSTANTS)
+    lay = Layout("island", ranks=2, islands=4, dim=100, capacity=8, batch=8, interval=2, generations=3)
+    # each rank evaluates 2 islands x 8 rows per generation, generation 0 included
+    assert predict_seconds(lay, constants, Cost(0.01, "sleep"))["wall_s"] == pytest.approx(4 * 16 * 0.01)
+    hybrid = Layout("hybrid", ranks=4, islands=2, dim=100, capacity=8, batch=8, ranks_per_island=2,
+                    generations=3)
+    # a group of 2 splits each batch 4 + 4: each leader waits 1 island x 4 rows per generation
+    assert predict_seconds(hybrid, constants, Cost(0.01, "sleep"))["wall_s"] == pytest.approx(4 * 4 * 0.01)
+
+
+def test_scenario_table(capsys):
+    assert cli_main(["plan", "--scenario", "design", "--inter-node-gbps", "25"]) == 0
+    out = capsys.readouterr().out
+    for line in ("| centralized, mpievo", "| hybrid, mpievo seeded genomes (recipes of 800 B", "inter-node 25 Gb/s",
+                 "| centralized, the study's assertion | 96 GB", "| hybrid, the study's assertion | 0.01 GB",
+                 "Where the study's figures"):
+        assert line in out
+    # steady state of mpievo's centralized: 7 of each batch's 8 children shipped, 4 islands
+    t = traffic(layout("centralized"))
+    later = sum(m.nbytes for m in t.messages if m.nbytes == PARAMS * ITEMSIZE) - 4 * 15 * PARAMS * ITEMSIZE
+    assert later / t.generations == 4 * 7 * PARAMS * ITEMSIZE
+    # seeded hybrid: between nodes only one migration, 4 ring edges of 2 recipes (records,
+    # recipes of 8 * (4 bases + 3 * 32 terms) bytes, hashes)
+    assert traffic(layout("hybrid", seeded=True)).by_link()["inter"] == 4 * ((8 + 32 * 2) + 2 * 800 + 8 * 17)
+    # its leaders breed recipes; each GPU materialises its own child before evaluating it
+    seeded = figures(layout("hybrid", seeded=True), Scenario().constants(seeded=True))
+    dense = figures(layout("hybrid"), Scenario().constants())
+    assert seeded["utilisation"] > 10 * dense["utilisation"] and seeded["bytes"] < 1e5
+    assert Scenario(inter_gbps=25).constants().inter.bandwidth_Bps == 25e9 / 8
+    assert NODES * GPUS == layout("hybrid").ranks
+
+
+def test_calibrate_and_layout_table(tmp_path, capsys):
+    out = tmp_path / "cal.json"
+    assert cli_main(["plan", "--calibrate", "--dims", "1e2,1e4", "--out", str(out)]) == 0
+    cal = json.loads(out.read_text())
+    assert cal["intra"]["latency_s"] > 0 and cal["intra"]["bandwidth_Bps"] > 0
+    assert sorted(cal["engine"]) == ["100", "10000"]
+    assert all(v["row_s"] > 0 and v["breed_s"] > 0 and v["init_s"] >= 0 and v["record_s"] > 0
+               for v in cal["engine"].values())
+    assert {p: set(by) for p, by in cal["loop"].items()} == {"1": {"island"}, "2": set(SCHEMES),
+                                                             "4": set(SCHEMES)}
+    assert all(v["run_s"] >= 0 and v["step_s"] >= 0 for by in cal["loop"].values() for v in by.values())
+    # ranks side by side, measured in the 2- and 4-rank jobs at each dim
+    assert {p: sorted(by) for p, by in cal["contention"].items()} == {"2": ["100", "10000"], "4": ["100", "10000"]}
+    assert all(f >= 1.0 for by in cal["contention"].values() for f in by.values())
+    with pytest.raises(SystemExit):
+        cli_main(["plan", "--calibrate", "--dims", "1e2,x"])
+    capsys.readouterr()
+    assert cli_main(["plan", "--constants", str(out), "--cost-ms", "5"]) == 0
+    table = capsys.readouterr().out
+    assert all(f"| {s} |" in table for s in ("island", "hybrid", "centralized", "replicated"))
+    assert cli_main(["plan"]) == 2
+    assert Link(1e-6, 1e9).seconds(1000, 2) == pytest.approx(3e-6)
