@@ -116,7 +116,7 @@ class _Callback:
         now = IntermediateResult(genome, best.best, point.generation, point.evaluations, best.island,
                                  point.elapsed_s)
         try:
-            return self.callback(now) is True
+            return bool(self.callback(now))       # numpy's True too (e.g. ``r.fun < 1e-3``)
         except StopIteration:
             return True
 
@@ -159,7 +159,7 @@ def minimize(problem: Problem | Callable | str | None = None, *,
             initial population (the others as without it).
         callback: ``callback(intermediate_result)`` with an :class:`IntermediateResult`
             at each log point (every ``run.log_every`` generations, default 10, and the
-            last); returning True or raising ``StopIteration`` ends the run there (stop
+            last); returning a true value or raising ``StopIteration`` ends the run there (stop
             reason "callback"). Called on rank 0 only; the decision reaches every rank,
             so the run ends at the same generation on any rank count.
         disp: print progress lines on rank 0 (generation, evaluations, best, speed).

@@ -137,7 +137,7 @@ def test_callback_sees_the_best_at_each_log_point_and_stops_the_run():
 
     def watch(intermediate_result):
         seen.append(intermediate_result)
-        return intermediate_result.nit >= 30
+        return np.int64(intermediate_result.nit) >= 30       # numpy's True stops it too
 
     stopped = mpievo.minimize(batch_sphere, bounds=[(-4, 4)] * 5, generations=200, seed=1, callback=watch,
                               config=SMALL)
