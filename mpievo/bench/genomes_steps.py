@@ -15,7 +15,6 @@ from .genomes_device import synchronize
 from ..rules.mapping import rank_of_island
 from ..parallel.migrator import IslandShape, Migrator
 from ..parallel.packing import EdgeLayout
-from ..parallel.scheme import nest_state
 
 
 def record_bytes(row_dim: int, row_dtype) -> int:
@@ -96,7 +95,7 @@ def checkpoint_size(comm, islands, directory: Path, generation: int, rows_bytes:
     """Write the islands with mpievo's checkpointer: bytes on disk (all ranks), the
     slowest rank's seconds; checked to hold at least ``rows_bytes`` (every archive row)."""
     # views of the archives, as the run loop's checkpoints take them
-    states = {i: nest_state(island.state_dict(copy=False)) for i, island in islands.items()}
+    states = {i: island.state_dict(copy=False) for i, island in islands.items()}
     checkpointer = Checkpointer(directory, keep=1, comm=comm)
     comm.barrier()
     t0 = time.perf_counter()

@@ -117,7 +117,7 @@ def _collect_directory(directory: Path, verify: bool) -> dict[str, Any]:
     listed = {e.name for e in entries}
     report["stray"] = sorted(p.name for p in checkpoint_dirs(directory).values() if p.name not in listed)
     for entry in entries:
-        outcome = verify_checkpoint_files(directory, entry) if verify else _header_problems(directory, entry)
+        outcome = verify_checkpoint_files(directory, entry, read_data=verify)
         report["checkpoints"].append(_describe(directory, entry, outcome))
     if not entries:
         report["error"] = f"no checkpoint in {directory}"
@@ -147,28 +147,6 @@ def _collect_file(path: Path, verify: bool) -> dict[str, Any]:
                   mpievo_version=header.mpievo_version, config_sha256=header.config_sha256,
                   maximize=maximize, island_table=_island_rows(header, maximize), exit_code=EXIT_OK)
     return report
-
-
-def _header_problems(directory: Path, entry) -> dict[str, str | None]:
-    """Header-only check (no byte digest: a file with damaged metadata is still opened)."""
-    from ..io import CheckpointError, read_header
-
-    outcome: dict[str, str | None] = {}
-    for file_entry in entry.files:
-        path = directory / file_entry.path
-        try:
-            size = path.stat().st_size
-            if size != file_entry.size_bytes:
-                outcome[file_entry.path] = f"{path}: {size} bytes, {file_entry.size_bytes} were written"
-            elif read_header(path).checksum_sha256 != file_entry.checksum_sha256:
-                outcome[file_entry.path] = f"{path}: checksum differs from the manifest's"
-            else:
-                outcome[file_entry.path] = None
-        except FileNotFoundError:
-            outcome[file_entry.path] = f"{path}: missing (named by the manifest)"
-        except CheckpointError as err:
-            outcome[file_entry.path] = str(err)
-    return outcome
 
 
 def _describe(directory: Path, entry, outcome: dict[str, str | None]) -> dict[str, Any]:

@@ -10,7 +10,7 @@ The parallel layer drives islands through this API only::
             out = island.emigrants(k, "best", stream(seed, index, g, "emigrate"))
             ... send out.genomes/fitness/ids/origins/births, receive theirs ...
             island.immigrate(*received, policy="better")
-    state = island.state_dict()               # numpy arrays and plain scalars only
+    state = island.state_dict()               # a tree of numpy arrays and plain scalars
 
 Budgets: ``island.step(g, limit=k)`` evaluates at most ``k`` children (the last,
 partial batch of an evaluation budget); :func:`initial_population` and
@@ -404,27 +404,28 @@ class Island:
 
     # --- checkpoint --------------------------------------------------------------
     def state_dict(self, copy: bool = True) -> dict:
-        """Flat dict of numpy arrays and plain ints/floats/strs/bools ("group/name" keys).
+        """The island's state tree: nested dicts of numpy arrays and plain ints/floats/strs/bools,
+        the shape a checkpoint stores (:mod:`mpievo.io`) and :meth:`load_state_dict` takes.
 
-        Holds the archive, the algorithm's state and the counters; random generator
-        state is not needed (streams are keyed by generation). ``copy=False``: the
-        archive's genomes as a read-only view (see :meth:`Archive.state_dict`), for a
-        checkpoint written before the island steps again.
+        ``{"format", "island": {index, seed, dim, next_id, counters, stalled},
+        "algorithm": {"name", "state"}, "genome": the encoding's metadata (encoded genomes
+        only), "archive"}``. Holds the archive, the algorithm's state and the counters;
+        random generator state is not needed (streams are keyed by generation).
+        ``copy=False``: the archive's genomes as a read-only view (see
+        :meth:`Archive.state_dict`), for a checkpoint written before the island steps again.
         """
         if self._pending is not None:
             raise RuntimeError(f"island {self.index}: expected no pending ask() when saving, got one")
         state = {
             "format": STATE_FORMAT,
-            "island/index": self.index, "island/seed": self.seed, "island/dim": self.problem.dim,
-            "island/next_id": self._next_id, "algorithm/name": str(self.algorithm.name),
+            "island": {"index": self.index, "seed": self.seed, "dim": self.problem.dim,
+                       "next_id": self._next_id, **self.counters(), "stalled": self.stalled},
+            "algorithm": {"name": str(self.algorithm.name), "state": self.algorithm.state_dict()},
         }
-        state.update({f"island/{k}": v for k, v in self.counters().items()})
-        state["island/stalled"] = self.stalled
         encoded = genomes.encoding_of(self.problem)
         if encoded is not None:
-            state.update(encoded.metadata())
-        state.update({f"archive/{k}": v for k, v in self.archive.state_dict(copy).items()})
-        state.update({f"algorithm/state/{k}": v for k, v in self.algorithm.state_dict().items()})
+            state["genome"] = encoded.metadata()
+        state["archive"] = self.archive.state_dict(copy)
         return state
 
     def load_state_dict(self, state: dict) -> None:
@@ -433,29 +434,27 @@ class Island:
         Raises:
             ValueError: the state belongs to another index/seed/dim/algorithm or format.
         """
-        def expect(key, value):
-            got = state.get(key)
-            got = got.item() if isinstance(got, np.ndarray) else got
-            if isinstance(got, bytes):
-                got = got.decode()
+        island, algorithm = state.get("island", {}), state.get("algorithm", {})
+
+        def expect(key, got, value):
             if got != value:
                 raise ValueError(f"expected {key} = {value!r} in the island state, got {got!r}")
-        expect("format", STATE_FORMAT)
+        expect("format", state.get("format"), STATE_FORMAT)
         encoded = genomes.encoding_of(self.problem)
-        if encoded is not None or "genome/encoding" in state:     # dense states may lack it
-            expect("genome/encoding", "dense" if encoded is None else encoded.genome)
+        genome = state.get("genome", {})
+        if encoded is not None or "encoding" in genome:     # dense states may lack it
+            expect("genome/encoding", genome.get("encoding"), "dense" if encoded is None else encoded.genome)
         if encoded is not None:
-            encoded.check_metadata(state)
-        expect("island/index", self.index)
-        expect("island/seed", self.seed)
-        expect("island/dim", self.problem.dim)
-        expect("algorithm/name", str(self.algorithm.name))
-        self.archive.load_state_dict({k[len("archive/"):]: v for k, v in state.items() if k.startswith("archive/")})
+            encoded.check_metadata(genome)
+        expect("island/index", island.get("index"), self.index)
+        expect("island/seed", island.get("seed"), self.seed)
+        expect("island/dim", island.get("dim"), self.problem.dim)
+        expect("algorithm/name", algorithm.get("name"), str(self.algorithm.name))
+        self.archive.load_state_dict(state["archive"])
         self._init_algorithm()
-        prefix = "algorithm/state/"
-        self.algorithm.load_state_dict({k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)})
+        self.algorithm.load_state_dict(algorithm["state"])
         for key in ("generation", "evaluations", "nonfinite", "children_accepted", "immigrants_accepted"):
-            setattr(self, key, int(state[f"island/{key}"]))
-        self._next_id = int(state["island/next_id"])
-        self.stalled = int(state.get("island/stalled", 0))    # states from before the count: 0
+            setattr(self, key, int(island[key]))
+        self._next_id = int(island["next_id"])
+        self.stalled = int(island.get("stalled", 0))    # states from before the count: 0
         self._pending = None

@@ -22,7 +22,7 @@ from typing import Mapping
 import numpy as np
 
 from ..evo.genomes import row_dtype
-from .scheme import BestMember, IslandRecord, IslandScheme, StepResult, _plain
+from .scheme import BestMember, IslandRecord, IslandScheme, StepResult
 
 
 class LedScheme:
@@ -100,8 +100,7 @@ class LedScheme:
         if island_states:
             raise ValueError(f"expected no island states on {self.serving_rank.format(rank=self.comm.rank)}, "
                              f"got islands {sorted(island_states)}")
-        state = {k: _plain(v) for k, v in run_state.items()}
         for key, value in (("scheme", self.name), ("n_islands", self.n_islands)):
-            if state.get(key) != value:
-                raise ValueError(f"expected {key} = {value!r} in the saved run state, got {state.get(key)!r}")
-        self._adopt(state)
+            if run_state.get(key) != value:
+                raise ValueError(f"expected {key} = {value!r} in the saved run state, got {run_state.get(key)!r}")
+        self._adopt(run_state)

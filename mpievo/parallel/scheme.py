@@ -335,7 +335,7 @@ class IslandScheme:
         # views of the archives' genomes, not copies: the run loop writes the checkpoint
         # before any island steps again (a genome-sized copy per member would set the
         # run's peak memory)
-        return {i: nest_state(self.islands[i].state_dict(copy=False)) for i in self.local_indices}
+        return {i: self.islands[i].state_dict(copy=False) for i in self.local_indices}
 
     def run_state(self) -> dict:
         return {"scheme": self.name, "format": SCHEME_FORMAT, "generation": self.generation,
@@ -357,23 +357,22 @@ class IslandScheme:
         Raises:
             ValueError: another scheme, island count, or missing/extra islands.
         """
-        state = {k: _plain(v) for k, v in run_state.items()}
         for key, value in (("scheme", self.name), ("n_islands", self.n_islands)):
-            if state.get(key) != value:
-                raise ValueError(f"expected {key} = {value!r} in the saved run state, got {state.get(key)!r}")
+            if run_state.get(key) != value:
+                raise ValueError(f"expected {key} = {value!r} in the saved run state, got {run_state.get(key)!r}")
         if sorted(island_states) != self.local_indices:
             raise ValueError(f"expected saved states of islands {self.local_indices} on rank "
                              f"{self.comm.rank}, got {sorted(island_states)}")
         for i in self.local_indices:
-            self.islands[i].load_state_dict(flatten_state(island_states[i]))
-        self.generation = int(state["generation"])
-        self.interval = int(state["interval"])
-        self.next_migration = int(state["next_migration"])
-        self.migrations = int(state["migrations"])
+            self.islands[i].load_state_dict(island_states[i])
+        self.generation = int(run_state["generation"])
+        self.interval = int(run_state["interval"])
+        self.next_migration = int(run_state["next_migration"])
+        self.migrations = int(run_state["migrations"])
         # checkpoints written before the count could adapt hold none: the policy's
-        self.emigrants = min(int(state.get("emigrants", self.policy.emigrants)), self.policy.emigrants)
+        self.emigrants = min(int(run_state.get("emigrants", self.policy.emigrants)), self.policy.emigrants)
         if self.leader_rate > 1:
-            self._restore_split(state)
+            self._restore_split(run_state)
 
     def _restore_split(self, state: Mapping[str, Any]) -> None:
         if "split_generation" not in state:
@@ -391,47 +390,3 @@ class IslandScheme:
         if sum(self.shares) != budget:      # resumed with another run.budget: split that one
             self.shares = split_left(budget, self.base, self.rates)
         self._update_budget_generation()
-
-
-def nest_state(flat: Mapping[str, Any]) -> dict:
-    """An island's flat ``{"group/name": value}`` state as nested dicts (checkpoint trees
-    allow no "/" in keys); :func:`flatten_state` undoes it exactly.
-
-    Raises:
-        ValueError: a key that is both a value and a group ("a" and "a/b").
-    """
-    tree: dict = {}
-    for key in flat:
-        *groups, name = key.split("/")
-        node = tree
-        for group in groups:
-            node = node.setdefault(group, {})
-            if not isinstance(node, dict):
-                raise ValueError(f"expected {group!r} to be a group in the island state, got a value")
-        if name in node:
-            raise ValueError(f"expected {key!r} once in the island state, got it as a group too")
-        node[name] = flat[key]
-    return tree
-
-
-def flatten_state(tree: Mapping[str, Any], prefix: str = "") -> dict:
-    """Inverse of :func:`nest_state` (values are never dicts in an island's flat state)."""
-    flat = {}
-    for key, value in tree.items():
-        path = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            flat.update(flatten_state(value, path + "/"))
-        else:
-            flat[path] = value
-    return flat
-
-
-def _plain(value):
-    """numpy scalars / 0-d arrays / bytes (as read back from HDF5) -> Python values."""
-    if isinstance(value, np.ndarray) and value.ndim == 0:
-        value = value.item()
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, bytes):
-        value = value.decode()
-    return value

@@ -3,20 +3,18 @@ restarts, immigrants, plain-array checkpoints and optimisation quality."""
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import math
 import pickle
 from pathlib import Path
 
-import h5py
 import numpy as np
 import pytest
 
 from mpievo.evo import CMAES, EngineConfig, Island, Problem, make_problem, stream
 from mpievo.evo.algorithms import cmaes_restarts as rs
 from mpievo.evo.algorithms.cmaes_core import Strategy, default_popsize, parameters
-from mpievo.io.tree import read_tree, write_tree
+from state_trees import through_hdf5
 
 
 def cma_island(problem="sphere", dim=6, seed=3, dtype="float32", algorithm=None, **settings) -> Island:
@@ -310,12 +308,6 @@ def test_at_most_half_mu_immigrants_wait_and_the_best_ones():
 
 # --- checkpoints --------------------------------------------------------------------------------
 
-def through_hdf5(state: dict) -> dict:
-    with h5py.File("cmaes.h5", "w", driver="core", backing_store=False) as handle:
-        write_tree(handle, "cmaes", state, hashlib.sha256())
-        return read_tree(handle["cmaes"], hashlib.sha256())
-
-
 def test_checkpoint_resume_is_bit_identical_across_restarts_and_immigrants():
     def fresh():
         return cma_island("rastrigin", dim=5, seed=9, algorithm=CMAES(popsize=6, restarts="bipop"))
@@ -323,13 +315,11 @@ def test_checkpoint_resume_is_bit_identical_across_restarts_and_immigrants():
     assert a.algorithm.restarts >= 2
     assert a.immigrate(a.problem.func.optimum[None], [0.0], [7], 1) == 1
     state = a.state_dict()
-    prefix = "algorithm/state/"
-    algorithm_state = through_hdf5({k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)})
+    algorithm_state = through_hdf5(state["algorithm"]["state"])
     for key, value in algorithm_state.items():
         assert isinstance(value, (int, float)) or (isinstance(value, np.ndarray) and value.dtype.kind == "f"), key
     b = fresh()
-    b.load_state_dict({**{k: v for k, v in state.items() if not k.startswith(prefix)},
-                       **{prefix + k: v for k, v in algorithm_state.items()}})
+    b.load_state_dict({**state, "algorithm": {**state["algorithm"], "state": algorithm_state}})
     restarts = a.algorithm.restarts
     for isl in (a, b):
         run_to(isl, 6000)

@@ -123,7 +123,7 @@ def test_seeded_islands_evolve_recipes_repeatably_and_resume_exactly():
     start = float(a.problem.inner(bases[1:2])[0])          # the best base
     assert value < start
     state = a.state_dict()
-    assert state["genome/encoding"] == "seeded" and "genome/bases_checksum" in state
+    assert state["genome"]["encoding"] == "seeded" and "bases_checksum" in state["genome"]
     resumed = Island(0, _target_problem(bases), _config("seeded"), seed=3)
     resumed.load_state_dict(state)
     a.run(5)

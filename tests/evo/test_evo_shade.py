@@ -4,10 +4,8 @@ checkpoints, determinism, configuration and optimisation quality."""
 
 from __future__ import annotations
 
-import hashlib
 import math
 
-import h5py
 import numpy as np
 import pytest
 
@@ -15,8 +13,8 @@ from mpievo.config import parse_toml, validate
 from mpievo.evo import EngineConfig, Island, Problem, make_problem, stream
 from mpievo.evo.algorithms import SHADE
 from mpievo.evo.algorithms import shade as sh
-from mpievo.io.tree import read_tree, write_tree
 from mpievo.schema import ConfigError
+from state_trees import through_hdf5, trees_equal
 
 
 def shade_island(problem="sphere", dim=6, seed=3, rotate=False, dtype="float64", **settings) -> Island:
@@ -30,10 +28,6 @@ def run_to(island: Island, evaluations: int) -> Island:
     while island.evaluations < evaluations:
         island.step(island.generation + 1)
     return island
-
-
-def states_equal(a: dict, b: dict) -> bool:
-    return a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
 
 
 # --- the memory update ---------------------------------------------------------------
@@ -232,12 +226,6 @@ def test_immigrants_replace_the_worst_members_they_beat():
 
 # --- checkpoints and determinism ----------------------------------------------------------
 
-def through_hdf5(state: dict) -> dict:
-    with h5py.File("shade.h5", "w", driver="core", backing_store=False) as handle:
-        write_tree(handle, "shade", state, hashlib.sha256())
-        return read_tree(handle["shade"], hashlib.sha256())
-
-
 def lshade_pair() -> Island:
     return shade_island("rastrigin", dim=5, seed=11, dtype="float32", shade_max_evaluations=6000)
 
@@ -247,17 +235,15 @@ def test_checkpoint_and_resume_equal_the_uninterrupted_run_bit_for_bit():
     assert a.immigrate(a.problem.func.optimum[None] + 0.01, [0.5], [7], 1) == 1
     state = a.state_dict()
     assert 6 < len(a.algorithm.x) < 90 and len(a.algorithm.external) > 0   # mid-reduction
-    prefix = "algorithm/state/"
-    stored = through_hdf5({k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)})
+    stored = through_hdf5(state["algorithm"]["state"])
     for key, value in stored.items():
         assert isinstance(value, (int, float)) or isinstance(value, np.ndarray), key
     b = lshade_pair()
-    b.load_state_dict({**{k: v for k, v in state.items() if not k.startswith(prefix)},
-                       **{prefix + k: v for k, v in stored.items()}})
-    assert states_equal(b.state_dict(), state)
+    b.load_state_dict({**state, "algorithm": {**state["algorithm"], "state": stored}})
+    assert trees_equal(b.state_dict(), state)
     for isl in (a, b):
         run_to(isl, 7000)
-    assert states_equal(a.state_dict(), b.state_dict())
+    assert trees_equal(a.state_dict(), b.state_dict())
     assert len(a.algorithm.x) == 4
 
 
@@ -275,7 +261,7 @@ def test_load_state_dict_refuses_a_state_that_does_not_fit():
 
 def test_same_seed_same_run_other_seed_differs():
     runs = [run_to(shade_island("rastrigin", seed=s, shade_max_evaluations=3000), 3000) for s in (4, 4, 5)]
-    assert states_equal(runs[0].state_dict(), runs[1].state_dict())
+    assert trees_equal(runs[0].state_dict(), runs[1].state_dict())
     assert not np.array_equal(runs[0].algorithm.x, runs[2].algorithm.x)
 
 

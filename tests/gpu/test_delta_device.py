@@ -112,12 +112,10 @@ def test_a_delta_device_island_is_the_delta_host_island_bit_for_bit(monkeypatch,
 def _through_a_file(state: dict, path) -> dict:
     """``state`` written to an HDF5 checkpoint file and read back."""
     from mpievo.io.files import read_checkpoint_file, write_checkpoint_file
-    from mpievo.parallel.scheme import flatten_state, nest_state
 
     write_checkpoint_file(path, checkpoint="c", sequence=1, generation=2, rank=0, nranks=1,
-                          islands={0: nest_state(state)}, run_state=None, config_text="",
-                          config_format="toml")
-    return flatten_state(read_checkpoint_file(path).islands[0])
+                          islands={0: state}, run_state=None, config_text="", config_format="toml")
+    return read_checkpoint_file(path).islands[0]
 
 
 def test_a_device_checkpoint_resumes_on_the_host_and_back(monkeypatch, tmp_path):
@@ -127,8 +125,8 @@ def test_a_device_checkpoint_resumes_on_the_host_and_back(monkeypatch, tmp_path)
         saved = _island(_problem(saved_on), where=saved_on)
         saved.run(2)
         state = saved.state_dict()
-        assert isinstance(state["archive/genomes"], np.ndarray)       # rows on the host in the file
-        assert state["genome/encoding"] == "delta" and "genome/bases_checksum" in state
+        assert isinstance(state["archive"]["genomes"], np.ndarray)       # rows on the host in the file
+        assert state["genome"]["encoding"] == "delta" and "bases_checksum" in state["genome"]
         state = _through_a_file(state, tmp_path / f"{saved_on}.h5")
         resumed = _island(_problem(resumed_on), where=resumed_on)
         resumed.load_state_dict(state)

@@ -92,19 +92,19 @@ def test_a_checkpoint_restores_a_device_island_exactly_and_on_the_host():
     saved = _island(problem)
     saved.run(2)
     state = saved.state_dict()
-    assert isinstance(state["archive/genomes"], np.ndarray)
+    assert isinstance(state["archive"]["genomes"], np.ndarray)
     restored = _island(problem)
     restored.load_state_dict(state)
     restored.run(3)
     for key in ("genomes", "fitness", "ids"):
-        assert np.array_equal(restored.state_dict()[f"archive/{key}"],
-                              reference.state_dict()[f"archive/{key}"])
+        assert np.array_equal(restored.state_dict()["archive"][key],
+                              reference.state_dict()["archive"][key])
     # the shifted problem on the device (its shift uploaded once) gives the host's values
     members = device.to_host(restored.archive.genomes)
     np.testing.assert_allclose(restored.archive.fitness, problem.evaluate(members), rtol=1e-9)
     on_host = _island(problem, where="cpu")
     on_host.load_state_dict(state)  # the checkpoint format does not depend on the device
-    assert np.array_equal(on_host.archive.genomes, state["archive/genomes"])
+    assert np.array_equal(on_host.archive.genomes, state["archive"]["genomes"])
 
 
 def test_device_and_host_islands_trade_migrants():

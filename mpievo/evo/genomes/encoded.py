@@ -116,28 +116,26 @@ class EncodedProblem(Problem):
 
     # --- checkpoints ---------------------------------------------------------------
     def metadata(self) -> dict:
-        """What an island's checkpoint records of the encoding (plain values; the bases
-        by reference and checksum, never the bases)."""
-        return {"genome/encoding": self.genome, "genome/dim": self.genome_dim,
-                "genome/dtype": self.dtype.name, "genome/bases_reference": self.bases.reference,
-                "genome/bases_checksum": self.bases.checksum,
-                "genome/bases_shape": np.asarray(self.bases.shape, np.int64)}
+        """What an island's checkpoint records of the encoding under ``genome`` (plain
+        values; the bases by reference and checksum, never the bases)."""
+        return {"encoding": self.genome, "dim": self.genome_dim,
+                "dtype": self.dtype.name, "bases_reference": self.bases.reference,
+                "bases_checksum": self.bases.checksum,
+                "bases_shape": np.asarray(self.bases.shape, np.int64)}
 
-    def check_metadata(self, state: dict) -> None:
-        """Refuse a checkpoint of another encoding or other bases.
+    def check_metadata(self, saved: dict) -> None:
+        """Refuse a checkpoint of another encoding or other bases (``saved``: the state's ``genome``).
 
         Raises:
             ValueError: naming the key, what was expected and what the state holds.
         """
-        for key, expected in self.metadata().items():
-            if key == "genome/bases_reference":
+        for name, expected in self.metadata().items():
+            if name == "bases_reference":
                 continue  # the same bases may move to another path
-            got = state.get(key)
-            got = got.decode() if isinstance(got, bytes) else got
+            got, key = saved.get(name), f"genome/{name}"
             if isinstance(expected, np.ndarray):
                 same = got is not None and np.array_equal(np.asarray(got), expected)
             else:
-                got = got.item() if isinstance(got, np.ndarray) else got
                 same = got == expected
             if not same:
                 raise ValueError(f"expected {key} = {expected!r} in the island state "

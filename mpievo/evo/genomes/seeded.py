@@ -249,5 +249,5 @@ class SeededProblem(EncodedProblem):
 
     def metadata(self) -> dict:
         meta = super().metadata()
-        meta["genome/recipe_terms"] = self.layout.terms
+        meta["recipe_terms"] = self.layout.terms
         return meta
