@@ -142,6 +142,30 @@ def choice(options: Iterable[str] | Callable[[], Iterable[str]], *, extra: str =
     return check
 
 
+def list_of(inner: Check) -> Check:
+    """A non-empty list or tuple whose every item ``inner`` accepts, as a tuple."""
+
+    def accept(value):
+        if not isinstance(value, (list, tuple)) or not value:
+            check.reject(value)
+        items = []
+        for k, item in enumerate(value):
+            try:
+                items.append(inner(item))
+            except Invalid as err:
+                raise Invalid(str(err), f"[{k}]{err.at}") from None
+        return tuple(items)
+
+    check = Check(lambda: f"a non-empty list, each {inner.expected}", accept)
+    return check
+
+
+def empty_or_list_of(inner: Check) -> Check:
+    """A list or tuple (empty allowed) whose every item ``inner`` accepts, as a tuple."""
+    nonempty = list_of(inner)
+    return Check(lambda: f"a list, each {inner.expected}", lambda v: () if v in ((), []) else nonempty(v))
+
+
 def optional(inner: Check) -> Check:
     """None (absent) or what ``inner`` accepts."""
     return Check(lambda: f"{inner.expected} or none", lambda v: None if v is None else inner(v))

@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from ..config import apply_overrides, load_config, parse_assignment
+from ..schema import Settings, boolean, empty_or_list_of, integer, list_of, setting, text
 from .bbob_report import TARGETS, read_csv, write_csv, write_report
 
 #: the job without a TOML: the library's defaults (``mpievo.minimize``'s, tuned for cheap
@@ -53,7 +54,7 @@ class BbobCheckError(RuntimeError):
 
 
 @dataclass(frozen=True)
-class BbobOptions:
+class BbobOptions(Settings):
     """What to run: jobs x functions x dims x instances x seeds (the issue's grid by default).
 
     Attributes:
@@ -63,27 +64,17 @@ class BbobOptions:
         peers: also run pygmo's ``sade`` archipelago and ``cmaes`` (rank 0, when importable).
     """
 
-    functions: tuple = DEFAULT_FUNCTIONS
-    dims: tuple = (10, 40)
-    instances: tuple = (1, 2, 3)
-    seeds: tuple = (0, 1, 2)
-    budget_per_dim: int = 10_000
-    islands: int = 4
-    jobs: tuple = ()
-    assignments: tuple = ()
-    peers: bool = False
+    TABLE = "bench.bbob"
 
-    def __post_init__(self):
-        for name in ("functions", "dims", "instances", "seeds"):
-            values = getattr(self, name)
-            if not values or any(int(v) != v or v < (0 if name == "seeds" else 1) for v in values):
-                raise ValueError(f"{name}: expected positive integers, got {values!r}")
-        bad = [f for f in self.functions if f > 24]
-        if bad:
-            raise ValueError(f"functions: expected BBOB function numbers 1..24, got {bad}")
-        if self.budget_per_dim < 1 or self.islands < 1:
-            raise ValueError(f"budget_per_dim, islands: expected >= 1, got {self.budget_per_dim}, "
-                             f"{self.islands}")
+    functions: tuple = setting(DEFAULT_FUNCTIONS, list_of(integer(1, 24)), "BBOB function numbers")
+    dims: tuple = setting((10, 40), list_of(integer(1)), "dimensions")
+    instances: tuple = setting((1, 2, 3), list_of(integer(1)), "instances")
+    seeds: tuple = setting((0, 1, 2), list_of(integer(0)), "seeds of every (function, dim, instance)")
+    budget_per_dim: int = setting(10_000, integer(1), "evaluations per dimension of every run")
+    islands: int = setting(4, integer(1), "islands of every job")
+    jobs: tuple = setting((), empty_or_list_of(text), "TOML job paths or 'default'")
+    assignments: tuple = setting((), empty_or_list_of(text), "table.key=value overrides of every job")
+    peers: bool = setting(False, boolean, "also run pygmo's sade archipelago and cmaes")
 
 
 # ------------------------------------------------------------------------- COCO side

@@ -73,6 +73,7 @@ from .genomes_device import (DeviceMergeDistance, bind_gpu, device_need, gpu_col
 from .genomes_steps import breed_rates, check_best, checkpoint_size, migration_times, record_bytes
 from ..rules.mapping import rank_of_island
 from ..parallel.threads import limit_blas_threads
+from ..schema import Settings, choice, integer, list_of, setting
 
 GENOMES = ("dense", "delta", "seeded")
 #: where the islands run (engine.device)
@@ -94,27 +95,19 @@ class GenomesCheckError(RuntimeError):
 
 
 @dataclass(frozen=True)
-class GenomesOptions:
+class GenomesOptions(Settings):
     """The grid and sizes of the benchmark (defaults: the issue's, 1e8 only when asked)."""
 
-    dims: tuple = (1_000, 100_000, 10_000_000)
-    capacity: int = 4
-    batch: int = 4
-    generations: int = 3
-    repeats: int = 5
-    threads: int = 1
-    seed: int = 0
-    device: str = "cpu"
+    TABLE = "bench.genomes"
 
-    def __post_init__(self):
-        for name in ("capacity", "batch", "generations", "repeats", "threads"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
-        if not self.dims or any(int(d) != d or d < 1 for d in self.dims):
-            raise ValueError(f"dims: expected integers >= 1, got {self.dims!r}")
-        if self.device not in DEVICES:
-            raise ValueError(f"device: expected one of {DEVICES}, got {self.device!r}")
+    dims: tuple = setting((1_000, 100_000, 10_000_000), list_of(integer(1)), "genome sizes")
+    capacity: int = setting(4, integer(1), "archive of every island")
+    batch: int = setting(4, integer(1), "children per generation")
+    generations: int = setting(3, integer(1), "timed generations per island")
+    repeats: int = setting(5, integer(1), "timed migrations (median)")
+    threads: int = setting(1, integer(1), "Numba/BLAS threads per rank")
+    seed: int = setting(0, integer(0), "seed of the islands")
+    device: str = setting("cpu", choice(DEVICES), "where islands and fitness run")
 
     @property
     def on_device(self) -> bool:

@@ -126,7 +126,7 @@ def bind_gpu(comm) -> int:
     returns how many ranks of the job share the GPU this rank got (the most of any GPU)."""
     import socket
 
-    from ..parallel.gpu import bind_device
+    from ..parallel.device_binding import bind_device
 
     binding = bind_device(getattr(comm, "mpi_comm", None))
     where = comm.allgather_object((socket.gethostname(), binding.device))

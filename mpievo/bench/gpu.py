@@ -27,11 +27,13 @@ the tests run, in the simulator and on a GPU).
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, replace
 
 import numpy as np
 
+from ..schema import Settings, boolean, integer, list_of, number, setting
 from .checks import event_seconds, expect_equal, no_sync
 
 MIB = 1 << 20
@@ -41,22 +43,25 @@ TARGET_KERNEL_RATIO = 0.85
 #: ``--check`` sizes (elements are what the simulator runs as Python threads)
 CHECK_KERNEL_MIB = (1 / 1024,)
 CHECK_ALLREDUCE_MIB = (1 / 1024, 1 / 256)
+POSITIVE = number(0.0, math.inf, open_low=True)
 
 
 @dataclass(frozen=True)
-class GpuBenchOptions:
+class GpuBenchOptions(Settings):
     """What ``mpievo bench gpu`` runs (its command-line flags)."""
 
-    kernel_mib: tuple = (64.0, 256.0, 1024.0)
-    allreduce_mib: tuple = (1.0, 64.0)
-    dims: tuple = (1_000, 100_000, 10_000_000)
-    breed_dim: int = 10_000_000
-    repeats: int = 10
-    island_seconds: float = 1.0
-    host_threads: int = 1
-    topk_ratio: float = 0.01
-    force_direct: bool = False
-    check: bool = False
+    TABLE = "bench.gpu"
+
+    kernel_mib: tuple = setting((64.0, 256.0, 1024.0), list_of(POSITIVE), "operand sizes of the kernel section, MiB")
+    allreduce_mib: tuple = setting((1.0, 64.0), list_of(POSITIVE), "all-reduce and compression sizes, MiB")
+    dims: tuple = setting((1_000, 100_000, 10_000_000), list_of(integer(1)), "genome sizes of the island section")
+    breed_dim: int = setting(10_000_000, integer(1), "genes per child of the breeding section")
+    repeats: int = setting(10, integer(1), "timed repetitions (median)")
+    island_seconds: float = setting(1.0, POSITIVE, "seconds each island steps per dim")
+    host_threads: int = setting(1, integer(1), "Numba/BLAS threads of the host island")
+    topk_ratio: float = setting(0.01, number(0.0, 1.0, open_low=True), "fraction of entries top-k sends")
+    force_direct: bool = setting(False, boolean, "time the direct device path without CUDA awareness")
+    check: bool = setting(False, boolean, "tiny sizes, every section verified, nothing timed")
 
     def checking(self) -> "GpuBenchOptions":
         """The same run at ``--check`` sizes."""
@@ -258,7 +263,7 @@ def bench_gpu(comm, options: GpuBenchOptions) -> dict:
     from mpievo.comm import cuda_support
 
     from . import gpu_engine as engine
-    from ..parallel.gpu import bind_device
+    from ..parallel.device_binding import bind_device
 
     binding = bind_device(comm.mpi_comm)
     awareness = cuda_support.cuda_awareness()

@@ -33,7 +33,6 @@ time; a row is the run of median wall time over them (:func:`median_rows`).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import math
 import os
@@ -58,7 +57,7 @@ def worker(spec_path: str, out_path: str) -> None:
     from ..parallel.threads import limit_blas_threads
 
     spec = json.loads(Path(spec_path).read_text())
-    options = SchemesOptions(**{k: tuple(v) if isinstance(v, list) else v for k, v in spec.items()})
+    options = SchemesOptions.from_dict(spec)
     size = MPI.COMM_WORLD.Get_size()
     schemes = SCHEMES if size > 1 else ("island",)
     with abort_on_error(), contextlib.ExitStack() as stack:
@@ -95,7 +94,7 @@ def launch_ranks(ranks: int, options: SchemesOptions, workdir: Path) -> dict:
     from ..launcher import launch_command, launch_env
 
     spec, out = workdir / f"spec-{ranks}.json", workdir / f"rows-{ranks}.json"
-    spec.write_text(json.dumps(dataclasses.asdict(options)))
+    spec.write_text(json.dumps(options.to_dict()))
     cmd = launch_command(ranks, ["python", "-m", "mpievo.bench.schemes", str(spec), str(out)])
     done = subprocess.run(cmd, env=launch_env())      # its progress and errors go to our terminal
     if done.returncode != 0 or not out.exists():
@@ -192,7 +191,7 @@ def bench_schemes(options: SchemesOptions, out_dir: str | os.PathLike | None = N
             "loadavg": list(os.getloadavg()), "mpi_library": sorted(libraries),
             "oversubscribed_p": [p for p in options.ps if p > cores], "sweep_s": time.perf_counter() - start,
             "problem": f"shifted rastrigin, rotated up to {ROTATE_MAX_DIM} genes, float32 genomes",
-            "options": dataclasses.asdict(options), "model_constants": constants.source,
+            "options": options.to_dict(), "model_constants": constants.source,
             "model_calibration": calibration,       # None: constants given
             "model_calibrations": calibrations,     # one per sweep; calibration is their median
             "model_anchors": anchors,

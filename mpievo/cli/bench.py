@@ -112,7 +112,7 @@ def _costs(text: str) -> tuple:
             value = float(number.removesuffix("ms")) * scale
         except ValueError:
             value = math.nan
-        if not (math.isfinite(value) and value >= 0):
+        if not math.isfinite(value):
             raise argparse.ArgumentTypeError(f"expected a cost such as 0, 5ms or 0.05s, got {part!r}")
         values.append(value)
     return tuple(values)
@@ -147,7 +147,8 @@ def _add_gpu_arguments(sub) -> None:
 
 
 def _numbers(kind, *, one: bool = False):
-    """argparse type: comma-separated positive numbers ('1e7' allowed for ints)."""
+    """argparse type: comma-separated numbers ('1e7' allowed for ints); their ranges are
+    checked by the benchmark's options (one schema, :mod:`mpievo.schema`)."""
     name = "an integer" if kind is int else "a number"
 
     def parse(text: str):
@@ -157,8 +158,8 @@ def _numbers(kind, *, one: bool = False):
                 value = float(part)
             except ValueError:
                 value = math.nan
-            if not (math.isfinite(value) and value > 0) or (kind is int and value != int(value)):
-                raise argparse.ArgumentTypeError(f"expected {name} > 0, got {part!r}")
+            if not math.isfinite(value) or (kind is int and value != int(value)):
+                raise argparse.ArgumentTypeError(f"expected {name}, got {part!r}")
             values.append(kind(value))
         if one and len(values) != 1:
             raise argparse.ArgumentTypeError(f"expected one value, got {text!r}")
@@ -181,6 +182,11 @@ def main(args: argparse.Namespace) -> int:
         if reason:
             print(f"mpievo bench gpu: {reason}", file=sys.stderr)
             return EXIT_REFUSED
+        from mpievo.bench.gpu import GpuBenchOptions
+
+        gpu_options = _options("gpu", GpuBenchOptions, _GPU_OPTIONS, args, force_direct=args.force_direct)
+        if gpu_options is None:
+            return 2
     from mpi4py import MPI
 
     from mpievo.comm import abort_on_error
@@ -196,7 +202,7 @@ def main(args: argparse.Namespace) -> int:
         elif args.bench == "calibrate":
             result = _calibrate(args, rank)
         elif args.bench == "gpu":
-            result = _bench_gpu(args)
+            result = _bench_gpu(gpu_options.checking() if args.check else gpu_options)
         else:
             from mpievo.bench.engine import bench_engine
             from mpievo.comm import Communicator
@@ -213,15 +219,24 @@ _GPU_OPTIONS = ("kernel_mib", "allreduce_mib", "dims", "breed_dim", "repeats", "
                 "host_threads", "topk_ratio")
 
 
-def _bench_gpu(args) -> dict:
-    from mpievo.comm import Communicator
-    from mpievo.bench.gpu import GpuBenchOptions, bench_gpu
+def _options(what: str, options_class, names: tuple[str, ...], args, **fixed):
+    """The benchmark's options (a table of :mod:`mpievo.schema`, which checks every value)
+    from the flags given; None after printing what is wrong."""
+    given = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
+    try:
+        return options_class(**given, **fixed)
+    except ValueError as err:
+        print(f"mpievo bench {what}: {err}", file=sys.stderr)
+        return None
 
-    given = {name: getattr(args, name) for name in _GPU_OPTIONS if getattr(args, name) is not None}
-    options = GpuBenchOptions(force_direct=args.force_direct, **given)
+
+def _bench_gpu(options) -> dict:
+    from mpievo.comm import Communicator
+    from mpievo.bench.gpu import bench_gpu
+
     comm = Communicator()
     try:
-        return bench_gpu(comm, options.checking() if args.check else options)
+        return bench_gpu(comm, options)
     finally:
         comm.free()
 
@@ -240,11 +255,8 @@ def _bench_schemes(args) -> int:
         print(f"mpievo bench schemes: expected to start without mpiexec (it launches every P itself), "
               f"got {launched[0]} set", file=sys.stderr)
         return 2
-    given = {name: getattr(args, name) for name in _SCHEMES_OPTIONS if getattr(args, name) is not None}
-    try:
-        options = SchemesOptions(**given)
-    except ValueError as err:
-        print(f"mpievo bench schemes: {err}", file=sys.stderr)
+    options = _options("schemes", SchemesOptions, _SCHEMES_OPTIONS, args)
+    if options is None:
         return 2
     try:
         bench_schemes(options, args.out)
@@ -302,7 +314,7 @@ def _add_bbob_arguments(sub) -> None:
     bbob.add_argument("--functions", type=_numbers(int), help="BBOB functions (default 1,2,3,8,10,12,15,16,21)")
     bbob.add_argument("--dims", type=_numbers(int), help="dimensions (default 10,40)")
     bbob.add_argument("--instances", type=_numbers(int), help="instances (default 1,2,3)")
-    bbob.add_argument("--seeds", type=_seeds, help="seeds of every (function, dim, instance) (default 0,1,2)")
+    bbob.add_argument("--seeds", type=_numbers(int), help="seeds of every (function, dim, instance) (default 0,1,2)")
     bbob.add_argument("--budget-per-dim", type=_numbers(int, one=True),
                       help="evaluations per dimension of every run (default 1e4)")
     bbob.add_argument("--islands", type=_numbers(int, one=True), help="islands of every job (default 4)")
@@ -317,14 +329,6 @@ def _add_bbob_arguments(sub) -> None:
                            "seed and budget; run only the rest")
 
 
-def _seeds(text: str) -> tuple:
-    """'0,1,2' -> (0, 1, 2): integers >= 0."""
-    parts = [p.strip() for p in text.split(",")]
-    if not all(p.isdigit() for p in parts):
-        raise argparse.ArgumentTypeError(f"expected integers >= 0, got {text!r}")
-    return tuple(int(p) for p in parts)
-
-
 def _bench_bbob(args) -> int:
     from mpievo.config import ConfigError
     from mpievo.bench.bbob import BbobCheckError, BbobOptions, bench_bbob
@@ -336,15 +340,12 @@ def _bench_bbob(args) -> int:
         print("mpievo bench bbob: expected cocoex (pip install coco-experiment, the bench extra), "
               "got an ImportError", file=sys.stderr)
         return 2
-    given = {name: getattr(args, name) for name in _BBOB_OPTIONS if getattr(args, name) is not None}
     if args.resume and args.out is None:
         print("mpievo bench bbob: --resume: expected --out DIR (the runs.csv to resume), got none", file=sys.stderr)
         return 2
-    try:
-        options = BbobOptions(jobs=tuple(args.jobs), assignments=tuple(args.assignments), peers=args.peers,
-                              **given)
-    except ValueError as err:
-        print(f"mpievo bench bbob: {err}", file=sys.stderr)
+    options = _options("bbob", BbobOptions, _BBOB_OPTIONS, args, jobs=tuple(args.jobs),
+                       assignments=tuple(args.assignments), peers=args.peers)
+    if options is None:
         return 2
     comm = world_comm()
     with _abort_guard(comm):
@@ -406,8 +407,10 @@ def _bench_genomes(args) -> int:
     from mpievo.bench.genomes import GenomesCheckError, GenomesOptions, bench_genomes
     from mpievo.parallel.world import world_comm
 
-    given = {name: getattr(args, name) for name in _GENOMES_OPTIONS if getattr(args, name) is not None}
-    if given.get("device") == "cuda":
+    options = _options("genomes", GenomesOptions, _GENOMES_OPTIONS, args)
+    if options is None:
+        return 2
+    if options.on_device:
         from mpievo.evo.device import cuda_usable
 
         if not cuda_usable():
@@ -417,7 +420,7 @@ def _bench_genomes(args) -> int:
     comm = world_comm()
     with _abort_guard(comm):
         try:
-            bench_genomes(comm, GenomesOptions(**given), args.out)
+            bench_genomes(comm, options, args.out)
         except GenomesCheckError as err:
             if comm.rank == 0:
                 print(err, file=sys.stderr)

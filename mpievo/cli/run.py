@@ -253,7 +253,7 @@ def _run(comm, args, stop) -> int:
 def _execute(comm, args, prepared, out: Path, stack: contextlib.ExitStack, stop) -> int:
     from ..faults import EXIT_CHECKPOINTED_REQUEUE
     from ..io import Checkpointer
-    from ..parallel.gpu import bind_device
+    from ..parallel.device_binding import bind_device
     from ..parallel.job import last_generation, run_job
     from ..parallel.output import NonfiniteWarner, OutputWriter, ProgressReporter
     from ..parallel.threads import limit_blas_threads

@@ -8,7 +8,7 @@
 * :mod:`.runner` -- the run loop (logging, checkpoints, stop requests).
 * :mod:`.job` -- build and run a validated TOML job (:func:`run_job`).
 * :mod:`.output` -- progress line, per-island logs, summary.json, convergence plot.
-* :mod:`.gpu` -- bind each rank to a node-local GPU when there is one.
+* :mod:`.device_binding` -- bind each rank to a node-local GPU when there is one.
 
 The MPI-free rules (placement, topologies, adaptive interval, budget shares) live in
 :mod:`mpievo.rules` and are re-exported here; the benchmarks in :mod:`mpievo.bench`.
@@ -16,7 +16,7 @@ The MPI-free rules (placement, topologies, adaptive interval, budget shares) liv
 
 from ..rules.adaptive import AdaptiveInterval, next_interval
 from ..rules.budget import SharePlan, plan
-from .gpu import DeviceBinding, bind_device, choose_device, local_rank
+from .device_binding import DeviceBinding, bind_device, choose_device, local_rank
 from .job import best_genome_bytes, build_problem, build_scheme, run_job
 from ..rules.mapping import islands_of_rank, rank_of_island
 from ..evo.migration_policy import MigrationPolicy

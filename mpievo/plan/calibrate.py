@@ -1,4 +1,5 @@
-"""The cost model's constants measured on this machine (``mpievo plan --calibrate``, 3-4 minutes).
+"""The cost model's constants measured on this machine (``mpievo plan --calibrate``, 3-4 minutes
+at the default dims on an idle 2-core machine).
 
 * **Engine, per dim** (default 1e2, 1e5, 1e7 genes; the model interpolates between
   them in log-log space): the bench's GA islands (4; archive = batch = 8, 2 from 1e6

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..schema import Settings, choice, integer, list_of, number, setting
 SCHEMES = ("island", "hybrid", "centralized", "replicated", "master_worker", "master_worker_steady")
 #: a bench scheme with this suffix is its run.scheme with engine.evaluation = "steady"
 STEADY = "_steady"
@@ -45,49 +46,47 @@ class Workload:
 
 
 @dataclass(frozen=True)
-class SchemesOptions:
+class SchemesOptions(Settings):
     """What to sweep; see :func:`workloads` for how costs, modes and dims combine."""
 
-    ps: tuple[int, ...] = (1, 2, 4)
-    costs_ms: tuple[float, ...] = (0.0, 5.0, 50.0)
-    modes: tuple[str, ...] = MODES
-    dims: tuple[int, ...] = (100, 100_000, 10_000_000)
-    budget: int = 192
-    islands: int = 0            # 0: the largest P
-    capacity: int = 8           # archive capacity = GA batch
-    interval: int = 2
-    seed: int = 1
+    TABLE = "bench.schemes"
+
+    ps: tuple = setting((1, 2, 4), list_of(integer(1)), "rank counts, 1 included (the speed-up base)")
+    costs_ms: tuple = setting((0.0, 5.0, 50.0), list_of(number(0.0, math.inf)), "fitness costs per child, ms")
+    modes: tuple = setting(MODES, list_of(choice(MODES)), "how a cost is spent")
+    dims: tuple = setting((100, 100_000, 10_000_000), list_of(integer(1)), "genome sizes")
+    budget: int = setting(192, integer(1), "evaluations per run below large_dim genes")
+    islands: int = setting(0, integer(0), "islands of every run; 0: the largest P")
+    capacity: int = setting(8, integer(1), "archive capacity = GA batch")
+    interval: int = setting(2, integer(1), "generations between migrations")
+    seed: int = setting(1, integer(0), "seed of every run")
     #: from this many genes: smaller archives and budget, so that the replicated scheme
     #: (every island on every rank) fits in memory and a run takes seconds
-    large_dim: int = 1_000_000
-    large_capacity: int = 2
-    large_budget: int = 32
+    large_dim: int = setting(1_000_000, integer(1), "from this many genes: large_capacity and large_budget")
+    large_capacity: int = setting(2, integer(1), "archive capacity = batch from large_dim genes")
+    large_budget: int = setting(32, integer(1), "evaluations per run from large_dim genes")
     #: cost-0 runs below this many genes take ``fast_factor`` times the budget: there a
     #: child costs microseconds, and 192 of them take ~10 ms, a few scheduler time
     #: slices, which no throughput model (nor a second run) reproduces
-    fast_dim: int = 10_000
-    fast_factor: int = 32
+    fast_dim: int = setting(10_000, integer(1), "cost-0 runs below this many genes take fast_factor x the budget")
+    fast_factor: int = setting(32, integer(1), "budget factor of cost-0 runs below fast_dim genes")
     #: whole sweeps, one after another (each runs every P in turn); a run's row is the
     #: one of median wall time over them: here a cost-0 run moves by a third from one
     #: quarter hour to the next, in both directions
-    sweeps: int = 3
+    sweeps: int = setting(3, integer(1), "whole sweeps, one after another")
 
-    def __post_init__(self):
-        if not self.ps or min(self.ps) < 1 or 1 not in self.ps:
-            raise ValueError(f"expected rank counts >= 1 including 1 (the speed-up base), got {self.ps}")
-        bad = [m for m in self.modes if m not in MODES]
-        if bad or not self.modes:
-            raise ValueError(f"expected modes among {MODES}, got {self.modes}")
-        if not self.costs_ms or min(self.costs_ms) < 0 or not self.dims or min(self.dims) < 1:
-            raise ValueError(f"expected costs >= 0 and dims >= 1, got {self.costs_ms} and {self.dims}")
-        for budget, capacity in ((self.budget, self.capacity), (self.large_budget, self.large_capacity)):
+    def _check_together(self, problems: list[str]) -> None:
+        if 1 not in self.ps:
+            problems.append(f"bench.schemes.ps: expected rank counts including 1 (the speed-up base), "
+                            f"got {self.ps}")
+        for key, budget, capacity in (("budget", self.budget, self.capacity),
+                                      ("large_budget", self.large_budget, self.large_capacity)):
             if budget < self.n_islands * capacity:
-                raise ValueError(f"expected a budget of at least {self.n_islands * capacity} evaluations "
-                                 f"(every island's first population), got {budget}")
-        if self.sweeps < 1:
-            raise ValueError(f"expected at least 1 sweep, got {self.sweeps}")
+                problems.append(f"bench.schemes.{key}: expected at least {self.n_islands * capacity} evaluations "
+                                f"(every island's first population), got {budget}")
         if self.islands and self.islands < max(self.ps):
-            raise ValueError(f"expected at least {max(self.ps)} islands (one per rank), got {self.islands}")
+            problems.append(f"bench.schemes.islands: expected at least {max(self.ps)} islands (one per rank), "
+                            f"got {self.islands}")
 
     @property
     def n_islands(self) -> int:

@@ -115,9 +115,10 @@ def test_jobs_default_word_and_overrides(tmp_path):
 
 
 @pytest.mark.parametrize("given, message", [
-    (dict(functions=(25,)), "functions: expected BBOB function numbers 1..24, got [25]"),
-    (dict(dims=()), "dims: expected positive integers, got ()"),
-    (dict(budget_per_dim=0), "budget_per_dim, islands: expected >= 1, got 0, 4"),
+    (dict(functions=(25,)), "bench.bbob.functions[0]: expected an int >= 1 and <= 24, got 25"),
+    (dict(dims=()), "bench.bbob.dims: expected a non-empty list, each an int >= 1, got tuple ()"),
+    (dict(budget_per_dim=0), "bench.bbob.budget_per_dim: expected an int >= 1, got 0"),
+    (dict(seeds=(0, -1)), "bench.bbob.seeds[1]: expected an int >= 0, got -1"),
 ])
 def test_bad_options_are_refused(given, message):
     with pytest.raises(ValueError, match=re.escape(message)):
@@ -130,7 +131,7 @@ def test_cli_runs_and_refuses(tmp_path, capsys):
     assert cli_main(args) == 0
     assert (tmp_path / "runs.csv").exists() and "| f1 | 5 | mpievo:default | 1 |" in capsys.readouterr().out
     assert cli_main(args[:2] + ["--functions", "30"]) == 2
-    assert "functions: expected BBOB function numbers 1..24, got [30]" in capsys.readouterr().err
+    assert "bench.bbob.functions[0]: expected an int >= 1 and <= 24, got 30" in capsys.readouterr().err
 
 
 @pytest.mark.mpi(min_size=2)

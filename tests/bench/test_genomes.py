@@ -95,7 +95,7 @@ def test_estimate_grows_with_the_genome_but_not_for_seeded_rows():
 
 _FAILING_RANK = """
 from mpievo.comm import Communicator, abort_on_error
-from mpievo.parallel import bench_genomes as bench
+from mpievo.bench import genomes as bench
 
 comm = Communicator()
 if comm.rank == 1:
@@ -127,7 +127,7 @@ def test_the_device_option_parses_and_rejects_other_values(capsys):
         build_parser().parse_args(["bench", "genomes", "--device", "gpu"])
     assert done.value.code == 2
     assert "--device: expected one of cpu, cuda, got 'gpu'" in capsys.readouterr().err
-    with pytest.raises(ValueError, match=r"device: expected one of \('cpu', 'cuda'\), got 'gpu'"):
+    with pytest.raises(ValueError, match=r"bench.genomes.device: expected one of \['cpu', 'cuda'\], got str 'gpu'"):
         GenomesOptions(device="gpu")
 
 

@@ -1,20 +1,17 @@
-"""``mpievo bench schemes``: the workloads, the checks, and a tiny sweep launched at P = 1, 2."""
+"""``mpievo bench schemes``: the checks, and a tiny sweep launched at P = 1, 2 (the workloads:
+tests/plan/test_workloads.py)."""
 
 import csv
 import json
-import time
 
 import numpy as np
 import pytest
 
 from mpievo.cli.main import main as cli_main
-from mpievo.evo.problems import builtin_problem
 from mpievo.bench.schemes import ModelCheckError, SchemesCheckError, bench_schemes, check_rows, median_rows
 from mpievo.bench.schemes_report import CSV_COLUMNS
-from mpievo.plan.calibrate import loop_lengths
 from mpievo.plan.timing import Constants
-from mpievo.plan.workloads import (SCHEMES, SchemesOptions, Workload, WorkloadFitness, measure_workload,
-                                   repeats_wanted, vary_factor, workloads)
+from mpievo.plan.workloads import SCHEMES, SchemesOptions
 
 BUDGET = 64
 #: a model without engine and loop costs: 0 s at cost 0, outside any time bound
@@ -132,69 +129,6 @@ def test_check_rows_names_wrong_counts_and_disagreeing_schemes():
         check_rows([dict(r, cost_ms=0.0) for r in _fake_rows()], options)
 
 
-def test_budgets_by_genome_size_and_cost():
-    options = SchemesOptions()
-    assert [options.budget_for(d, c) for d, c in ((100, 0.0), (100, 5.0), (10**5, 0.0), (10**7, 0.0))] == \
-        [192 * 32, 192, 192, 32]
-
-
-def test_cost0_runs_are_repeated_up_to_a_longer_first_run():
-    cost0, sleep = Workload(0.0, "none", 100), Workload(5.0, "sleep", 100)
-    assert [repeats_wanted(cost0, w) for w in (0.3, 1.5, 2.5)] == [5, 5, 1]
-    assert [repeats_wanted(sleep, w) for w in (0.3, 1.5)] == [5, 1]
-
-
-def test_short_runs_are_repeated_in_rounds_over_the_schemes_and_the_fastest_kept(monkeypatch):
-    """A scheme whose first run is short runs again in rounds with the other short ones
-    (spread over the workload, not back to back), and its row is its fastest run."""
-    import mpievo.plan.workloads as bench
-
-    walls = {"island": iter([0.3, 0.25, 0.2, 0.35, 0.3]), "hybrid": iter([2.5]),
-             "replicated": iter([1.0, 0.8, 1.2, 0.9, 1.1])}
-    order = []
-
-    def fake_measure(workload, scheme, options):
-        order.append(scheme)
-        return {"scheme": scheme, "wall_s": next(walls[scheme])}
-
-    monkeypatch.setattr(bench, "measure", fake_measure)
-    rows = measure_workload(Workload(0.0, "none", 100), ("island", "hybrid", "replicated"), SchemesOptions())
-    assert order == ["island", "hybrid", "replicated"] + ["island", "replicated"] * 4
-    assert [(r["scheme"], r["wall_s"], r["repeats"]) for r in rows] == \
-        [("island", 0.2, 5), ("hybrid", 2.5, 1), ("replicated", 0.8, 5)]
-
-
-def test_loop_cost_runs_end_at_the_benchs_own_length():
-    options = SchemesOptions()
-    short, long = loop_lengths(100)
-    assert short < long and options.budget_for(100, 0.0) == options.n_islands * options.capacity * (long + 1)
-
-
-def test_workloads_are_the_cost_axis_then_the_genome_axis():
-    loads = workloads(SchemesOptions(costs_ms=(0.0, 5.0), modes=("sleep", "vary"), dims=(100, 10**5)))
-    assert loads == [Workload(0.0, "none", 100), Workload(5.0, "sleep", 100), Workload(5.0, "vary", 100),
-                     Workload(0.0, "none", 10**5)]
-
-
-def test_vary_factor_is_deterministic_within_a_factor_four_and_mean_one():
-    rows = np.random.default_rng(0).standard_normal((2000, 10)).astype(np.float32)
-    factors = np.array([vary_factor(r) for r in rows])
-    assert np.array_equal(factors, [vary_factor(r.copy()) for r in rows])
-    assert factors.min() >= 0.4 and factors.max() <= 1.6 and factors.max() / factors.min() > 3.5
-    assert abs(factors.mean() - 1.0) < 0.05
-
-
-@pytest.mark.parametrize("mode", ["burn", "sleep"])
-def test_workload_fitness_is_the_rotated_problem_plus_its_cost(mode):
-    base = builtin_problem("rastrigin", 20, shift=True, rotate=True, seed=1)
-    genomes = np.random.default_rng(1).uniform(-5, 5, (3, 20)).astype(np.float32)
-    fitness = WorkloadFitness(base.func, Workload(4.0, mode, 20))
-    start = time.perf_counter()
-    values = fitness(genomes)
-    assert np.array_equal(values, [base.func(g[None, :])[0] for g in genomes])
-    assert fitness.seconds >= 3 * 4e-3 and fitness.seconds <= time.perf_counter() - start
-
-
 def test_cli_refuses_under_mpiexec_and_rejects_a_sweep_without_p1(monkeypatch, capsys):
     for name in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"):
         monkeypatch.delenv(name, raising=False)
@@ -205,6 +139,6 @@ def test_cli_refuses_under_mpiexec_and_rejects_a_sweep_without_p1(monkeypatch, c
     assert cli_main(["bench", "schemes", "--p", "2,4"]) == 2
     assert "including 1" in capsys.readouterr().err
     assert cli_main(["bench", "schemes", "--sweeps", "0"]) == 2
-    assert "expected at least 1 sweep, got 0" in capsys.readouterr().err
+    assert "bench.schemes.sweeps: expected an int >= 1, got 0" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         cli_main(["bench", "schemes", "--costs", "5xs"])

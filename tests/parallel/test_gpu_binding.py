@@ -2,7 +2,7 @@
 
 import pytest
 
-from mpievo.parallel.gpu import bind_device, choose_device, local_rank, local_rank_from_env
+from mpievo.parallel.device_binding import bind_device, choose_device, local_rank, local_rank_from_env
 
 
 def test_local_rank_from_launcher_variables():
