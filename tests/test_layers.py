@@ -56,11 +56,11 @@ NAMEDTUPLE_API = {"_replace", "_asdict", "_fields", "_make"}
 RUNTIME = ("mpievo.comm", "mpievo.evo", "mpievo.parallel", "mpievo.io", "mpievo.rules", "mpievo.kernels")
 
 
-def source_modules() -> dict[str, tuple[Path, bool]]:
+def source_modules(root: Path = ROOT) -> dict[str, tuple[Path, bool]]:
     """Module name -> (file, is a package) of every module of mpievo/ and kernels/ (as mpievo.kernels)."""
     modules = {}
-    for path in [*(ROOT / "mpievo").rglob("*.py"), *(ROOT / "kernels").rglob("*.py")]:
-        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    for path in [*(root / "mpievo").rglob("*.py"), *(root / "kernels").rglob("*.py")]:
+        parts = list(path.relative_to(root).with_suffix("").parts)
         if parts[0] == "kernels":
             parts = ["mpievo", *parts]
         package = parts[-1] == "__init__"
@@ -80,11 +80,11 @@ def imported_names(module: str, package: bool, node) -> list[str]:
     return [base, *(f"{base}.{alias.name}" for alias in node.names)]
 
 
-def import_graph() -> dict[str, set[str]]:
+def import_graph(root: Path = ROOT) -> dict[str, set[str]]:
     """Module -> the modules of mpievo it imports, at the top or inside functions alike.
     Importing ``a.b.c`` runs the packages ``a.b`` and ``a`` first, so they count as
     imported too (but not the importer's own packages, which are already running)."""
-    modules = source_modules()
+    modules = source_modules(root)
     graph = {}
     for module, (path, package) in modules.items():
         found = set()
@@ -134,12 +134,17 @@ def test_the_cycle_finder_finds_cycles_through_packages():
     assert find_cycle({"mpievo.a": {"mpievo.b"}, "mpievo.b": set()}) is None
 
 
-def test_import_graph_counts_function_level_imports_and_packages():
-    graph = import_graph()
-    # function-level: bench_layout imports the workloads inside the function
-    assert "mpievo.plan.workloads" in graph["mpievo.plan.traffic"]
-    # importing mpievo.rules.topology runs the package mpievo.rules first
-    assert {"mpievo.rules.topology", "mpievo.rules"} <= graph["mpievo.config_tables"]
+def test_import_graph_counts_function_level_imports_and_packages(tmp_path):
+    files = {"mpievo/__init__.py": "", "mpievo/a.py": "def f():\n    from .b import c\n",
+             "mpievo/b/__init__.py": "from . import c\n", "mpievo/b/c.py": "import numpy\n",
+             "kernels/__init__.py": "", "kernels/k.py": "from .. import a\nfrom mpievo.b.c import x\n"}
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    graph = import_graph(tmp_path)
+    assert graph["mpievo.a"] == {"mpievo.b", "mpievo.b.c"}      # inside a function; the package runs first
+    assert graph["mpievo.b"] == {"mpievo.b.c"} and graph["mpievo.b.c"] == set()
+    assert graph["mpievo.kernels.k"] == {"mpievo.a", "mpievo.b", "mpievo.b.c"}   # kernels/ is mpievo.kernels
 
 
 def imports_into(graph, importers: tuple[str, ...], targets: tuple[str, ...]) -> list[str]:

@@ -52,7 +52,8 @@ class GpuBenchOptions(Settings):
 
     TABLE = "bench.gpu"
 
-    kernel_mib: tuple = setting((64.0, 256.0, 1024.0), list_of(POSITIVE), "operand sizes of the kernel section, MiB")
+    kernel_mib: tuple = setting((64.0, 256.0, 1024.0), list_of(POSITIVE),
+                                "operand sizes of the kernel section, MiB")
     allreduce_mib: tuple = setting((1.0, 64.0), list_of(POSITIVE), "all-reduce and compression sizes, MiB")
     dims: tuple = setting((1_000, 100_000, 10_000_000), list_of(integer(1)), "genome sizes of the island section")
     breed_dim: int = setting(10_000_000, integer(1), "genes per child of the breeding section")

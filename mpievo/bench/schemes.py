@@ -1,16 +1,19 @@
 """``mpievo bench schemes``: the parallel schemes (``run.scheme``) measured side by side.
 
 Started without mpiexec: for each rank count P the driver launches one job
-(``mpievo launch -n P -- python -m mpievo.bench.schemes SPEC OUT``) that
-runs every (workload, scheme) pair in turn; more ranks than cores oversubscribe them
-(the result says so). Every run is the same job: ``islands`` islands (default the
-largest P, so the island scheme has one per rank there), the same engine, seed and
-``run.budget``, on a shifted rastrigin (also rotated up to :data:`ROTATE_MAX_DIM`
-genes) with a per-child cost added by :class:`mpievo.plan.workloads.WorkloadFitness`; from ``large_dim`` genes
-with smaller archives, batches and budget (see :class:`mpievo.plan.workloads.SchemesOptions`). At P = 1 every scheme
-is the island model (one rank makes every layout trivial), so it is measured once and
-reported for each scheme. ``master_worker`` runs with ``engine.evaluation =
-"generational"``, ``master_worker_steady`` with ``"steady"`` (:func:`mpievo.plan.workloads.run_scheme`).
+(``mpievo launch -n P -- python -m mpievo.bench.schemes SPEC OUT``) that runs every
+(workload, scheme) pair in turn; more ranks than cores oversubscribe them (the result
+says so). The workloads, their options and one measured run are the cost model's
+vocabulary (:mod:`mpievo.plan.workloads`): every run is the same job, ``islands``
+islands (default the largest P, so the island scheme has one per rank there), the same
+engine, seed and ``run.budget``, on a shifted rastrigin (also rotated up to
+:data:`~mpievo.plan.workloads.ROTATE_MAX_DIM` genes) with a per-child cost added by
+:class:`~mpievo.plan.workloads.WorkloadFitness`; from ``large_dim`` genes with smaller
+archives, batches and budget (:class:`~mpievo.plan.workloads.SchemesOptions`). At P = 1
+every scheme is the island model (one rank makes every layout trivial), so it is
+measured once and reported for each scheme. ``master_worker`` runs with
+``engine.evaluation = "generational"``, ``master_worker_steady`` with ``"steady"``
+(:func:`~mpievo.plan.workloads.run_scheme`).
 
 Per run: generations, evaluations, wall time (slowest rank), evaluations/s, bytes sent
 per generation summed over ranks and over every communicator the scheme uses (the
@@ -19,15 +22,17 @@ utilisation per rank (time inside the fitness / wall), best fitness, and the spe
 over the same scheme at P = 1. Checks (:func:`check_rows`): evaluations equal the
 budget, the best is finite, and every scheme at every P finds the same best for a
 workload (the fitness treats rows on their own), else :class:`SchemesCheckError`;
-the cost model's bytes are exact and its time within :data:`mpievo.plan.timing.TIME_BOUND`
-of every run, else :class:`ModelCheckError` after the files are written, those runs
-marked (the model is calibrated before each sweep, its constants are the median of
-those calibrations, :func:`mpievo.plan.calibrate.median_calibration`, and its engine costs
-are then scaled to the sweeps' own one-rank cost-0 runs,
-:func:`mpievo.plan.calibrate.anchor_engine_costs`, so both see the machine's load alike).
-A short run is the fastest of :data:`mpievo.plan.workloads.SHORT_RUN_REPEATS` spread over the workload
-(:func:`mpievo.plan.workloads.measure_workload`). The whole sweep runs ``sweeps`` times, every P in turn each
-time; a row is the run of median wall time over them (:func:`median_rows`).
+the cost model's bytes are exact and its time within
+:data:`mpievo.plan.timing.TIME_BOUND` of every run, else :class:`ModelCheckError`
+after the files are written, those runs marked (the model is calibrated before each
+sweep, its constants are the median of those calibrations,
+:func:`mpievo.plan.calibrate.median_calibration`, and its engine costs are then scaled
+to the sweeps' own one-rank cost-0 runs, :func:`mpievo.plan.calibrate.anchor_engine_costs`,
+so both see the machine's load alike). A short run is the fastest of
+:data:`~mpievo.plan.workloads.SHORT_RUN_REPEATS` spread over the workload
+(:func:`~mpievo.plan.workloads.measure_workload`). The whole sweep runs ``sweeps``
+times, every P in turn each time; a row is the run of median wall time over them
+(:func:`median_rows`).
 """
 
 from __future__ import annotations

@@ -176,14 +176,12 @@ def main(args: argparse.Namespace) -> int:
     if args.bench == "schemes":
         return _bench_schemes(args)
     if args.bench == "gpu":
-        from mpievo.bench.gpu import EXIT_REFUSED, refusal
+        from mpievo.bench.gpu import EXIT_REFUSED, GpuBenchOptions, refusal
 
         reason = refusal(args.check)
         if reason:
             print(f"mpievo bench gpu: {reason}", file=sys.stderr)
             return EXIT_REFUSED
-        from mpievo.bench.gpu import GpuBenchOptions
-
         gpu_options = _options("gpu", GpuBenchOptions, _GPU_OPTIONS, args, force_direct=args.force_direct)
         if gpu_options is None:
             return 2
@@ -268,7 +266,7 @@ def _bench_schemes(args) -> int:
 
 def _parse_cases(text: str) -> list:
     """--cases value -> [(dtype, op)]; argparse reports a bad entry as a usage error."""
-    from mpievo.bench.collectives_verify import parse_cases  # lazy, like every mpievo.comm import here
+    from mpievo.bench.collectives_verify import parse_cases  # lazy, like every mpievo import here
 
     try:
         return parse_cases(text)

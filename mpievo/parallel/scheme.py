@@ -30,8 +30,8 @@ from ..evo.migration_policy import MigrationPolicy
 from ..rules.budget import lead_scale, leader, leader_rates, plan, rate_at, rounds_to_spend, split_left
 from ..rules.mapping import islands_of_rank
 from ..rules.schedule import MigrationSchedule
-from .migrator import IslandShape, MigrationReport, Migrator
 from ..rules.topology import build_topology
+from .migrator import IslandShape, MigrationReport, Migrator
 
 SCHEME_FORMAT = 1
 

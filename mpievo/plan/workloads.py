@@ -20,6 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..schema import Settings, choice, integer, list_of, number, setting
+
+#: the bench's schemes: run.scheme values, and master_worker with steady evaluation
 SCHEMES = ("island", "hybrid", "centralized", "replicated", "master_worker", "master_worker_steady")
 #: a bench scheme with this suffix is its run.scheme with engine.evaluation = "steady"
 STEADY = "_steady"
