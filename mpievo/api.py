@@ -15,6 +15,10 @@ even imported). ``mpievo launch -n 4 -- python script.py`` runs the same islands
 spread over 4 ranks: every rank calls ``minimize`` and gets the same result, bit for
 bit the one-process result (same seed, same island count). It is the engine of
 ``mpievo run``: any key of a TOML job may come in ``config``.
+
+SciPy's conventions where they apply: ``x0`` (a starting point in every island),
+``callback(intermediate_result)`` at each log point (return True, or raise
+``StopIteration``, to stop), ``nfev``/``nit`` on the result and ``disp`` for progress.
 """
 
 from __future__ import annotations
@@ -29,7 +33,8 @@ import numpy as np
 
 from .config import apply_overrides, load_config, validate
 from .evo.problems import Problem, make_problem
-from .parallel.job import run_job
+from .parallel.job import last_generation, run_job
+from .parallel.output import ProgressReporter
 from .parallel.threads import limit_blas_threads
 from .parallel.world import world_comm
 
@@ -44,9 +49,10 @@ class MinimizeResult:
     Attributes:
         x: the best genome found (the islands' dtype, float32 by default).
         fun: its fitness, in the problem's sense.
-        evaluations: fitness evaluations over all islands.
-        generations: generations of the run (rounds; see :mod:`mpievo.rules.budget`).
-        stop_reason: "budget", "target" or "generations": what ended the run.
+        evaluations: fitness evaluations over all islands (also ``nfev``).
+        generations: generations of the run (rounds; see :mod:`mpievo.rules.budget`;
+            also ``nit``).
+        stop_reason: "budget", "target", "generations" or "callback": what ended the run.
         best_island: the island that holds ``x``.
         islands: one dict per island: island, best_fitness, evaluations, steps (its
             own generations), nonfinite, immigrants, diversity.
@@ -67,13 +73,62 @@ class MinimizeResult:
     wall_s: float
     config: dict
 
+    @property
+    def nfev(self) -> int:
+        """SciPy's name for :attr:`evaluations`."""
+        return self.evaluations
+
+    @property
+    def nit(self) -> int:
+        """SciPy's name for :attr:`generations`."""
+        return self.generations
+
+
+@dataclass(frozen=True)
+class IntermediateResult:
+    """What ``callback`` gets at a log point (SciPy's ``intermediate_result``).
+
+    Attributes:
+        x: the best genome so far (whole; the islands' dtype).
+        fun: its fitness, in the problem's sense.
+        nit: the generation just done.
+        nfev: fitness evaluations so far over all islands.
+        best_island: the island that holds ``x``.
+        elapsed_s: seconds since the run started.
+    """
+
+    x: np.ndarray
+    fun: float
+    nit: int
+    nfev: int
+    best_island: int
+    elapsed_s: float
+
+
+class _Callback:
+    """The run loop's ``callback(point, genome)`` from the user's ``callback(intermediate_result)``."""
+
+    def __init__(self, callback: Callable[[IntermediateResult], Any]):
+        self.callback = callback
+
+    def __call__(self, point, genome) -> bool:
+        best = point.best
+        now = IntermediateResult(genome, best.best, point.generation, point.evaluations, best.island,
+                                 point.elapsed_s)
+        try:
+            return bool(self.callback(now))       # numpy's True too (e.g. ``r.fun < 1e-3``)
+        except StopIteration:
+            return True
+
 
 def minimize(problem: Problem | Callable | str | None = None, *,
              bounds: Sequence[tuple[float, float]] | None = None, lower=None, upper=None,
              dim: int | None = None, batched: bool | None = None, budget: int | None = None,
              target: float | None = None, generations: int | None = None, islands: int | None = None,
              algorithm: str | None = None, seed: int | None = None,
-             config: Mapping[str, Any] | str | Path | None = None, comm=None) -> MinimizeResult:
+             config: Mapping[str, Any] | str | Path | None = None, comm=None, x0=None,
+             callback: Callable[[IntermediateResult], Any] | None = None,
+             disp: bool = False) -> MinimizeResult:
     """Optimise ``problem`` with the island model (collective under MPI: call it on every rank).
 
     Args:
@@ -100,14 +155,24 @@ def minimize(problem: Problem | Callable | str | None = None, *,
         config: a job config as a dict (``{"engine": {...}, "migration": {...}}``) or a
             TOML file; the arguments above override its keys.
         comm: the communicator (default: COMM_WORLD under an MPI launcher, else none).
+        x0: a starting point, ``(dim,)`` inside the box: one member of every island's
+            initial population (the others as without it).
+        callback: ``callback(intermediate_result)`` with an :class:`IntermediateResult`
+            at each log point (every ``run.log_every`` generations, default 10, and the
+            last); returning a true value or raising ``StopIteration`` ends the run there (stop
+            reason "callback"). Called on rank 0 only; the decision reaches every rank,
+            so the run ends at the same generation on any rank count.
+        disp: print progress lines on rank 0 (generation, evaluations, best, speed).
 
     Returns:
         The :class:`MinimizeResult`, the same on every rank.
 
     Raises:
         mpievo.config.ConfigError: every problem with the settings, on every rank.
-        ValueError, TypeError: a problem that cannot be built.
+        ValueError, TypeError: a problem that cannot be built, or an ``x0`` outside the box.
     """
+    if callback is not None and not callable(callback):
+        raise TypeError(f"expected a callable callback or None, got {type(callback).__name__}")
     raw, source = _config(config)
     overrides = {"run.budget": budget, "run.target": target, "run.generations": generations,
                  "run.islands": islands, "run.seed": seed, "engine.algorithm": algorithm}
@@ -128,7 +193,9 @@ def minimize(problem: Problem | Callable | str | None = None, *,
         guard = abort_on_error()
     with guard, contextlib.ExitStack() as stack:
         limit_blas_threads(job.run.blas_threads, stack)
-        result = run_job(job, comm)
+        reporters = [ProgressReporter(last_generation(job), live=False)] if disp and comm.rank == 0 else []
+        result = run_job(job, comm, reporters=reporters, start=x0,
+                         callback=None if callback is None else _Callback(callback))
     mine = None
     if comm.rank == 0:
         mine = MinimizeResult(result.best_genome, result.best_fitness, result.evaluations, result.generations,

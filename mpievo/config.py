@@ -62,7 +62,7 @@ else:  # pragma: no cover - Python 3.10 only
 
 __all__ = ["ConfigError", "JobConfig", "RunConfig", "ProblemConfig", "MigrationConfig", "AdaptiveConfig",
            "RESUMABLE_KEYS", "validate", "load_config", "parse_toml", "parse_assignment", "apply_overrides",
-           "default_config_text", "describe_schema"]
+           "default_config_text", "describe_schema", "schema_tables", "as_toml"]
 
 # --------------------------------------------------------------------- loading
 def default_config_text() -> str:
@@ -340,21 +340,32 @@ def _drop_none(value):
     return value
 
 
-def describe_schema() -> str:
-    """Every config key with its default, type and meaning (``mpievo run --help-config``)."""
+def schema_tables() -> list[type[Settings]]:
+    """Every table of a job config, in the order they are documented (nested tables,
+    such as ``[migration.adaptive]``, as their own)."""
     from .evo.engine_config import EngineConfig
 
+    return [RunConfig, ProblemConfig, MigrationConfig, AdaptiveConfig, EngineConfig]
+
+
+#: what an ``[engine]`` value may be besides one value
+PER_ISLAND_NOTE = "a value, a list per island, or an expression of i"
+
+
+def describe_schema() -> str:
+    """Every config key with its default, type and meaning (``mpievo run --help-config``)."""
     lines = []
-    for cls in (RunConfig, ProblemConfig, MigrationConfig, AdaptiveConfig, EngineConfig):
-        note = "  (a value, a list per island, or an expression of i)" if cls is EngineConfig else ""
+    for cls in schema_tables():
+        note = f"  ({PER_ISLAND_NOTE})" if cls.TABLE == "engine" else ""
         lines.append(f"[{cls.TABLE}]{note}")
         for name, key in cls.keys().items():
             if not isinstance(key.default, Settings):       # a nested table is listed as its own
-                lines.append(f"  {name} = {_as_toml(key.default)}  # {key.check.expected}; {key.doc}")
+                lines.append(f"  {name} = {as_toml(key.default)}  # {key.check.expected}; {key.doc}")
     return "\n".join(lines)
 
 
-def _as_toml(value) -> str:
+def as_toml(value) -> str:
+    """A default as TOML writes it (``<unset>`` for None)."""
     if value is None:
         return "<unset>"
     if isinstance(value, bool):

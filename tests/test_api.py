@@ -10,7 +10,7 @@ import pytest
 
 import mpievo
 from mpievo.config import ConfigError
-from mpievo.evo import make_problem
+from mpievo.evo import Problem, make_problem
 from mpievo.parallel.world import LAUNCHER_VARIABLES, launched
 
 SMALL = {"engine": {"capacity": 12, "batch_size": 16}}
@@ -114,3 +114,98 @@ def test_every_rank_gets_the_one_process_result(world):
         (alone.fun, alone.evaluations, alone.islands) and mine.evaluations == 1500
     all_ranks_agree(world, same, f"{world.Get_size()} ranks: {mine.fun} after {mine.evaluations}; "
                                  f"one process: {alone.fun} after {alone.evaluations}")
+
+
+# --- SciPy's conventions: x0, callback, nfev/nit, disp -------------------------------------------
+
+NO_MIGRATION = {**SMALL, "migration": {"interval": 1000}}
+
+
+def test_x0_starts_every_island():
+    start = np.array([0.5, -0.25, 0.125, 0.0625], np.float32)    # exact in float32: its own fitness
+    value = row_sphere(start)
+    result = mpievo.minimize(batch_sphere, bounds=[(-4, 4)] * 4, x0=start, generations=1, config=NO_MIGRATION)
+    assert all(i["best_fitness"] <= value for i in result.islands)
+    plain = mpievo.minimize(batch_sphere, bounds=[(-4, 4)] * 4, generations=1, config=NO_MIGRATION)
+    assert any(i["best_fitness"] > value for i in plain.islands)   # without x0 some island does worse
+    optimum = mpievo.minimize(batch_sphere, bounds=[(-4, 4)] * 4, x0=[0, 0, 0, 0], generations=1, config=SMALL)
+    assert optimum.fun == 0.0 and not optimum.x.any()
+
+
+def test_callback_sees_the_best_at_each_log_point_and_stops_the_run():
+    seen = []
+
+    def watch(intermediate_result):
+        seen.append(intermediate_result)
+        return np.int64(intermediate_result.nit) >= 30       # numpy's True stops it too
+
+    stopped = mpievo.minimize(batch_sphere, bounds=[(-4, 4)] * 5, generations=200, seed=1, callback=watch,
+                              config=SMALL)
+    assert [r.nit for r in seen] == [10, 20, 30]
+    assert stopped.stop_reason == "callback" and stopped.nit == stopped.generations == 30
+    assert stopped.nfev == stopped.evaluations == seen[-1].nfev
+    for r in seen:
+        assert r.fun == pytest.approx(row_sphere(r.x), rel=1e-6) and r.x.shape == (5,)
+    assert seen[-1].x.tobytes() == stopped.x.tobytes() and seen[-1].fun == stopped.fun
+    # the loop's asking changes nothing: the same run as one bounded at generation 30
+    bounded = mpievo.minimize(batch_sphere, bounds=[(-4, 4)] * 5, generations=30, seed=1, config=SMALL)
+    assert bounded.x.tobytes() == stopped.x.tobytes() and bounded.islands == stopped.islands
+
+    def until(intermediate_result):
+        if intermediate_result.nit == 20:
+            raise StopIteration
+    assert mpievo.minimize(batch_sphere, bounds=[(-4, 4)] * 5, generations=200, seed=1, callback=until,
+                           config=SMALL).nit == 20
+    counted = []
+    ran = mpievo.minimize(batch_sphere, bounds=[(-4, 4)] * 5, generations=25, callback=counted.append,
+                          config=SMALL)
+    assert ran.stop_reason == "generations" and [r.nit for r in counted] == [10, 20, 25]
+
+
+def test_disp_prints_progress(capsys):
+    mpievo.minimize("sphere", dim=3, generations=20, config=SMALL)
+    assert capsys.readouterr().out == ""
+    mpievo.minimize("sphere", dim=3, generations=20, config=SMALL, disp=True)
+    out = capsys.readouterr().out
+    assert "gen 20/20" in out and "best" in out and "done: generation 20" in out
+
+
+def test_x0_and_callback_problems_are_reported_before_any_work():
+    calls = []
+    with pytest.raises(ValueError, match=r"expected x0 of shape \(3,\), got shape \(2,\)"):
+        mpievo.minimize(batch_sphere, bounds=[(-1, 1)] * 3, x0=[0, 0], callback=calls.append)
+    with pytest.raises(ValueError, match=r"expected x0 inside the box, got gene 1 = 2.0 outside \[-1.0, 1.0\]"):
+        mpievo.minimize(batch_sphere, bounds=[(-1, 1)] * 3, x0=[0, 2, 0], callback=calls.append)
+    with pytest.raises(ValueError, match="expected x0 inside the box, got gene 0 = nan"):
+        mpievo.minimize(batch_sphere, bounds=[(-1, 1)] * 3, x0=[np.nan, 0, 0])
+    with pytest.raises(TypeError, match="expected a callable callback or None, got int"):
+        mpievo.minimize(batch_sphere, bounds=[(-1, 1)] * 3, callback=3)
+    with pytest.raises(ValueError, match="expected no starting genome with engine.genome = 'seeded'"):
+        mpievo.minimize(Problem(batch_sphere, 3, -1, 1, bases=np.zeros((2, 3))), x0=[0, 0, 0],
+                        config={"engine": {"genome": "seeded", "algorithm": "ga"}})
+    assert calls == []
+
+
+STEADY = {"run": {"scheme": "master_worker"}, "engine": {**SMALL["engine"], "evaluation": "steady"}}
+
+
+@pytest.mark.mpi(min_size=1)
+@pytest.mark.parametrize("tables", [SMALL, STEADY], ids=["island", "master_worker steady"])
+def test_x0_and_callback_give_the_one_process_result_on_every_rank(world, tables):
+    from mpi_support import all_ranks_agree
+    from mpievo.comm.protocol import SelfComm
+
+    def run(comm=None):
+        seen = []
+        result = mpievo.minimize(batch_sphere, bounds=[(-3, 3)] * 6, x0=[0.5] * 6, seed=2, generations=300,
+                                 config=tables, comm=comm,
+                                 callback=lambda r: seen.append(r.nit) or r.fun < 0.05 or r.nit >= 150)
+        return result, seen
+
+    mine, seen = run()
+    alone, seen_alone = run(SelfComm())
+    same = mine.x.tobytes() == alone.x.tobytes() and (mine.nit, mine.nfev, mine.islands, mine.stop_reason) == \
+        (alone.nit, alone.nfev, alone.islands, alone.stop_reason) == (alone.nit, alone.nfev, alone.islands, "callback")
+    asked = seen == (seen_alone if world.Get_rank() == 0 else [])    # asked on rank 0 only
+    all_ranks_agree(world, same and asked, f"{world.Get_size()} ranks: {mine.fun} at {mine.nit} ({seen}); "
+                                           f"one process: {alone.fun} at {alone.nit} ({seen_alone})")

@@ -301,9 +301,8 @@ def _nothing_written(args, prepared) -> str:
 def _execute(comm, args, prepared, out: Path, stack: contextlib.ExitStack, stop) -> int:
     from ..faults import EXIT_CHECKPOINTED_REQUEUE
     from ..io import Checkpointer
-    from ..rules.budget import plan
     from ..parallel.device_binding import bind_device
-    from ..parallel.job import run_job
+    from ..parallel.job import last_generation, run_job
     from ..parallel.memory import device_memory_problem
     from ..parallel.output import NonfiniteWarner, OutputWriter, ProgressReporter
     from ..parallel.threads import limit_blas_threads
@@ -314,8 +313,7 @@ def _execute(comm, args, prepared, out: Path, stack: contextlib.ExitStack, stop)
     error = _agree(comm, device_memory_problem(comm, job))
     if error is not None:
         return _refuse(comm, error)
-    budget_generation = plan(job.engines, job.problem.dim, job.run.budget).budget_generation
-    last = min(g for g in (job.run.generations, budget_generation) if g is not None)
+    last = last_generation(job)
     with comm.purpose("control"):
         devices = comm.allgather_object(binding.label)
     reporters = []

@@ -24,6 +24,7 @@ Example::
 
 from __future__ import annotations
 
+import copy
 import importlib
 import os
 import sys
@@ -175,6 +176,33 @@ class Problem:
         else:
             genomes = self._check_initial(self.initial(rng, n), n).astype(dtype)
         return np.clip(genomes, lower, upper, out=genomes)
+
+    def starting_from(self, x0) -> "Problem":
+        """A copy of this problem whose islands all start with ``x0`` (SciPy's starting
+        point): row 0 of every island's generation 0, the other rows as before (the
+        ``initial`` hook's, else uniform in the box), drawn from the same stream.
+
+        Raises:
+            ValueError: ``x0`` is not ``(dim,)`` finite numbers inside the box.
+        """
+        start = np.asarray(x0, dtype=np.float64)
+        if start.shape != (self.dim,):
+            raise ValueError(f"expected x0 of shape ({self.dim},), got shape {start.shape}")
+        outside = ~((start >= self.lower) & (start <= self.upper))    # NaN is outside too
+        if outside.any():
+            gene = int(np.argmax(outside))
+            raise ValueError(f"expected x0 inside the box, got gene {gene} = {start[gene]} outside "
+                             f"[{self.lower[gene]}, {self.upper[gene]}]")
+        inner = self
+
+        def initial(rng: np.random.Generator, n: int) -> np.ndarray:
+            genomes = inner.initial_genomes(rng, n, np.float64)
+            genomes[0] = start
+            return genomes
+
+        started = copy.copy(self)
+        started.initial = initial
+        return started
 
     def _check_initial(self, genomes, n: int) -> np.ndarray:
         arr = np.asarray(genomes)

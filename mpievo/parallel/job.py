@@ -27,6 +27,7 @@ from ..evo import genomes
 from ..evo.genomes import BaseModels
 from ..evo.problem_wrappers import RowFitness, TimeLimitedFitness
 from ..evo.problems import Problem, load_object, make_problem
+from ..rules.budget import plan
 from .shared_bases import share_bases
 from .runner import Reporter, RunLoop, RunResult, RunSettings
 from .groups import scheme_layout
@@ -105,7 +106,8 @@ def build_scheme(comm, job, problem: Problem | None = None) -> Scheme:
 
 
 def run_job(job, comm, *, reporters: Sequence[Reporter] = (), checkpointer: Any = None,
-            stop: Any = None, restored: Any = None, generations: int | None = None) -> RunResult:
+            stop: Any = None, restored: Any = None, generations: int | None = None,
+            start=None, callback=None) -> RunResult:
     """Run a validated job until its generations, budget or target end it (collective).
 
     Args:
@@ -116,12 +118,21 @@ def run_job(job, comm, *, reporters: Sequence[Reporter] = (), checkpointer: Any 
         stop: a flag with ``requested`` (mpievo.faults.StopRequest) or None.
         restored: a loaded checkpoint (``.islands`` for this rank, ``.run_state``) or None.
         generations: override ``run.generations``.
+        start: a starting genome (SciPy's ``x0``): row 0 of every island's generation 0
+            (:meth:`mpievo.evo.Problem.starting_from`); None: none.
+        callback: rank 0's ``callback(point, genome) -> bool`` at each log point; True
+            ends the run there (see :class:`mpievo.parallel.runner.RunLoop`).
 
     Returns:
         The :class:`RunResult` (genome and per-island list on rank 0).
     """
     with contextlib.ExitStack() as stack:
         problem = build_problem(job.problem, stack)
+        if start is not None:
+            if job.engines[0].genome == "seeded":
+                raise ValueError("expected no starting genome with engine.genome = 'seeded' (its islands "
+                                 "start from the base models), got one")
+            problem = problem.starting_from(start)
         # the bases of any encoding, and of dense problems that read them (merge recipes)
         if problem.bases is not None and not problem.bases.attached:
             stack.callback(share_bases(comm, problem.bases))    # one copy per node, freed at the end
@@ -140,8 +151,14 @@ def run_job(job, comm, *, reporters: Sequence[Reporter] = (), checkpointer: Any 
                                run.checkpoint_every, run.checkpoint_seconds, run.target)
         loop = RunLoop(comm, scheme, settings, reporters=reporters, checkpointer=checkpointer,
                        config=job.config, stop=stop, extra_run_state=extra,
-                       decode=None if encoded is None else encoded.decode)
+                       decode=None if encoded is None else encoded.decode, callback=callback)
         return loop.run()
+
+
+def last_generation(job) -> int:
+    """The run's last generation: ``run.generations`` or the budget's, whichever comes first."""
+    budget_generation = plan(job.engines, job.problem.dim, job.run.budget).budget_generation
+    return min(g for g in (job.run.generations, budget_generation) if g is not None)
 
 
 def best_genome_bytes(result: RunResult) -> bytes:

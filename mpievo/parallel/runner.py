@@ -3,7 +3,8 @@
 A run ends at the first of: ``generations`` reached, the scheme's budget spent
 (``scheme.budget_generation``, alike on every rank; a split of the budget at a
 migration may move it), the ``target`` fitness reached by some island, or a stop
-request (``RunResult.stop_reason``: "generations", "budget", "target", "stopped").
+request (``RunResult.stop_reason``: "generations", "budget", "target", "stopped"), or
+a ``callback`` that says so at a log point ("callback").
 
 Per generation every rank steps its islands (migrating when due). Every
 ``log_every`` generations the island records go to rank 0 (one gather: the global
@@ -19,7 +20,10 @@ generation after it is cast; on one rank the stop and checkpoint flags take effe
 at once, the target flag one generation later as on several ranks, so that where a
 run ends never depends on the rank count. On a stop a checkpointer saves the
 islands and the loop returns with ``stopped=True``. Checkpoints are also written
-every ``checkpoint_every`` generations and at the end.
+every ``checkpoint_every`` generations and at the end. A ``callback`` is asked on
+rank 0 at each log point after a generation, with the global best genome, and its
+answer is broadcast: a True ends the run after that generation on every rank (no
+vote, no delay), so where it ends does not depend on the rank count either.
 
 A *served* scheme (master_worker) has ranks that hold no islands and only serve the
 others' evaluations; it names the communicator of the ranks that run generations as
@@ -123,7 +127,7 @@ class RunResult:
     migrations: int = 0
     stopped: bool = False
     checkpoints: list[str] = field(default_factory=list)
-    stop_reason: str = "generations"    # "generations", "budget", "target" or "stopped"
+    stop_reason: str = "generations"    # "generations", "budget", "target", "stopped" or "callback"
 
 
 class Reporter(Protocol):
@@ -150,13 +154,17 @@ class RunLoop:
         extra_run_state: merged into the saved run state (e.g. elapsed time before a resume).
         decode: turns the best member's row into its whole genome on rank 0 (the
             encoded problem's ``decode`` for delta/seeded genomes); None: rows are genomes.
+        callback: ``callback(point, genome) -> bool``, called on rank 0 at each log point
+            after a generation with the :class:`LogPoint` and the best genome so far
+            (whole); True ends the run there (stop reason "callback"). None: not asked.
     """
 
     def __init__(self, comm, scheme: Scheme, settings: RunSettings, *,
                  reporters: Sequence[Reporter] = (), checkpointer: Any = None,
                  config: Mapping[str, Any] | None = None, stop: Any = None,
                  extra_run_state: Mapping[str, Any] | None = None,
-                 decode: Callable[[np.ndarray], np.ndarray] | None = None):
+                 decode: Callable[[np.ndarray], np.ndarray] | None = None,
+                 callback: Callable[[LogPoint, np.ndarray], bool] | None = None):
         self.comm = comm
         # the ranks of the per-generation collectives (None: this rank only serves)
         self.loop = getattr(scheme, "loop_comm", comm)
@@ -168,6 +176,7 @@ class RunLoop:
         self.checkpointer = checkpointer
         self.config = dict(config or {})
         self.stop = stop
+        self.callback = callback
         self.extra_run_state = dict(extra_run_state or {})
         self._migrants_sent = 0
         self._checkpoints: list[str] = []
@@ -201,13 +210,15 @@ class RunLoop:
             # a budget split at a migration (run.leader_rate) moves the budget's round
             last, bound, reason = self._moved_end(bound, reason)
             logged = generation % self.settings.log_every == 0 or generation == last
-            if logged:
-                self._log(generation)
-            stop_vote, time_due, reached = self._votes(last)
+            halted = logged and self._halted(self._log(generation))
+            # a halt ends the run here: no vote is cast for the next generation
+            stop_vote, time_due, reached = self._votes(generation if halted else last)
             if reached:
                 reason = "target"
                 if not logged:      # the run is complete: its last generation is logged
                     self._log(generation)
+            elif halted:
+                reason = "callback"
             # a stop decided at the last generation changes nothing: the run is complete
             elif stop_vote and generation < last:
                 reason = "stopped"
@@ -239,6 +250,8 @@ class RunLoop:
         generation = self.scheme.generation + 1
         if generation >= last or self._checkpoint_due(generation):
             return False
+        if self.callback is not None and generation % self.settings.log_every == 0:
+            return False        # the callback may end the run there
         return self._stop_vote is None or not self._stop_vote[1].any()
 
     def _last_generation(self) -> tuple[int, str]:
@@ -321,14 +334,39 @@ class RunLoop:
         with self.comm.purpose("control"):
             return sum(self.comm.allgather_object(self.scheme.evaluations()))
 
-    def _log(self, generation: int) -> None:
+    def _log(self, generation: int) -> LogPoint | None:
+        """Gather the records to rank 0 and report them; the :class:`LogPoint` there
+        (None on the other ranks)."""
         with self.loop.purpose("global_best"):
             parts = self.loop.gather_object((self.scheme.records(), self._migrants_sent), root=0)
         if parts is None:
-            return
+            return None
         point = self._log_point(generation, parts)
         for reporter in self.reporters:
             reporter.on_log(point)
+        return point
+
+    def _halted(self, point: LogPoint | None) -> bool:
+        """Whether the callback ends the run at this log point: rank 0 asks it with the
+        global best genome, every loop rank learns the answer (collective over them)."""
+        if self.callback is None:
+            return False
+        _, _, genome = self._global_best(self.loop)
+        verdict = bool(self.callback(point, genome)) if self.loop.rank == 0 else None
+        with self.loop.purpose("control"):
+            return bool(self.loop.bcast_object(verdict))
+
+    def _global_best(self, comm) -> tuple[float, int, np.ndarray | None]:
+        """(fitness, island, genome) of the best member over ``comm``'s ranks, the genome
+        whole (decoded) on ``comm``'s rank 0, None elsewhere (collective over ``comm``)."""
+        with comm.purpose("global_best"):
+            best = comm.allgather_object(_without_genome(self.scheme.best_local()))
+            owner = min((b, rank) for rank, b in enumerate(best) if b is not None)[1]
+            _, island, fitness = best[owner]
+            genome = self._best_genome_to_root(comm, owner, island)
+        if genome is not None and self.decode is not None:
+            genome = self.decode(genome)    # rows travel (a recipe: bytes), rank 0 decodes
+        return fitness, island, genome
 
     def _log_point(self, generation: int, parts) -> LogPoint:
         records = sorted((r for recs, _ in parts for r in recs), key=lambda r: r.island)
@@ -346,13 +384,8 @@ class RunLoop:
 
     def _result(self, wall_s: float, reason: str) -> RunResult:
         comm = self.comm
+        fitness, island, genome = self._global_best(comm)
         with comm.purpose("global_best"):
-            best = comm.allgather_object(_without_genome(self.scheme.best_local()))
-            owner = min((b, rank) for rank, b in enumerate(best) if b is not None)[1]
-            _, island, fitness = best[owner]
-            genome = self._best_genome_to_root(owner, island)
-            if genome is not None and self.decode is not None:
-                genome = self.decode(genome)    # rows travel (a recipe: bytes), rank 0 decodes
             records = comm.gather_object(self.scheme.records(), root=0)
         traffic = dict(comm.traffic)
         with comm.purpose("control"):
@@ -376,9 +409,8 @@ class RunLoop:
             reporter.on_finish(result)
         return result
 
-    def _best_genome_to_root(self, owner: int, island: int) -> np.ndarray | None:
-        """Send the winning genome from its rank ``owner`` to rank 0 (a buffer, no pickle)."""
-        comm = self.comm
+    def _best_genome_to_root(self, comm, owner: int, island: int) -> np.ndarray | None:
+        """Send the winning genome from ``comm``'s rank ``owner`` to its rank 0 (a buffer, no pickle)."""
         if comm.rank == owner:
             genome = np.ascontiguousarray(self.scheme.best_local().genome)
             if owner == 0:

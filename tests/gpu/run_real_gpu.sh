@@ -26,7 +26,7 @@ EXPECT_BACKEND=${EXPECT_BACKEND:-gpu}  # the CUDA simulator (simulator) to try t
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 # tests only: a communicator timeout polls instead of blocking, which slows small calls
-# in the benchmarks (README, Collectives)
+# in the benchmarks (docs/guides/collectives.md, "Timeouts")
 TESTS=(env "MPIEVO_COMM_TIMEOUT=${MPIEVO_COMM_TIMEOUT:-120}")
 BENCH=(env -u MPIEVO_COMM_TIMEOUT)
 MPIEVO=("$PY" -m mpievo)
