@@ -27,6 +27,7 @@ Wall-clock limits on fitness evaluations are a problem wrapper:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
 import threading
