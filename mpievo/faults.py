@@ -31,7 +31,7 @@ import contextlib
 import logging
 import signal
 import threading
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from . import early_signals
 
