@@ -13,7 +13,7 @@ import torch  # noqa: E402
 from torch_models import gpt2, logits, tokens  # noqa: E402
 
 import mpievo  # noqa: E402
-from mpievo.torch import FlatParameters, ModelProblem  # noqa: E402
+from mpievo.torch import FlatParameters, ModelProblem, load_model, save_best  # noqa: E402
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 IDS = tokens()
@@ -40,7 +40,7 @@ def recording_problem(seen_logits: dict, rows: list) -> ModelProblem:
 
 
 @pytest.mark.parametrize("genome", ["dense", "delta"])
-def test_a_bfloat16_run_writes_bfloat16_rows_and_its_genome_gives_the_logits_it_was_scored_by(genome):
+def test_a_bfloat16_run_writes_bfloat16_rows_and_its_genome_gives_the_logits_it_was_scored_by(genome, tmp_path):
     seen, rows = {}, []
     problem = recording_problem(seen, rows)
     buffer = problem.flat.genome()
@@ -56,3 +56,8 @@ def test_a_bfloat16_run_writes_bfloat16_rows_and_its_genome_gives_the_logits_it_
     FlatParameters(fresh).write(result.x)
     assert torch.equal(logits(fresh, IDS), seen[result.x.tobytes()])
     assert float(logits(fresh, IDS).float().pow(2).mean()) == result.fun
+    # the best model written as a Hugging Face directory loads in bfloat16 and gives those logits
+    problem.flat.write(np.zeros(problem.dim, BF16))
+    loaded = load_model(save_best(problem, result, tmp_path / "best"))
+    assert loaded.dtype == torch.bfloat16
+    assert torch.equal(logits(loaded, IDS), seen[result.x.tobytes()])
