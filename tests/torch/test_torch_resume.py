@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 pytest.importorskip("torch.nn")
@@ -37,3 +39,30 @@ def test_a_run_stopped_and_resumed_on_two_ranks_is_the_straight_and_serial_run(k
     if comm.rank == 0:      # and as the same islands in one process
         ok = ok and same_run(resumed, run_job(job_for(kind, 1), SelfComm()))
     all_ranks_agree(world, ok, f"{kind}: resumed {resumed.best_fitness} vs straight {straight.best_fitness}")
+
+
+def test_mpievo_run_stops_and_resumes_a_bfloat16_model_run_bit_for_bit(tmp_path, monkeypatch):
+    from mpi4py import MPI
+
+    from mpievo.cli.main import main
+    from torch_runs import make_problem
+
+    if MPI.COMM_WORLD.Get_size() > 1:
+        pytest.skip("runs `mpievo run` on COMM_WORLD in this process: one rank only")
+    (tmp_path / "bf16_merge.py").write_text('from torch_runs import make_problem\n'
+                                            'problem = make_problem("bf16-delta")\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    # the config check asks for the problem's dim and box even for a Problem object
+    config = tmp_path / "merge.toml"
+    config.write_text(f'[run]\nislands = 2\ngenerations = {GENERATIONS}\nseed = 5\n'
+                      f'[problem]\nname = "bf16_merge:problem"\ndim = {make_problem("bf16-delta").dim}\n'
+                      'lower = -1.0\nupper = 1.0\n'
+                      '[engine]\ndtype = "bfloat16"\ngenome = "delta"\ncapacity = 6\nbatch_size = 4\n')
+    straight, stopped = tmp_path / "straight", tmp_path / "stopped"
+    assert main(["run", str(config), "--out", str(straight), "--progress", "none"]) == 0
+    assert main(["run", str(config), "--out", str(stopped), "--generations", "3", "--progress", "none"]) == 0
+    assert main(["run", str(config), "--resume", str(stopped), "--progress", "none"]) == 0
+    summaries = [json.loads((out / "summary.json").read_text()) for out in (straight, stopped)]
+    assert summaries[1]["resumed_from"] and summaries[1]["evaluations_this_run"] < summaries[0]["evaluations"]
+    assert summaries[0]["best_fitness"] == summaries[1]["best_fitness"]
+    assert (straight / "best_genome.npy").read_bytes() == (stopped / "best_genome.npy").read_bytes()
