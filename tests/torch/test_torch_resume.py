@@ -1,4 +1,4 @@
-"""Model and recipe runs stop at generation k, checkpoint, and resume bit for bit (1 and 2 ranks)."""
+"""Model and recipe runs stop at generation k, checkpoint, and resume bit for bit (1, 2 and 4 ranks)."""
 
 from __future__ import annotations
 
@@ -34,10 +34,11 @@ def test_a_run_stopped_and_resumed_on_two_ranks_is_the_straight_and_serial_run(k
 
     comm = Communicator(world)
     directory = comm.bcast_object(str(tmp_path_factory.mktemp("ckpt")) if comm.rank == 0 else None)
-    resumed, straight = stopped_and_resumed(kind, comm, directory)
+    islands = max(2, comm.size)             # an island per rank at least
+    resumed, straight = stopped_and_resumed(kind, comm, directory, islands)
     ok = resumed.generations == GENERATIONS and same_run(resumed, straight)
     if comm.rank == 0:      # and as the same islands in one process
-        ok = ok and same_run(resumed, run_job(job_for(kind, 1), SelfComm()))
+        ok = ok and same_run(resumed, run_job(job_for(kind, 1, islands), SelfComm()))
     all_ranks_agree(world, ok, f"{kind}: resumed {resumed.best_fitness} vs straight {straight.best_fitness}")
 
 

@@ -44,25 +44,25 @@ def make_problem(kind: str):
                         sources=[gpt2(1, dtype=torch.bfloat16), gpt2(2, dtype=torch.bfloat16)], maximize=False)
 
 
-def job_for(kind: str, nranks: int):
+def job_for(kind: str, nranks: int, islands: int = 2):
     engine = {"capacity": 6, "batch_size": 4, **ENGINES[kind]}
-    config = {"run": {"islands": 2, "generations": GENERATIONS, "seed": 5},
+    config = {"run": {"islands": islands, "generations": GENERATIONS, "seed": 5},
               "migration": {"interval": 2, "emigrants": 1}, "engine": engine}
     return validate(config, nranks, problem=make_problem(kind))
 
 
-def stopped_and_resumed(kind: str, comm, directory: str):
+def stopped_and_resumed(kind: str, comm, directory: str, islands: int = 2):
     """(the run stopped at :data:`STOP_AT` then resumed from its checkpoint, the straight run);
     checks that the resumed run scored fewer models (here) than the straight one."""
-    stopped = run_job(job_for(kind, comm.size), comm, checkpointer=Checkpointer(directory, comm=comm),
+    stopped = run_job(job_for(kind, comm.size, islands), comm, checkpointer=Checkpointer(directory, comm=comm),
                       generations=STOP_AT)
     assert stopped.generations == STOP_AT
-    job = job_for(kind, comm.size)
-    restored = load_latest(directory, islands=islands_to_load(comm, job.run, 2), comm=comm)
+    job = job_for(kind, comm.size, islands)
+    restored = load_latest(directory, islands=islands_to_load(comm, job.run, islands), comm=comm)
     before = SCORED[0]
     resumed = run_job(job, comm, restored=restored)
     resumed_scored, before = SCORED[0] - before, SCORED[0]
-    straight = run_job(job_for(kind, comm.size), comm)
+    straight = run_job(job_for(kind, comm.size, islands), comm)
     assert 0 < resumed_scored < SCORED[0] - before, (resumed_scored, SCORED[0] - before)
     return resumed, straight
 
