@@ -27,7 +27,7 @@ def test_a_run_stopped_and_resumed_is_the_straight_run(kind, tmp_path):
 
 @pytest.mark.mpi(min_size=2)
 @pytest.mark.parametrize("kind", sorted(ENGINES))
-def test_a_run_stopped_and_resumed_on_two_ranks_is_the_straight_and_serial_run(kind, world, tmp_path_factory):
+def test_a_run_stopped_and_resumed_on_several_ranks_is_the_straight_and_serial_run(kind, world, tmp_path_factory):
     from torch_runs import job_for
 
     from mpievo.parallel import run_job
