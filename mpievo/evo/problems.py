@@ -209,7 +209,7 @@ class Problem:
         if arr.shape != (n, self.dim):
             raise ValueError(f"expected initial genomes of shape ({n}, {self.dim}) from {self.name!r}, "
                              f"got shape {arr.shape}")
-        if arr.dtype.kind not in "fiu":
+        if arr.dtype.kind not in "fiu" and not half.is_half(arr.dtype):   # bfloat16 is kind "V"
             raise TypeError(f"expected real-valued initial genomes from {self.name!r}, got dtype {arr.dtype}")
         if not np.all(np.isfinite(arr)):
             raise ValueError(f"expected finite initial genomes from {self.name!r}, "

@@ -9,7 +9,7 @@
   :func:`ties`, :func:`dare`, :func:`slerp`).
 * :mod:`.recipes` -- merge recipes as small float64 genomes (:class:`RecipeProblem`).
 * :mod:`.hf` -- Hugging Face directories in (checked before loading) and out
-  (:func:`load_model`, :func:`hf_bases`, :func:`save_merged`).
+  (:func:`load_model`, :func:`hf_bases`, :func:`save_merged`, :func:`save_best`).
 
 Importing this package imports torch; nothing else in mpievo does. The user guide is
 docs/guides/merging.md.
@@ -18,11 +18,11 @@ docs/guides/merging.md.
 from __future__ import annotations
 
 from .flat import CudaView, FlatParameters, as_numpy, from_numpy, numpy_dtype
-from .hf import hf_bases, inspect_sources, load_model, save_merged
+from .hf import hf_bases, inspect_sources, load_model, save_best, save_merged
 from .merge import average, dare, merge_into, slerp, task_arithmetic, ties
 from .problem import ModelProblem, model_bases
 from .recipes import RecipeProblem, RecipeSpace, layer_groups
 
 __all__ = ["CudaView", "FlatParameters", "ModelProblem", "RecipeProblem", "RecipeSpace", "as_numpy", "average",
            "dare", "from_numpy", "hf_bases", "inspect_sources", "layer_groups", "load_model", "merge_into",
-           "model_bases", "numpy_dtype", "save_merged", "slerp", "task_arithmetic", "ties"]
+           "model_bases", "numpy_dtype", "save_best", "save_merged", "slerp", "task_arithmetic", "ties"]

@@ -11,7 +11,8 @@ merged model written back as one.
 * :func:`hf_bases` makes the sources the bases of genomes in a model's flat layout,
   loaded when first used: once per node under MPI (:mod:`mpievo.parallel.shared_bases`).
 * :func:`save_merged` writes a model with ``save_pretrained`` (``from_pretrained``
-  loads it) and, beside it, ``mpievo_merge.json``: the recipe or genome that made it.
+  loads it) and, beside it, ``mpievo_merge.json``: the recipe or genome that made it;
+  :func:`save_best` does so for the best genome of a finished run.
 
 Tensor headers are read from ``*.safetensors`` files (the shapes are checked without
 loading a weight); a directory without them is checked by loading its model.
@@ -29,7 +30,8 @@ import numpy as np
 
 from ..evo.genomes import BaseModels, checksum
 from .flat import FlatParameters
-from .problem import bases_dtype, fill_genome
+from .problem import ModelProblem, bases_dtype, fill_genome
+from .recipes import RecipeProblem
 
 #: safetensors dtypes a gene may have (the engine's float32/float64, or half types cast once)
 GENE_FILE_DTYPES = {"F32": 4, "F64": 8, "F16": 2, "BF16": 2}
@@ -233,3 +235,31 @@ def save_merged(model, directory: str | os.PathLike, *, recipe: dict | None = No
             note["genome"] = genome.astype(np.float64).reshape(-1).tolist()
     (directory / RECIPE_FILE).write_text(json.dumps(note, indent=1) + "\n")
     return directory
+
+
+def save_best(problem: ModelProblem | RecipeProblem, result, directory: str | os.PathLike) -> Path:
+    """Write the best model of a finished run of ``problem`` as a Hugging Face directory:
+    its genome written into (whole weights) or merged into (a recipe) ``problem.model``,
+    then :func:`save_merged` with the recipe, genome and score. ``result`` is what
+    :func:`mpievo.minimize` returns (``x``, ``fun``) or a run's result (``best_genome``,
+    ``best_fitness``: on rank 0 only, so call this there).
+
+    Raises:
+        TypeError: a problem that is neither a ModelProblem nor a RecipeProblem.
+        ValueError: a result without a best genome (e.g. a rank other than 0 under MPI),
+            or a genome of another length.
+    """
+    if not isinstance(problem, (ModelProblem, RecipeProblem)):
+        raise TypeError(f"expected a ModelProblem or RecipeProblem, got {type(problem).__name__}")
+    genome = result.x if hasattr(result, "x") else getattr(result, "best_genome", None)
+    score = result.fun if hasattr(result, "fun") else getattr(result, "best_fitness", None)
+    if genome is None:
+        raise ValueError(f"expected a result with a best genome, got none in {type(result).__name__} "
+                         "(a run's result holds it on rank 0)")
+    recipe = None
+    if isinstance(problem, RecipeProblem):
+        recipe = problem.materialize(genome)       # checks the recipe's length first
+    else:
+        problem.flat.write(genome)                 # checks the genome's length first
+    return save_merged(problem.model, directory, recipe=recipe, genome=genome,
+                       score=None if score is None else float(score))

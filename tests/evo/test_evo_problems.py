@@ -165,3 +165,14 @@ def test_bad_initial_hooks_are_clear_errors(initial, exc, text):
     with pytest.raises(exc, match=text):
         Problem(lambda X: X[:, 0], 3, -1, 1, name="p", initial=initial).initial_genomes(
             np.random.default_rng(0), 4, np.float32)
+
+
+@pytest.mark.parametrize("half", ["bfloat16", "float16"])
+def test_initial_hooks_may_return_half_precision_rows(half):
+    import ml_dtypes
+
+    dtype = np.dtype(getattr(ml_dtypes, half, half))
+    rows = np.linspace(-1, 1, 12).reshape(4, 3).astype(dtype)     # bfloat16 is numpy kind "V"
+    problem = Problem(lambda X: X[:, 0], 3, -1, 1, name="p", initial=lambda rng, n: rows)
+    got = problem.initial_genomes(np.random.default_rng(0), 4, dtype)
+    assert got.dtype == dtype and got.tobytes() == rows.tobytes()

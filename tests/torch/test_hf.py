@@ -129,3 +129,32 @@ def test_a_recipe_over_hf_sources_saves_the_model_it_evaluated(sources, tmp_path
     out = hf.save_merged(flat.model, tmp_path / "best", recipe=recipe, genome=genome)
     assert torch.equal(logits(hf.load_model(out), ids), seen["logits"])
     assert json.loads((out / hf.RECIPE_FILE).read_text())["recipe"] == recipe
+
+
+def test_the_best_of_a_recipe_run_is_saved_as_the_model_that_scored_it(sources, tmp_path):
+    import mpievo
+    from mpievo.evo.problems import Problem
+    from mpievo.torch.recipes import RecipeProblem
+
+    ids, seen = tokens(), {}
+
+    def score(model):
+        out = logits(model, ids)
+        seen[problem.flat.read().tobytes()] = out
+        return float(out.pow(2).mean())
+
+    flat = FlatParameters(gpt2(9))
+    problem = RecipeProblem(flat, score, hf.hf_bases(sources, flat), base=0, method="ties", maximize=False)
+    result = mpievo.minimize(problem, budget=80, islands=1, seed=2, algorithm="cmaes")
+    problem.flat.write(np.zeros(flat.dim, np.float32))      # the model no longer holds the best merge
+    out = hf.save_best(problem, result, tmp_path / "best")
+    loaded = hf.load_model(out)
+    got = logits(loaded, ids)
+    assert any(torch.equal(got, want) for want in seen.values())
+    assert float(got.pow(2).mean()) == result.fun
+    note = json.loads((out / hf.RECIPE_FILE).read_text())
+    assert note["recipe"] == problem.space.decode(result.x) and note["score"] == result.fun
+    with pytest.raises(TypeError, match="expected a ModelProblem or RecipeProblem, got Problem"):
+        hf.save_best(Problem(lambda x: x[:, 0], 2, -1, 1), result, tmp_path / "other")
+    with pytest.raises(ValueError, match="expected a result with a best genome, got none"):
+        hf.save_best(problem, type("OffRankZero", (), {"best_genome": None})(), tmp_path / "other")

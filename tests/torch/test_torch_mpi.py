@@ -26,7 +26,8 @@ def loss(model):
 
 def runs(make, config, comm):
     """The result on ``comm`` and in this process alone (SelfComm), same seed and islands."""
-    common = dict(budget=160, islands=2, seed=9, config=config)
+    islands = max(2, comm.size)             # an island per rank at least (the -n 4 stage)
+    common = dict(budget=80 * islands, islands=islands, seed=9, config=config)
     return mpievo.minimize(make(), comm=comm, **common), mpievo.minimize(make(), comm=SelfComm(), **common)
 
 
