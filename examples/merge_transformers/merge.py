@@ -102,6 +102,7 @@ class Recipe(Merger):
         self.lower, self.upper = 0.0, 1.0
 
     def weights_of(self, genome: np.ndarray) -> np.ndarray:
+        self.load()       # a master_worker master breeds only: it loads on the first report
         w = genome.reshape(len(self.groups), self.experts_count).astype(np.float32)
         taus = self.experts - self.base
         merged = self.base.copy()
