@@ -30,13 +30,13 @@ DEFAULT_CACHE = Path.home() / ".cache" / "mpievo-example"
 class ModelSpec:
     """The model, its data and how base and experts train (AdamW, constant rate)."""
 
-    n_embd: int = 128
+    n_embd: int = 64
     n_layer: int = 4
     n_head: int = 4
-    pretrain_steps: int = 400
-    finetune_steps: int = 600
+    pretrain_steps: int = 600
+    finetune_steps: int = 150
     batch: int = 64
-    lr: float = 2e-3          # pretraining
+    lr: float = 3e-3          # pretraining
     finetune_lr: float = 5e-4  # small: experts stay near the base (in one basin), so they merge
     seed: int = 0
     train: int = 4000        # training lines per task

@@ -123,3 +123,20 @@ def _config() -> dict:
     config["engine"]["cma_popsize"] = 6
     config["run"]["checkpoint_every"] = 0
     return config
+
+
+def test_whole_weight_delta_job_runs_from_the_experts(example, tmp_path):
+    """whole_weights.toml (delta GA islands, master_worker steady), briefly: its best is
+    at least the best of its starting models (the experts and their average)."""
+    if MPI.COMM_WORLD.Get_size() > 1:
+        pytest.skip("runs `mpievo run` on COMM_WORLD in this process: one rank only")
+    whole = example.merge.WholeWeights(example.zoo)
+    sys.modules["merge_ci"].whole = whole.problem()
+    out = tmp_path / "whole"
+    assert main(["run", str(EXAMPLE / "whole_weights.toml"), "--out", str(out), "--generations", "2",
+                 "--set", "problem.name=merge_ci:whole", "--dim", str(whole.dim), "--islands", "2",
+                 "--progress", "none"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    starts = whole(np.vstack([whole.experts, whole.experts.mean(axis=0)]))
+    assert summary["best_fitness"] >= starts.max()
+    assert summary["best_fitness"] == pytest.approx(whole(example.report.best_genome(out, summary)[None])[0])
