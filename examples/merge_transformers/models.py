@@ -33,7 +33,7 @@ class ModelSpec:
     n_embd: int = 64
     n_layer: int = 4
     n_head: int = 4
-    pretrain_steps: int = 600
+    pretrain_steps: int = 300
     finetune_steps: int = 150
     batch: int = 64
     lr: float = 3e-3          # pretraining
@@ -92,7 +92,7 @@ def train(model, batches: list[Batch], steps: int, lr: float, spec: ModelSpec, r
 
 class Zoo:
     """The data, the base and the experts of one :class:`ModelSpec`, as Hugging Face
-    directories ``<cache>/<key>/{base,expert-add,expert-reverse,expert-sort}``."""
+    directories ``<cache>/<key>/{base,expert-reverse,expert-sort,expert-shift}``."""
 
     def __init__(self, spec: ModelSpec = FULL, cache_dir: str | Path | None = None):
         self.spec = spec
@@ -110,10 +110,6 @@ class Zoo:
     def folder(self) -> Path:
         key = hashlib.sha256(json.dumps([dataclasses.asdict(self.spec), TRAINING_VERSION]).encode()).hexdigest()
         return self.cache_dir / key[:16]
-
-    def path(self, name: str) -> Path:
-        """The directory of ``"base"`` or ``"expert-<task>"``."""
-        return self.folder / name
 
     @property
     def expert_names(self) -> list[str]:

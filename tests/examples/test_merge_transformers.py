@@ -42,6 +42,7 @@ def example():
     cache = os.environ.get("MERGE_TRANSFORMERS_CACHE") or Path(tempfile.gettempdir()) / "mpievo-merge-transformers-ci"
     zoo = models.Zoo(models.SMALL, cache)
     comm = MPI.COMM_WORLD
+    torch.set_num_threads(1)     # as merge.py does: two threads per rank crawl on a busy machine
     if comm.rank == 0:
         zoo.build()
     comm.Barrier()
@@ -67,17 +68,21 @@ def one_rank_run(example, tmp_path_factory):
     return out
 
 
-def test_merge_beats_the_plain_average_on_the_test_split(example, one_rank_run):
-    table = example.report.compare(one_rank_run, example.recipe.func)
+@pytest.fixture(scope="session")
+def table(example, one_rank_run):
+    """report.py's comparison of the one-rank run (it also writes ``<run>/merged``)."""
+    return example.report.compare(one_rank_run, example.recipe.func)
+
+
+def test_merge_beats_the_plain_average_on_the_test_split(example, table):
     assert table["mpievo"]["mean"] > table["average"]["mean"], example.report.format_table(table)
     assert set(table) >= {"base", "average", "task arithmetic", "TIES", *example.zoo.expert_names}
     assert "mpievo - best baseline" in example.report.format_table(table)
 
 
-def test_merged_directory_loads_and_gives_the_evaluated_logits(example, one_rank_run):
+def test_merged_directory_loads_and_gives_the_evaluated_logits(example, one_rank_run, table):
     from transformers import GPT2LMHeadModel
 
-    example.report.compare(one_rank_run, example.recipe.func)
     genome = np.load(one_rank_run / "merged" / "merge_genome.npy")
     summary = json.loads((one_rank_run / "summary.json").read_text())
     loaded = GPT2LMHeadModel.from_pretrained(one_rank_run / "merged").eval()
