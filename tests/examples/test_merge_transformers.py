@@ -145,3 +145,32 @@ def test_whole_weight_delta_job_runs_from_the_experts(example, tmp_path):
     starts = whole(np.vstack([whole.experts, whole.experts.mean(axis=0)]))
     assert summary["best_fitness"] >= starts.max()
     assert summary["best_fitness"] == pytest.approx(whole(example.report.best_genome(out, summary)[None])[0])
+
+
+def test_splits_are_disjoint_and_answers_right(example):
+    import data
+
+    for task, splits in data.make_splits(seed=3, train=300, validation=50, test=50).items():
+        lines = {name: {data.decode(row) for row in getattr(splits, name).ids}
+                 for name in ("train", "validation", "test")}
+        assert [len(v) for v in lines.values()] == [300, 50, 50]
+        assert not (lines["train"] & lines["test"]) and not (lines["validation"] & lines["test"])
+        line = sorted(lines["test"])[0]
+        prompt, answer = line[1:-1].split("=")
+        digits = prompt[1:]
+        expected = {"reverse": digits[::-1], "sort": "".join(sorted(digits)),
+                    "shift": "".join(str((int(d) + 1) % 10) for d in digits)}[task]
+        assert answer == expected, line
+        mask = splits.test.answer_mask[0]
+        assert mask.sum() == data.DIGITS + 1   # the answer digits and the end mark
+
+
+def test_ties_against_a_hand_worked_case(example):
+    from weights import ties
+
+    base = np.zeros(4, np.float32)
+    experts = np.array([[3.0, -1.0, 0.5, 2.0], [1.0, 2.0, -0.1, -4.0]], np.float32)
+    # density 0.5: each keeps its 2 largest magnitudes: [3, 0, 0, 2] and [0, 2, 0, -4];
+    # signs elected from the sums [3, 2, 0, -2]: +, +, none, -; agreeing means: 3, 2, 0, -4
+    merged = ties(base, experts, [("all", slice(0, 4))], density=0.5, lam=0.5)
+    assert np.allclose(merged, [1.5, 1.0, 0.0, -2.0])
