@@ -1,0 +1,176 @@
+"""examples/merge_transformers, small version, end to end: base and experts built once
+per session (cached), a short CMA-ES recipe merge through ``mpievo run merge.toml`` on
+one rank and through ``mpievo.minimize`` on two (mpi), the merge beating the plain average
+on the test split, the merged model written as a Hugging Face directory, and a stopped
+run resumed from its checkpoint ending where the uninterrupted run ends."""
+
+import json
+import os
+import sys
+import tempfile
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+from mpi4py import MPI  # noqa: E402
+
+from mpievo.cli.main import main  # noqa: E402
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "merge_transformers"
+#: a short run: 2 islands of CMA-ES (population 6), 6 generations
+SHORT = ["--islands", "2", "--set", "engine.cma_popsize=6", "--set", "run.log_every=2",
+         "--set", "run.checkpoint_every=3", "--progress", "none"]
+GENERATIONS = 6
+
+#: building the small models takes about a minute, a short run another; slow shared machines need more
+pytestmark = pytest.mark.timeout(600)
+
+
+@pytest.fixture(scope="session")
+def example():
+    """The example's modules, its small models built once (rank 0 builds, the others wait)."""
+    sys.path.insert(0, str(EXAMPLE))
+    import baselines
+    import merge
+    import models
+    import report
+
+    cache = os.environ.get("MERGE_TRANSFORMERS_CACHE") or Path(tempfile.gettempdir()) / "mpievo-merge-transformers-ci"
+    zoo = models.Zoo(models.SMALL, cache)
+    comm = MPI.COMM_WORLD
+    torch.set_num_threads(1)     # as merge.py does: two threads per rank crawl on a busy machine
+    if comm.rank == 0:
+        zoo.build()
+    comm.Barrier()
+    module = types.ModuleType("merge_ci")
+    module.recipe = merge.Recipe(zoo).problem()
+    sys.modules["merge_ci"] = module
+    yield types.SimpleNamespace(merge=merge, models=models, report=report, baselines=baselines,
+                                zoo=zoo, recipe=module.recipe)
+    sys.modules.pop("merge_ci", None)
+
+
+def run_recipe(example, out: Path, generations: int, *extra: str) -> int:
+    return main(["run", str(EXAMPLE / "merge.toml"), "--out", str(out), "--generations", str(generations),
+                 "--set", "problem.name=merge_ci:recipe", "--dim", str(example.recipe.dim), *SHORT, *extra])
+
+
+@pytest.fixture(scope="session")
+def one_rank_run(example, tmp_path_factory):
+    if MPI.COMM_WORLD.Get_size() > 1:
+        pytest.skip("runs `mpievo run` on COMM_WORLD in this process: one rank only")
+    out = tmp_path_factory.mktemp("merge") / "run"
+    assert run_recipe(example, out, GENERATIONS) == 0
+    return out
+
+
+@pytest.fixture(scope="session")
+def table(example, one_rank_run):
+    """report.py's comparison of the one-rank run (it also writes ``<run>/merged``)."""
+    return example.report.compare(one_rank_run, example.recipe.func)
+
+
+def test_merge_beats_the_plain_average_on_the_test_split(example, table):
+    assert table["mpievo"]["mean"] > table["average"]["mean"], example.report.format_table(table)
+    assert set(table) >= {"base", "average", "task arithmetic", "TIES", *example.zoo.expert_names}
+    assert "mpievo - best baseline" in example.report.format_table(table)
+
+
+def test_merged_directory_loads_and_gives_the_evaluated_logits(example, one_rank_run, table):
+    from transformers import GPT2LMHeadModel
+
+    genome = np.load(one_rank_run / "merged" / "merge_genome.npy")
+    summary = json.loads((one_rank_run / "summary.json").read_text())
+    loaded = GPT2LMHeadModel.from_pretrained(one_rank_run / "merged").eval()
+    resident = example.recipe.func.model_of(genome)
+    ids = torch.from_numpy(example.zoo.splits["sort"].test.ids[:16])
+    with torch.no_grad():
+        assert torch.equal(loaded(input_ids=ids).logits, resident(input_ids=ids).logits)
+    assert example.recipe.func(genome[None])[0] == pytest.approx(summary["best_fitness"])
+
+
+def test_stopped_run_resumes_to_the_uninterrupted_result(example, one_rank_run, tmp_path):
+    out = tmp_path / "cut"
+    assert run_recipe(example, out, GENERATIONS // 2) == 0
+    assert main(["run", "--resume", str(out), "--generations", str(GENERATIONS), "--progress", "none"]) == 0
+    whole, resumed = (json.loads((d / "summary.json").read_text()) for d in (one_rank_run, out))
+    assert resumed["resumed_from"] and resumed["evaluations"] == whole["evaluations"]
+    assert resumed["best_fitness"] == whole["best_fitness"]
+    assert np.array_equal(example.report.best_genome(out, resumed), example.report.best_genome(one_rank_run, whole))
+
+
+@pytest.mark.mpi(min_size=2)
+def test_python_api_on_two_ranks_beats_the_plain_average(example):
+    import mpievo
+    from scoring import task_scores
+    from weights import assign
+
+    result = mpievo.minimize(example.recipe, islands=2, generations=GENERATIONS, seed=0, config=_config())
+    merger = example.recipe.func
+    scores = {}
+    for name, weights in (("mpievo", merger.weights_of(result.x)), ("average", merger.experts.mean(axis=0))):
+        assign(merger.template, weights)
+        scores[name] = task_scores(merger.template, example.zoo.splits, "test")["mean"]
+    assert scores["mpievo"] > scores["average"], scores
+    assert MPI.COMM_WORLD.allgather(result.fun) == [result.fun] * MPI.COMM_WORLD.Get_size()
+
+
+def _config() -> dict:
+    """merge.toml without its [problem] table (the Problem object comes as an argument)."""
+    from mpievo.config import load_config
+
+    config, _ = load_config(EXAMPLE / "merge.toml")
+    config.pop("problem")
+    config["engine"]["cma_popsize"] = 6
+    config["run"]["checkpoint_every"] = 0
+    return config
+
+
+def test_whole_weight_delta_job_runs_from_the_experts(example, tmp_path):
+    """whole_weights.toml (delta GA islands, master_worker steady), briefly: its best is
+    at least the best of its starting models (the experts and their average)."""
+    if MPI.COMM_WORLD.Get_size() > 1:
+        pytest.skip("runs `mpievo run` on COMM_WORLD in this process: one rank only")
+    whole = example.merge.WholeWeights(example.zoo)
+    sys.modules["merge_ci"].whole = whole.problem()
+    out = tmp_path / "whole"
+    assert main(["run", str(EXAMPLE / "whole_weights.toml"), "--out", str(out), "--generations", "2",
+                 "--set", "problem.name=merge_ci:whole", "--dim", str(whole.dim), "--islands", "2",
+                 "--progress", "none"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    starts = whole(np.vstack([whole.experts, whole.experts.mean(axis=0)]))
+    assert summary["best_fitness"] >= starts.max()
+    assert summary["best_fitness"] == pytest.approx(whole(example.report.best_genome(out, summary)[None])[0])
+
+
+def test_splits_are_disjoint_and_answers_right(example):
+    import data
+
+    for task, splits in data.make_splits(seed=3, train=300, validation=50, test=50).items():
+        lines = {name: {data.decode(row) for row in getattr(splits, name).ids}
+                 for name in ("train", "validation", "test")}
+        assert [len(v) for v in lines.values()] == [300, 50, 50]
+        assert not (lines["train"] & lines["test"]) and not (lines["validation"] & lines["test"])
+        line = sorted(lines["test"])[0]
+        prompt, answer = line[1:-1].split("=")
+        digits = prompt[1:]
+        expected = {"reverse": digits[::-1], "sort": "".join(sorted(digits)),
+                    "shift": "".join(str((int(d) + 1) % 10) for d in digits)}[task]
+        assert answer == expected, line
+        mask = splits.test.answer_mask[0]
+        assert mask.sum() == data.DIGITS + 1   # the answer digits and the end mark
+
+
+def test_ties_against_a_hand_worked_case(example):
+    from weights import ties
+
+    base = np.zeros(4, np.float32)
+    experts = np.array([[3.0, -1.0, 0.5, 2.0], [1.0, 2.0, -0.1, -4.0]], np.float32)
+    # density 0.5: each keeps its 2 largest magnitudes: [3, 0, 0, 2] and [0, 2, 0, -4];
+    # signs elected from the sums [3, 2, 0, -2]: +, +, none, -; agreeing means: 3, 2, 0, -4
+    merged = ties(base, experts, [("all", slice(0, 4))], density=0.5, lam=0.5)
+    assert np.allclose(merged, [1.5, 1.0, 0.0, -2.0])
