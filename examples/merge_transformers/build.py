@@ -11,7 +11,7 @@ import time
 
 import torch
 
-from models import SPECS, Zoo
+from zoo import SPECS, Zoo
 from scoring import task_scores
 
 

@@ -35,14 +35,14 @@ def example():
     """The example's modules, its small models built once (rank 0 builds, the others wait)."""
     sys.path.insert(0, str(EXAMPLE))
     import baselines
-    import merge
-    import models
-    import report
+    import merge_problems as merge
+    import zoo as models
+    import merge_report as report
 
     cache = os.environ.get("MERGE_TRANSFORMERS_CACHE") or Path(tempfile.gettempdir()) / "mpievo-merge-transformers-ci"
     zoo = models.Zoo(models.SMALL, cache)
     comm = MPI.COMM_WORLD
-    torch.set_num_threads(1)     # as merge.py does: two threads per rank crawl on a busy machine
+    torch.set_num_threads(1)     # as merge_problems.py does: two threads per rank crawl on a busy machine
     if comm.rank == 0:
         zoo.build()
     comm.Barrier()
@@ -70,7 +70,7 @@ def one_rank_run(example, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def table(example, one_rank_run):
-    """report.py's comparison of the one-rank run (it also writes ``<run>/merged``)."""
+    """merge_report.py's comparison of the one-rank run (it also writes ``<run>/merged``)."""
     return example.report.compare(one_rank_run, example.recipe.func)
 
 

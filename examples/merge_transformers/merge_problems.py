@@ -28,7 +28,7 @@ import re
 import numpy as np
 import torch
 
-from models import SPECS, Zoo, new_model
+from zoo import SPECS, Zoo, new_model
 from mpievo.evo import Problem
 from mpievo.evo.genomes import BaseModels
 from scoring import fitness

@@ -5,7 +5,7 @@ the best merged model as a Hugging Face directory ``<run>/merged`` (with the gen
 beside it, ``merge_genome.npy``), tunes the baselines on the validation split and prints
 exact-match accuracy on the held-out test split of every task::
 
-    PYTHONPATH=examples/merge_transformers python examples/merge_transformers/report.py runs/merge-tf
+    PYTHONPATH=examples/merge_transformers python examples/merge_transformers/merge_report.py runs/merge-tf
 """
 
 from __future__ import annotations
