@@ -84,6 +84,12 @@ if [ -z "${MPIEVO_TEST_QUICK:-}" ]; then
         NUMBA_ENABLE_CUDASIM=1 stage "cudasim -n 2" $OMPI 2 1200 --only-mpi --timeout=300 tests/gpu
         NUMBA_ENABLE_CUDASIM=1 stage "cudasim -n 4" $OMPI 4 1200 --only-mpi --timeout=300 tests/gpu
     fi
+    echo "=== stage: docs"
+    start=$SECONDS
+    timeout -k 10 900 bash docs/build.sh
+    rc=$?
+    echo "=== stage: docs: exit $rc in $((SECONDS - start)) s"
+    [ $rc -eq 0 ] || failed+=("docs (exit $rc)")
     if [ -x tests/slurm/run.sh ]; then
         echo "=== stage: slurm"
         start=$SECONDS
