@@ -188,13 +188,13 @@ def main(args: argparse.Namespace) -> int:
     if args.bench == "gpu":
         from mpievo.bench.gpu import EXIT_REFUSED, GpuBenchOptions, refusal
 
+        gpu_options = _options("gpu", GpuBenchOptions, _GPU_OPTIONS, args, force_direct=args.force_direct)
+        if gpu_options is None:         # bad options are refused first, wherever the bench would run
+            return 2
         reason = refusal(args.check)
         if reason:
             print(f"mpievo bench gpu: {reason}", file=sys.stderr)
             return EXIT_REFUSED
-        gpu_options = _options("gpu", GpuBenchOptions, _GPU_OPTIONS, args, force_direct=args.force_direct)
-        if gpu_options is None:
-            return 2
     from mpi4py import MPI
 
     from mpievo.comm import abort_on_error
