@@ -75,26 +75,23 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _dims(text: str) -> tuple[int, ...]:
-    """'1e2,1e5' -> (100, 100000)."""
-    try:
-        dims = tuple(int(float(part)) for part in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected genome sizes such as 1e2,1e5, got {text!r}") from None
-    if min(dims) < 1:
-        raise argparse.ArgumentTypeError(f"expected genome sizes >= 1, got {text!r}")
-    return dims
+def _counts(what: str, example: str, convert):
+    """argparse type: comma-separated counts >= 1 (``convert`` each part), e.g. ``example``."""
+    def parse(text: str) -> tuple[int, ...]:
+        try:
+            counts = tuple(convert(part) for part in text.split(","))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what} such as {example}, got {text!r}") from None
+        if min(counts) < 1:
+            raise argparse.ArgumentTypeError(f"expected {what} >= 1, got {text!r}")
+        return counts
+
+    return parse
 
 
-def _ranks(text: str) -> tuple[int, ...]:
-    """'1,2,4' -> (1, 2, 4)."""
-    try:
-        ranks = tuple(int(part) for part in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected rank counts such as 1,2,4, got {text!r}") from None
-    if min(ranks) < 1:
-        raise argparse.ArgumentTypeError(f"expected rank counts >= 1, got {text!r}")
-    return ranks
+#: '1e2,1e5' -> (100, 100000); '1,2,4' -> (1, 2, 4)
+_dims = _counts("genome sizes", "1e2,1e5", lambda part: int(float(part)))
+_ranks = _counts("rank counts", "1,2,4", int)
 
 
 def _scenario(args) -> str:
