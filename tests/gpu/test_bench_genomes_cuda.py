@@ -13,6 +13,8 @@ from mpievo.bench import genomes as bench
 from mpievo.bench.genomes import GenomesOptions, bench_genomes
 
 DIMS = (1_000, 2_000)
+#: the grid's sizes: small, since the simulator runs a Python thread per GPU thread
+GRID_DIMS = (100, 200)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -43,7 +45,7 @@ def test_a_device_grid_runs_on_the_device_with_the_host_bytes(world):
     if simulator_enabled() and world.Get_size() > 2:
         pytest.skip("the simulator runs this at 1 and 2 ranks (a Python thread per GPU thread)")
     comm = Communicator(world)
-    options = GenomesOptions(dims=DIMS, generations=1, repeats=1)
+    options = GenomesOptions(dims=GRID_DIMS, generations=1, repeats=1)
     rows = bench_genomes(comm, GenomesOptions(**{**options.__dict__, "device": "cuda"}), log=lambda line: None)
     host = _migrant_bytes(bench_genomes(comm, options, log=lambda line: None))
     by = {(r["genome"], r["dim"]): r for r in rows}
