@@ -61,7 +61,7 @@ def format_table(result: dict) -> str:
              f"times that at cost 0 below {o.get('fast_dim', 0):,} genes; from {o['large_dim']:,} "
              f"genes: {o['large_capacity']} and {o['large_budget']}), migration every {o['interval']} "
              f"generations; runs under {SHORT_RUN_S:g} s (at cost 0: {SHORT_COST0_RUN_S:g} s): the fastest of "
-             f"{SHORT_RUN_REPEATS}, spread over the workload's runs; each row: the "
+             f"{o.get('short_repeats', SHORT_RUN_REPEATS)}, spread over the workload's runs; each row: the "
              f"run of median wall time over {o.get('sweeps', 1)} sweeps; "
              f"cost model: {c.get('model_constants', 'none')}",
              "",

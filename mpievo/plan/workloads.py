@@ -32,6 +32,17 @@ ROTATE_MAX_DIM = 1000
 VARY_RANGE = (1.0, 4.0)
 
 
+#: a run shorter than this is repeated and its fastest kept: a run of a few milliseconds
+#: is at the scale of one scheduler time slice here, and the first run after another
+#: workload pays for its memory and caches
+SHORT_RUN_S = 0.5
+#: a cost-0 run shorter than this is repeated too: its wall time is the run loop's Python
+#: and messages, which other work on the machine moves by up to 2x from one run to the
+#: next (one 100-gene run here took 0.27 s in one sweep and 0.54 s in another)
+SHORT_COST0_RUN_S = 2.0
+SHORT_RUN_REPEATS = 5
+
+
 @dataclass(frozen=True)
 class Workload:
     """A fitness cost per child (``mode``: none, sleep, burn or vary) at a genome size."""
@@ -76,6 +87,8 @@ class SchemesOptions(Settings):
     #: one of median wall time over them: here a cost-0 run moves by a third from one
     #: quarter hour to the next, in both directions
     sweeps: int = setting(3, integer(1), "whole sweeps, one after another")
+    #: a short run is repeated and its fastest kept (:func:`repeats_wanted`)
+    short_repeats: int = setting(SHORT_RUN_REPEATS, integer(1), "runs taken of a short run, the fastest kept")
 
     def _check_together(self, problems: list[str]) -> None:
         if 1 not in self.ps:
@@ -237,21 +250,10 @@ def measure(workload: Workload, scheme_name: str, options: SchemesOptions, budge
     return run_row(workload, scheme_name, job, result, gathered)
 
 
-#: a run shorter than this is repeated and its fastest kept: a run of a few milliseconds
-#: is at the scale of one scheduler time slice here, and the first run after another
-#: workload pays for its memory and caches
-SHORT_RUN_S = 0.5
-#: a cost-0 run shorter than this is repeated too: its wall time is the run loop's Python
-#: and messages, which other work on the machine moves by up to 2x from one run to the
-#: next (one 100-gene run here took 0.27 s in one sweep and 0.54 s in another)
-SHORT_COST0_RUN_S = 2.0
-SHORT_RUN_REPEATS = 5
-
-
-def repeats_wanted(workload: Workload, first_wall_s: float) -> int:
+def repeats_wanted(workload: Workload, first_wall_s: float, repeats: int = SHORT_RUN_REPEATS) -> int:
     """How many runs :func:`measure_workload` takes of a scheme, given its first one's wall time."""
     limit = SHORT_COST0_RUN_S if workload.mode == "none" else SHORT_RUN_S
-    return SHORT_RUN_REPEATS if first_wall_s < limit else 1
+    return repeats if first_wall_s < limit else 1
 
 
 def measure_workload(workload: Workload, schemes: tuple[str, ...], options: SchemesOptions) -> list[dict]:
@@ -264,7 +266,8 @@ def measure_workload(workload: Workload, schemes: tuple[str, ...], options: Sche
     of five 100-gene runs at 2 ranks, interleaved like this: the fastest spread 1.4x
     between launches, the median 1.5-1.8x)."""
     runs = {scheme: [measure(workload, scheme, options)] for scheme in schemes}
-    wanted = {scheme: repeats_wanted(workload, first[0]["wall_s"]) for scheme, first in runs.items()}
+    wanted = {scheme: repeats_wanted(workload, first[0]["wall_s"], options.short_repeats)
+              for scheme, first in runs.items()}
     for round_ in range(1, max(wanted.values())):
         for scheme in schemes:
             if wanted[scheme] > round_:

@@ -25,7 +25,7 @@ def sweep(tmp_path_factory):
     runs and then fails naming them."""
     out = tmp_path_factory.mktemp("schemes")
     options = SchemesOptions(ps=(1, 2), costs_ms=(0.0, 1.0), modes=("vary",), dims=(100,), budget=BUDGET,
-                             fast_factor=1, sweeps=2)
+                             fast_factor=1, sweeps=2, short_repeats=1)
     with pytest.raises(ModelCheckError) as caught:
         bench_schemes(options, out, Constants.from_dict(ZERO_MODEL))
     return caught.value.result, out, str(caught.value)
