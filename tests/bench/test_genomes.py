@@ -14,7 +14,7 @@ from mpievo.bench.genomes import GenomesCheckError, GenomesOptions, bench_genome
 from mpievo.bench.genomes_device import gpu_columns
 
 DIMS = (1_000, 100_000)
-TINY = GenomesOptions(dims=DIMS, generations=2, repeats=2)
+TINY = GenomesOptions(dims=DIMS, generations=1, repeats=1)
 
 
 def _rows(rows):
