@@ -150,7 +150,7 @@ def measure_memory(options) -> None:
             _reset_peak()
 
     mpievo.minimize(problem, budget=islands * (capacity + 2 * batch), islands=islands, seed=1,
-                    config=config, comm=comm, callback=after_generation_0 if comm.rank == 0 else None)
+                    config=config, comm=comm, callback=after_generation_0)   # given on every rank: a collective
     later = _peak_bytes() - start
     # growth over the resident set before the run; the model's flat buffer was made with
     # the problem (before): a child is written into it, no growth. Counted per rank, in
