@@ -136,7 +136,7 @@ def _config() -> dict:
 
 
 def test_whole_weight_delta_job_runs_from_the_experts(example, tmp_path):
-    """whole_weights.toml (delta GA islands, master_worker steady), briefly: its best is
+    """whole_weights.toml (bfloat16 delta GA islands, master_worker steady), briefly: its best is
     at least the best of its starting models (the experts and their average)."""
     if MPI.COMM_WORLD.Get_size() > 1:
         pytest.skip("runs `mpievo run` on COMM_WORLD in this process: one rank only")
