@@ -286,6 +286,7 @@ def _same_setting(given, own, dim: int) -> bool:
         return given is own
     if isinstance(own, int):
         return type(given) is int and given == own
+
     def per_gene(value):
         return value if isinstance(value, list) else [value] * dim
 
