@@ -46,7 +46,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .config_tables import (DEFAULT_GENERATIONS, MAX_ROTATED_DIM, ONE_GROUP_SCHEMES,  # noqa: F401
-                            RESUMABLE_KEYS, SCHEMES, AdaptiveConfig, MigrationConfig, ProblemConfig, RunConfig)
+                            RESUMABLE_KEYS, SCHEMES, AdaptiveConfig, MigrationConfig, ProblemConfig, RunConfig,
+                            with_problem_object)
 from .schema import ConfigError, Settings, shown, unknown_keys
 
 if TYPE_CHECKING:
@@ -195,6 +196,8 @@ def validate(config: dict, nranks: int, source: str = "config", *, problem: Prob
         del classes["problem"]
         if "problem" in config:
             problems.append("problem: expected no [problem] table beside a Problem object, got one")
+    if problem is None and "problem" in config:     # a named Problem object brings dim, bounds, sense
+        config = {**config, "problem": with_problem_object(config["problem"], problems)}
     tables = {name: _table(cls, config.get(name), problems) for name, cls in classes.items()}
     run, engine, migration = tables["run"], tables["engine"], tables["migration"]
     if run is not None:

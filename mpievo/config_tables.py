@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .schema import (Check, Settings, boolean, bounds, choice, index_lists, integer, number,
-                     optional, setting, table, text)
+                     optional, setting, shown, table, text)
 
 #: rotation matrices above this many genes would not fit in memory (8 * dim**2 bytes)
 MAX_ROTATED_DIM = 10_000
@@ -149,7 +149,8 @@ class RunConfig(Settings):
                                         "wall-clock seconds between checkpoints (rank 0's clock; lands one "
                                         "generation later), so a node failure loses at most this much; 0: off")
     checkpoint_keep: int = setting(3, integer(1), "checkpoints kept on disk")
-    blas_threads: int = setting(1, integer(0), "BLAS/OpenMP threads per rank; 0: the libraries' default")
+    blas_threads: int = setting(1, integer(0), "BLAS/OpenMP, Numba and torch threads per rank; "
+                                "0: the libraries' defaults")
     memory_check: bool = setting(True, boolean, "refuse a job whose per-rank memory estimate (archive, "
                                  "children, draws) exceeds what the ranks can use (cgroup limit, "
                                  "MemAvailable, free device memory); false: skip the check")
@@ -161,7 +162,8 @@ class ProblemConfig(Settings):
 
     TABLE = "problem"
 
-    name: str = setting("rastrigin", text, "built-in name or 'module:function'")
+    name: str = setting("rastrigin", text, "built-in name, 'module:function' or 'module:object' "
+                                         "(a Problem: it brings dim, lower, upper, maximize)")
     dim: int = setting(100, integer(1), "genes per genome")
     shift: bool = setting(False, boolean, "built-ins: move the optimum (drawn from problem.seed)")
     rotate: bool = setting(False, boolean, "built-ins: rotate the function (drawn from problem.seed)")
@@ -242,6 +244,56 @@ class ProblemConfig(Settings):
                 problems.append(f"problem.lower, problem.upper: expected lower < upper{gene}, got "
                                 f"lower {pairs[wrong][0]:g} and upper {pairs[wrong][1]:g}")
         return problems
+
+
+def with_problem_object(raw, problems: list[str]):
+    """The ``[problem]`` table ``raw``, completed from the Problem object its name names
+    (``"module:object"``: e.g. a RecipeProblem), which brings its own ``dim``, ``lower``,
+    ``upper`` and ``maximize``: those the table leaves out are the object's, those it
+    gives must be the object's (else a problem "expected ..., got ..." is added). Any
+    other table or name: ``raw`` as it is (its own checks report what is wrong)."""
+    from .evo.problems import Problem, load_object
+
+    if not isinstance(raw, dict) or not isinstance(raw.get("name"), str) or ":" not in raw["name"]:
+        return raw
+    try:
+        obj = load_object(raw["name"])
+    except ValueError:
+        return raw
+    if not isinstance(obj, Problem):
+        return raw
+    own = {"dim": obj.dim, "lower": _bound_setting(obj.lower), "upper": _bound_setting(obj.upper),
+           "maximize": obj.maximize}
+    filled = dict(raw)
+    for key, value in own.items():
+        if key not in raw:
+            filled[key] = value
+        elif not _same_setting(raw[key], value, obj.dim):
+            problems.append(f"problem.{key}: expected {value!r} (what {raw['name']!r} brings) or no "
+                            f"{key}, got {shown(raw[key])}")
+    return filled
+
+
+def _bound_setting(bound) -> float | list[float]:
+    """A Problem's bound array as a setting: one number when every gene shares it."""
+    values = [float(v) for v in bound.tolist()]
+    return values[0] if len(set(values)) == 1 else values
+
+
+def _same_setting(given, own, dim: int) -> bool:
+    """``given`` (a setting) equals ``own`` (the object's), a number standing for all genes."""
+    if isinstance(given, bool) or isinstance(own, bool):
+        return given is own
+    if isinstance(own, int):
+        return type(given) is int and given == own
+
+    def per_gene(value):
+        return value if isinstance(value, list) else [value] * dim
+
+    try:
+        return [float(v) for v in per_gene(given)] == per_gene(own)
+    except (TypeError, ValueError):
+        return False
 
 
 @dataclass(frozen=True)

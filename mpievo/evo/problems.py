@@ -211,9 +211,9 @@ class Problem:
                              f"got shape {arr.shape}")
         if arr.dtype.kind not in "fiu" and not half.is_half(arr.dtype):   # bfloat16 is kind "V"
             raise TypeError(f"expected real-valued initial genomes from {self.name!r}, got dtype {arr.dtype}")
-        if not np.all(np.isfinite(arr)):
+        if not all(np.isfinite(row).all() for row in arr.reshape(n, -1)):   # a row's mask at a time
             raise ValueError(f"expected finite initial genomes from {self.name!r}, "
-                             f"got {int(np.count_nonzero(~np.isfinite(arr)))} non-finite genes")
+                             f"got {sum(int(np.count_nonzero(~np.isfinite(row))) for row in arr)} non-finite genes")
         return arr
 
     def evaluate(self, genomes: np.ndarray) -> np.ndarray:

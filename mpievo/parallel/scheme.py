@@ -302,7 +302,7 @@ class IslandScheme:
         fitness = island.archive.fitness
         finite = fitness[np.isfinite(fitness)]
         mean = float(island.problem.to_user(finite.mean())) if finite.size else float("nan")
-        _, best = island.best()
+        best = float(island.problem.to_user(island.best_internal()))   # not island.best(): no decoded genome
         return IslandRecord(island.index, self.generation, best, mean, island.diversity(),
                             island.evaluations, self.migrations, island.immigrants_accepted,
                             island.best_internal(), island.nonfinite,

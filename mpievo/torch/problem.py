@@ -96,7 +96,8 @@ class ModelProblem(Problem):
         sources: the source models (in-memory modules of ``model``'s architecture) or
             :class:`BaseModels` (e.g. :func:`mpievo.torch.hf.hf_bases`): the problem's
             bases, and every island's starting genomes (cycled; with ``initial=False``
-            uniform in the box).
+            uniform in the box; a callable ``initial(rng, n) -> (n, dim)`` genomes
+            instead, e.g. from ``problem.bases.array``).
         lower, upper: the box; default ``±2 max|w|`` over ``model`` and the in-memory
             sources (BaseModels sources are not read before the run, where they load
             once per node: pass the box when their weights reach further).
@@ -107,7 +108,7 @@ class ModelProblem(Problem):
 
     def __init__(self, model: torch.nn.Module, evaluate: Callable[[torch.nn.Module], float], *,
                  sources=None, lower=None, upper=None, maximize: bool = True,
-                 include_frozen: bool = False, initial: bool = True, name: str | None = None):
+                 include_frozen: bool = False, initial: bool | Callable = True, name: str | None = None):
         if not callable(evaluate):
             raise TypeError(f"expected a callable evaluate(model) -> float, got {type(evaluate).__name__}")
         self.flat = as_flat(model, include_frozen)
@@ -124,7 +125,9 @@ class ModelProblem(Problem):
             reach = 2.0 * largest_weight([model, *in_memory])
             lower = -reach if lower is None else lower
             upper = reach if upper is None else upper
-        start = self._source_genomes if (initial and sources is not None) else None
+        start = self._source_genomes if (initial is True and sources is not None) else None
+        if callable(initial):
+            start = initial
         super().__init__(self._evaluate_batch, self.flat.dim, lower, upper, maximize=maximize,
                          name=name or getattr(evaluate, "__name__", "model fitness"), batched=True,
                          initial=start, device=self.flat.device.type == "cuda", bases=sources)

@@ -11,6 +11,12 @@ search it. Its genes, per layer group ``g`` (consecutive transformer blocks, see
   one ``lambda`` in [0, 2] (DARE's drop masks keyed by the problem's ``seed``);
 * ``slerp`` (two sources): ``t`` in [0, 1] per group.
 
+A fixed ``lam`` drops the ``lambda`` gene (e.g. ``lam=1``: task arithmetic
+``base + sum_i w_gi tau_i`` with one coefficient per group and source). Other groups than
+blocks of layers: ``group_by(name) -> label``. Generation 0 is uniform in the box, or with
+``start="average"`` (for CMA-ES, which starts at the best of it) the average recipe
+(:meth:`RecipeSpace.average_genome`) then uniform recipes.
+
 The fitness materialises the merged model into the model's flat buffer (on its device)
 from the sources, which are resident there once per process, and runs ``evaluate``.
 Methods with a base (task arithmetic, TIES, DARE) take task vectors from it.
@@ -33,13 +39,19 @@ from .problem import model_bases, score_each
 
 #: boxes of the method parameters
 WEIGHT_BOX, DENSITY_BOX, LAMBDA_BOX, T_BOX = (0.0, 1.0), (0.05, 1.0), (0.0, 2.0), (0.0, 1.0)
+#: generation 0 of a RecipeProblem
+STARTS = ("uniform", "average")
 _LAYER = re.compile(r"(?:^|\.)(\d+)\.")
 
 
-def layer_groups(names: Sequence[str], layers_per_group: int = 1) -> tuple[list[str], np.ndarray]:
+def layer_groups(names: Sequence[str], layers_per_group: int = 1,
+                 group_by: Callable[[str], str] | None = None) -> tuple[list[str], np.ndarray]:
     """Group names and, per tensor of ``names``, its group: the first ``.N.`` in a name
     is its layer (``transformer.h.3.attn...``, ``model.layers.3...``), ``layers_per_group``
-    consecutive layers make a group; tensors of no layer form ``"other"``."""
+    consecutive layers make a group; tensors of no layer form ``"other"``. With
+    ``group_by``, a tensor's group is ``group_by(name)`` (groups in order of first use)."""
+    if group_by is not None:
+        return _groups_by(names, group_by)
     if layers_per_group < 1:
         raise ValueError(f"expected layers_per_group >= 1, got {layers_per_group}")
     keys = []
@@ -56,9 +68,19 @@ def layer_groups(names: Sequence[str], layers_per_group: int = 1) -> tuple[list[
     return labels, group_of
 
 
+def _groups_by(names: Sequence[str], group_by: Callable[[str], str]) -> tuple[list[str], np.ndarray]:
+    labels = [group_by(name) for name in names]
+    for name, label in zip(names, labels):
+        if not isinstance(label, str) or not label:
+            raise ValueError(f"expected group_by({name!r}) to give a group name (a non-empty str), got {label!r}")
+    groups = list(dict.fromkeys(labels))
+    return groups, np.array([groups.index(label) for label in labels], np.int64)
+
+
 @dataclass
 class RecipeSpace:
-    """The genes of a ``method`` recipe over ``sources`` models and ``groups``.
+    """The genes of a ``method`` recipe over ``sources`` models and ``groups`` (with
+    ``lam`` given, no ``lambda`` gene: the based methods use ``lam``).
 
     Attributes:
         names: one label per gene (``"layer 3/weight 1"``, ``"layers 0-1/density"``, ``"lambda"``).
@@ -68,6 +90,7 @@ class RecipeSpace:
     method: str
     groups: list[str]
     sources: int
+    lam: float | None = None
     names: list[str] = field(init=False)
     lower: np.ndarray = field(init=False)
     upper: np.ndarray = field(init=False)
@@ -87,7 +110,7 @@ class RecipeSpace:
             genes += [(f"{group}/weight {i}", WEIGHT_BOX) for i in range(self.sources)]
             if self.method in ("ties", "dare"):
                 genes.append((f"{group}/density", DENSITY_BOX))
-        if self.method in BASED:
+        if self.method in BASED and self.lam is None:
             genes.append(("lambda", LAMBDA_BOX))
         self.names = [name for name, _ in genes]
         self.lower = np.array([box[0] for _, box in genes])
@@ -116,8 +139,14 @@ class RecipeSpace:
             groups[group] = entry
         recipe = {"method": self.method, "groups": groups}
         if self.method in BASED:
-            recipe["lambda"] = values["lambda"]
+            recipe["lambda"] = values["lambda"] if self.lam is None else float(self.lam)
         return recipe
+
+    def average_genome(self) -> np.ndarray:
+        """The average recipe: every weight ``1/sources``, density 1, ``lambda`` 1, ``t``
+        0.5 (for ``linear`` and ``task_arithmetic``: the plain average of the sources)."""
+        start = {"weight": 1.0 / self.sources, "density": 1.0, "lambda": 1.0, "t": 0.5}
+        return np.array([start[name.rsplit("/", 1)[-1].split(" ")[0]] for name in self.names])
 
 
 class RecipeProblem(Problem):
@@ -134,6 +163,10 @@ class RecipeProblem(Problem):
             module (prepended to the sources' bases), or the row of ``sources`` that is
             the base (the other rows are merged).
         layers_per_group: consecutive layers sharing one set of genes.
+        group_by: ``group_by(tensor name) -> group name``, instead of ``layers_per_group``.
+        lam: a fixed ``lambda`` of the based methods (no gene); None: a gene in [0, 2].
+        start: generation 0: ``"uniform"`` in the box, or ``"average"``: the average
+            recipe (:meth:`RecipeSpace.average_genome`) first, then uniform.
         seed: DARE's drop-mask key.
         maximize, include_frozen, name: as for :class:`~.problem.ModelProblem`.
 
@@ -143,10 +176,13 @@ class RecipeProblem(Problem):
     """
 
     def __init__(self, model: torch.nn.Module, evaluate: Callable[[torch.nn.Module], float], sources, *,
-                 method: str, base=None, layers_per_group: int = 1, seed: int = 0, maximize: bool = True,
+                 method: str, base=None, layers_per_group: int = 1, group_by: Callable[[str], str] | None = None,
+                 lam: float | None = None, start: str = "uniform", seed: int = 0, maximize: bool = True,
                  include_frozen: bool = False, name: str | None = None):
         if not callable(evaluate):
             raise TypeError(f"expected a callable evaluate(model) -> float, got {type(evaluate).__name__}")
+        if start not in STARTS:
+            raise ValueError(f"expected start among {STARTS}, got {start!r}")
         self.flat = as_flat(model, include_frozen)
         model = self.flat.model
         self.model, self.score, self.seed = model, evaluate, int(seed)
@@ -165,13 +201,19 @@ class RecipeProblem(Problem):
             raise ValueError(f"expected base as a row in 0..{sources.count - 1} of the sources, got {base}")
         self.base_row = None if base is None else int(base)
         self.merged_rows = [r for r in range(sources.count) if r != self.base_row]
-        groups, self.group_of = layer_groups(self.flat.names, layers_per_group)
-        self.space = RecipeSpace(method, groups, len(self.merged_rows))
+        groups, self.group_of = layer_groups(self.flat.names, layers_per_group, group_by)
+        self.space = RecipeSpace(method, groups, len(self.merged_rows), lam)
         self.sources = sources
         self._resident = (None, None)
         self.row_dtype = np.dtype(np.float64)      # islands keep recipes in float64, whatever engine.dtype
         super().__init__(self._evaluate_batch, self.space.dim, self.space.lower, self.space.upper,
-                         maximize=maximize, name=name or f"{method} recipe", batched=True, bases=sources)
+                         maximize=maximize, name=name or f"{method} recipe", batched=True, bases=sources,
+                         initial=self._average_first if start == "average" else None)
+
+    def _average_first(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        genomes = rng.uniform(self.space.lower, self.space.upper, (n, self.space.dim))
+        genomes[0] = self.space.average_genome()
+        return genomes
 
     def _source_tensor(self) -> torch.Tensor:
         """The sources on the model's device: a view of the (node-shared) host bases on the

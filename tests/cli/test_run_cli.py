@@ -170,3 +170,22 @@ def test_nan_fitness_is_counted_logged_and_warned(tmp_path, capsys, monkeypatch)
     err = capsys.readouterr().err
     assert err.count("has seen only non-finite fitness values") == 2
     assert err.strip().splitlines()[-1].startswith("mpievo run: no island ever saw a finite fitness in 3 generations")
+
+
+def test_a_problem_object_brings_its_dim_bounds_and_sense(tmp_path, monkeypatch, capsys):
+    (tmp_path / "objmod.py").write_text(
+        "from mpievo.evo import Problem\n"
+        "problem = Problem(lambda X: -(X * X).sum(axis=1), 3, [-1.0, -2.0, -3.0], 2.0, maximize=True)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "job.toml").write_text('[problem]\nname = "objmod:problem"\n')
+    out = tmp_path / "run"
+    assert _run(tmp_path / "job.toml", "--generations", 2, "--out", out, "--progress", "none",
+                "--set", "engine.capacity=8", "--set", "engine.batch_size=8") == 0, capsys.readouterr().err
+    table = json.loads((out / "summary.json").read_text())["config"]["problem"]
+    assert (table["dim"], table["lower"], table["upper"], table["maximize"]) == (3, [-1.0, -2.0, -3.0], 2.0, True)
+    assert _run(tmp_path / "job.toml", "--dim", 3, "--upper", 2, "--show-config") == 0     # the same: taken
+    capsys.readouterr()
+    assert _run(tmp_path / "job.toml", "--dim", 4, "--lower", -1, "--out", tmp_path / "x") == 2
+    err = capsys.readouterr().err
+    assert "problem.dim: expected 3 (what 'objmod:problem' brings) or no dim, got int 4" in err
+    assert "problem.lower: expected [-1.0, -2.0, -3.0] (what 'objmod:problem' brings) or no lower, got " in err

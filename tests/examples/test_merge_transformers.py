@@ -42,12 +42,12 @@ def example():
     cache = os.environ.get("MERGE_TRANSFORMERS_CACHE") or Path(tempfile.gettempdir()) / "mpievo-merge-transformers-ci"
     zoo = models.Zoo(models.SMALL, cache)
     comm = MPI.COMM_WORLD
-    torch.set_num_threads(1)     # as merge_problems.py does: two threads per rank crawl on a busy machine
+    torch.set_num_threads(1)     # as run.blas_threads does: two threads per rank crawl on a busy machine
     if comm.rank == 0:
         zoo.build()
     comm.Barrier()
     module = types.ModuleType("merge_ci")
-    module.recipe = merge.Recipe(zoo).problem()
+    module.recipe = merge.recipe_problem(zoo)
     sys.modules["merge_ci"] = module
     yield types.SimpleNamespace(merge=merge, models=models, report=report, baselines=baselines,
                                 zoo=zoo, recipe=module.recipe)
@@ -56,7 +56,7 @@ def example():
 
 def run_recipe(example, out: Path, generations: int, *extra: str) -> int:
     return main(["run", str(EXAMPLE / "merge.toml"), "--out", str(out), "--generations", str(generations),
-                 "--set", "problem.name=merge_ci:recipe", "--dim", str(example.recipe.dim), *SHORT, *extra])
+                 "--set", "problem.name=merge_ci:recipe", *SHORT, *extra])   # the object brings its dim
 
 
 @pytest.fixture(scope="session")
@@ -71,7 +71,7 @@ def one_rank_run(example, tmp_path_factory):
 @pytest.fixture(scope="session")
 def table(example, one_rank_run):
     """merge_report.py's comparison of the one-rank run (it also writes ``<run>/merged``)."""
-    return example.report.compare(one_rank_run, example.recipe.func)
+    return example.report.compare(one_rank_run, example.recipe, example.zoo)
 
 
 def test_merge_beats_the_plain_average_on_the_test_split(example, table):
@@ -83,14 +83,18 @@ def test_merge_beats_the_plain_average_on_the_test_split(example, table):
 def test_merged_directory_loads_and_gives_the_evaluated_logits(example, one_rank_run, table):
     from transformers import GPT2LMHeadModel
 
-    genome = np.load(one_rank_run / "merged" / "merge_genome.npy")
+    from mpievo.torch.hf import RECIPE_FILE
+
+    note = json.loads((one_rank_run / "merged" / RECIPE_FILE).read_text())
+    genome = np.array(note["genome"])
     summary = json.loads((one_rank_run / "summary.json").read_text())
     loaded = GPT2LMHeadModel.from_pretrained(one_rank_run / "merged").eval()
-    resident = example.recipe.func.model_of(genome)
+    recipe = example.recipe
+    assert recipe.materialize(genome) == note["recipe"]
     ids = torch.from_numpy(example.zoo.splits["sort"].test.ids[:16])
     with torch.no_grad():
-        assert torch.equal(loaded(input_ids=ids).logits, resident(input_ids=ids).logits)
-    assert example.recipe.func(genome[None])[0] == pytest.approx(summary["best_fitness"])
+        assert torch.equal(loaded(input_ids=ids).logits, recipe.model(input_ids=ids).logits)
+    assert recipe.func(genome[None])[0] == pytest.approx(summary["best_fitness"])
 
 
 def test_stopped_run_resumes_to_the_uninterrupted_result(example, one_rank_run, tmp_path):
@@ -106,15 +110,16 @@ def test_stopped_run_resumes_to_the_uninterrupted_result(example, one_rank_run, 
 @pytest.mark.mpi(min_size=2)
 def test_python_api_on_two_ranks_beats_the_plain_average(example):
     import mpievo
+    from mpievo.torch import average
     from scoring import task_scores
-    from weights import assign
 
-    result = mpievo.minimize(example.recipe, islands=2, generations=GENERATIONS, seed=0, config=_config())
-    merger = example.recipe.func
+    recipe = example.recipe
+    result = mpievo.minimize(recipe, islands=2, generations=GENERATIONS, seed=0, config=_config())
     scores = {}
-    for name, weights in (("mpievo", merger.weights_of(result.x)), ("average", merger.experts.mean(axis=0))):
-        assign(merger.template, weights)
-        scores[name] = task_scores(merger.template, example.zoo.splits, "test")["mean"]
+    for name, merge in (("mpievo", lambda: recipe.materialize(result.x)),
+                        ("average", lambda: average(recipe.flat, recipe.bases.array[1:]))):
+        merge()
+        scores[name] = task_scores(recipe.model, example.zoo.splits, "test")["mean"]
     assert scores["mpievo"] > scores["average"], scores
     assert MPI.COMM_WORLD.allgather(result.fun) == [result.fun] * MPI.COMM_WORLD.Get_size()
 
@@ -131,20 +136,21 @@ def _config() -> dict:
 
 
 def test_whole_weight_delta_job_runs_from_the_experts(example, tmp_path):
-    """whole_weights.toml (delta GA islands, master_worker steady), briefly: its best is
+    """whole_weights.toml (bfloat16 delta GA islands, master_worker steady), briefly: its best is
     at least the best of its starting models (the experts and their average)."""
     if MPI.COMM_WORLD.Get_size() > 1:
         pytest.skip("runs `mpievo run` on COMM_WORLD in this process: one rank only")
-    whole = example.merge.WholeWeights(example.zoo)
-    sys.modules["merge_ci"].whole = whole.problem()
+    whole = example.merge.whole_weight_problem(example.zoo)
+    sys.modules["merge_ci"].whole = whole
     out = tmp_path / "whole"
     assert main(["run", str(EXAMPLE / "whole_weights.toml"), "--out", str(out), "--generations", "2",
-                 "--set", "problem.name=merge_ci:whole", "--dim", str(whole.dim), "--islands", "2",
+                 "--set", "problem.name=merge_ci:whole", "--islands", "2",
                  "--progress", "none"]) == 0
     summary = json.loads((out / "summary.json").read_text())
-    starts = whole(np.vstack([whole.experts, whole.experts.mean(axis=0)]))
+    experts = whole.bases.array[1:]
+    starts = whole.func(np.vstack([experts, experts.mean(axis=0)]))
     assert summary["best_fitness"] >= starts.max()
-    assert summary["best_fitness"] == pytest.approx(whole(example.report.best_genome(out, summary)[None])[0])
+    assert summary["best_fitness"] == pytest.approx(whole.func(example.report.best_genome(out, summary)[None])[0])
 
 
 def test_splits_are_disjoint_and_answers_right(example):
@@ -164,13 +170,3 @@ def test_splits_are_disjoint_and_answers_right(example):
         mask = splits.test.answer_mask[0]
         assert mask.sum() == data.DIGITS + 1   # the answer digits and the end mark
 
-
-def test_ties_against_a_hand_worked_case(example):
-    from weights import ties
-
-    base = np.zeros(4, np.float32)
-    experts = np.array([[3.0, -1.0, 0.5, 2.0], [1.0, 2.0, -0.1, -4.0]], np.float32)
-    # density 0.5: each keeps its 2 largest magnitudes: [3, 0, 0, 2] and [0, 2, 0, -4];
-    # signs elected from the sums [3, 2, 0, -2]: +, +, none, -; agreeing means: 3, 2, 0, -4
-    merged = ties(base, experts, [("all", slice(0, 4))], density=0.5, lam=0.5)
-    assert np.allclose(merged, [1.5, 1.0, 0.0, -2.0])

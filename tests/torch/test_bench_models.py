@@ -18,3 +18,11 @@ def test_an_unknown_part_is_refused():
     with pytest.raises(SystemExit) as caught:
         cli_main(["bench", "models", "nothing"])
     assert caught.value.code == 2
+
+
+def test_memory_part_prints_each_phase_against_its_estimate(capsys):
+    assert cli_main(["bench", "models", "memory", "--layers", "1", "--width", "16", "--capacity", "4",
+                     "--batch", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "generation 0 12 rows (2 sources + 2 row box + 4 archive + 4 generation 0 beside it)" in out, out
+    assert "x (target within 10 %)" in out and ("rank 0: later: peak RSS growth" in out or "whole run" in out), out

@@ -138,3 +138,23 @@ def test_a_recipe_materialises_its_merge_from_the_resident_sources():
     np.testing.assert_allclose(problem.flat.read(), want, rtol=1e-6, atol=1e-7)
     with pytest.raises(ValueError, match="expected a base model for 'dare'"):
         RecipeProblem(Small(3), lambda m: 0.0, experts, method="dare")
+
+
+def test_groups_by_name_a_fixed_lambda_and_the_average_start():
+    """group_by, lam and start="average": generation 0 begins with the plain average."""
+    base, experts = Small(0), [Small(1), Small(2)]
+    problem = RecipeProblem(Small(3), lambda m: 0.0, experts, method="task_arithmetic", base=base, lam=1.0,
+                            group_by=lambda name: name.split(".")[0], start="average")
+    assert problem.space.groups == ["first", "norm", "second"] and problem.group_of.tolist() == [0, 0, 1, 1, 2, 2]
+    assert problem.space.names[:2] == ["first/weight 0", "first/weight 1"] and problem.dim == 6   # no lambda gene
+    start = problem.initial_genomes(np.random.default_rng(0), 4, np.float64)
+    assert np.array_equal(start[0], np.full(6, 0.5)) and np.all((start[1:] >= 0) & (start[1:] <= 1))
+    problem.materialize(start[0])
+    genomes = model_bases(experts, problem.flat).array
+    np.testing.assert_allclose(problem.flat.read(), genomes.mean(axis=0), rtol=1e-6, atol=1e-7)
+    assert problem.materialize(start[1])["lambda"] == 1.0
+    assert RecipeSpace("ties", ["other"], 2).average_genome().tolist() == [0.5, 0.5, 1.0, 1.0]
+    with pytest.raises(ValueError, match="expected group_by"):
+        RecipeProblem(Small(3), lambda m: 0.0, experts, method="linear", group_by=lambda name: None)
+    with pytest.raises(ValueError, match="expected start among"):
+        RecipeProblem(Small(3), lambda m: 0.0, experts, method="linear", start="best")

@@ -82,3 +82,14 @@ def test_a_bfloat16_model_takes_float32_genomes_rounded_once():
     genome = np.random.default_rng(1).uniform(-1, 1, (1, problem.dim)).astype(np.float32)
     problem.evaluate(genome)
     np.testing.assert_array_equal(seen[0], genome[0].astype(ml_dtypes.bfloat16))
+
+
+def test_a_callable_initial_gives_generation_0():
+    sources = [Small(1), Small(2)]
+
+    def halfway(rng, n):
+        return np.repeat(problem.bases.array.astype(np.float64).mean(axis=0)[None], n, axis=0)
+
+    problem = ModelProblem(Small(0), lambda m: 0.0, sources=sources, initial=halfway)
+    start = problem.initial_genomes(np.random.default_rng(0), 3, np.float32)
+    assert start.shape == (3, problem.dim) and np.array_equal(start[2], problem.bases.array.mean(axis=0))

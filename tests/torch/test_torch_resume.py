@@ -46,18 +46,15 @@ def test_mpievo_run_stops_and_resumes_a_bfloat16_model_run_bit_for_bit(tmp_path,
     from mpi4py import MPI
 
     from mpievo.cli.main import main
-    from torch_runs import make_problem
 
     if MPI.COMM_WORLD.Get_size() > 1:
         pytest.skip("runs `mpievo run` on COMM_WORLD in this process: one rank only")
     (tmp_path / "bf16_merge.py").write_text('from torch_runs import make_problem\n'
                                             'problem = make_problem("bf16-delta")\n')
     monkeypatch.syspath_prepend(str(tmp_path))
-    # the config check asks for the problem's dim and box even for a Problem object
-    config = tmp_path / "merge.toml"
+    config = tmp_path / "merge.toml"      # the Problem object brings its dim, box and sense
     config.write_text(f'[run]\nislands = 2\ngenerations = {GENERATIONS}\nseed = 5\n'
-                      f'[problem]\nname = "bf16_merge:problem"\ndim = {make_problem("bf16-delta").dim}\n'
-                      'lower = -1.0\nupper = 1.0\n'
+                      '[problem]\nname = "bf16_merge:problem"\n'
                       '[engine]\ndtype = "bfloat16"\ngenome = "delta"\ncapacity = 6\nbatch_size = 4\n')
     straight, stopped = tmp_path / "straight", tmp_path / "stopped"
     assert main(["run", str(config), "--out", str(straight), "--progress", "none"]) == 0

@@ -80,10 +80,10 @@ class DeltaProblem(EncodedProblem):
 
     def _initial_deltas(self, rng: np.random.Generator, n: int) -> np.ndarray:
         genomes = self.inner._check_initial(self.inner.initial(rng, n), n)
-        base = self.bases.array[0].astype(np.float64)
+        base = self.bases.array[0]
         deltas = np.empty(genomes.shape, self.row_dtype)
-        for row, genome in zip(deltas, genomes):    # in float64 a row at a time: no (n, dim) float64
-            row[...] = genome - base
+        for row, genome in zip(deltas, genomes):    # in float64, cast in the ufunc's chunks: no float64 row
+            np.subtract(genome, base, out=row, dtype=np.float64, casting="unsafe")
         return deltas
 
     def materialize_into(self, rows: np.ndarray, out: np.ndarray) -> None:
