@@ -39,6 +39,9 @@ from . import device, genomes, half
 from .archive import Archive, make_ids, sanitize_fitness
 from .engine_config import EngineConfig
 from .migration_policy import Migrants, admit, choose_emigrants
+from .moo.archive import ParetoArchive, sanitize_objectives
+from .moo.indicators import hypervolume
+from .moo.problems import check_objectives
 from .operators import box_arrays
 from .problems import Problem, check_fitness, make_problem
 from .streams import stream
@@ -114,14 +117,24 @@ class Island:
         encoded = genomes.encoding_of(self.problem)
         self.on_device = ((encoded is None or encoded.device_rows)
                           and device.resolve_device(self.config.device, _algorithm_name(spec), self.problem))
-        archive_class = Archive
+        self.n_obj = int(getattr(self.problem, "n_obj", 1))   # objectives per genome
+        archive_class, extra = Archive, {}
         if self.on_device:
             from .device_archive import DeviceArchive as archive_class
+        if self.n_obj > 1:
+            if self.on_device or encoded is not None:
+                raise ValueError(f"expected dense genomes on the cpu for {self.n_obj} objectives, got "
+                                 f"genome {self.config.genome!r} on device {self.config.device!r}")
+            archive_class, extra = ParetoArchive, {"n_obj": self.n_obj}
         self.archive = archive_class(self.config.capacity, self.problem.dim,
                                      genomes.row_dtype(self.problem, self.config.dtype),
                                      unique=self.config.unique, island=self.index,
-                                     limit=initial_population(self.config))
+                                     limit=initial_population(self.config), **extra)
         self.algorithm = make_algorithm(spec, self.config)
+        if bool(getattr(self.algorithm, "multi_objective", False)) != (self.n_obj > 1):
+            raise ValueError(f"expected {'a multi-objective algorithm (nsga2)' if self.n_obj > 1 else 'one objective'} "
+                             f"for algorithm {self.algorithm.name!r} and problem {self.problem.name!r}, "
+                             f"got {self.n_obj} objective(s)")
         self.generation = -1          # last completed generation; -1 before initialize()
         self.evaluations = 0
         self.nonfinite = 0            # evaluations that returned NaN or +-inf
@@ -151,9 +164,18 @@ class Island:
             return spread(genomes) if spread is not None else device.evaluate(self.problem, genomes)
         return self.problem.evaluate(genomes)
 
+    def _sanitized(self, fitness, n: int | None = None) -> tuple[np.ndarray, int]:
+        """(fitness, invalid evaluations): checked against ``n`` genomes when given, every
+        non-finite value (a row with one, with several objectives) replaced by +inf."""
+        if self.n_obj > 1:
+            if n is not None:
+                fitness = check_objectives(fitness, n, self.n_obj, self.problem.name)
+            return sanitize_objectives(np.asarray(fitness, dtype=np.float64).reshape(-1, self.n_obj))
+        return sanitize_fitness(fitness if n is None else check_fitness(fitness, n, self.problem.name))
+
     def _count(self, fitness) -> np.ndarray:
         """Evaluated ``fitness`` sanitised and counted (evaluations, non-finite values)."""
-        fitness, bad = sanitize_fitness(fitness)
+        fitness, bad = self._sanitized(fitness)
         self.evaluations += len(fitness)
         self.nonfinite += bad
         return fitness
@@ -253,11 +275,11 @@ class Island:
         n = size if evaluated is None else evaluated
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 1 <= n <= size:
             raise ValueError(f"expected evaluated to be an int in [1, {size}], got {evaluated!r}")
-        fitness, bad = sanitize_fitness(check_fitness(fitness, n, self.problem.name))
+        fitness, bad = self._sanitized(fitness, n)
         self._pending = None
         self.evaluations += n
         self.nonfinite += bad
-        told = fitness if n == size else np.concatenate([fitness, np.full(size - n, np.inf)])
+        told = fitness if n == size else np.concatenate([fitness, np.full((size - n,) + fitness.shape[1:], np.inf)])
         self.algorithm.tell(genomes, told)
         before = self.best_internal()
         result = self.archive.insert(genomes[:n], fitness, self._new_ids(n), self.index, generation)
@@ -300,6 +322,13 @@ class Island:
             host = isinstance(self.archive.genomes, np.ndarray)
             genome = encoded.decode(self.archive.genomes[i] if host else self.archive.row(i))
         return genome, float(self.problem.to_user(self.archive.fitness[i]))
+
+    def hypervolume(self) -> float | None:
+        """Several objectives: the hypervolume of the archive's front to the problem's
+        ``reference_point`` (:mod:`.moo.indicators`); None otherwise."""
+        if self.n_obj == 1 or self.archive.size == 0:
+            return None
+        return hypervolume(self.archive.objectives[self.archive.front()], self.problem.reference_point)
 
     def diversity(self) -> float:
         """Mean distance of the members to their centroid, genes scaled by the box width,
@@ -388,6 +417,8 @@ class Island:
             raise ValueError(f"expected max_replace to be an int >= 0, got {max_replace!r}")
         migrants = self._check_migrants(genomes, fitness, ids, origins,
                                         self.generation if births is None else births)
+        if self.n_obj > 1 and policy == "fair":
+            raise ValueError("expected replacement 'better' or 'worst' for several objectives, got 'fair'")
         if self.stalled < self.config.immigration_patience:
             return 0       # still improving on its own: immigrants would only pull it off course
         entered = admit(self.archive, migrants, policy, int(limit), unique)
@@ -402,9 +433,10 @@ class Island:
         if len(shape) != 2 or shape[1] != self.problem.dim:
             raise ValueError(f"expected immigrant genomes of shape (k, {self.problem.dim}), got {shape}")
         n = shape[0]
-        fitness, _ = sanitize_fitness(fitness)
-        if fitness.shape != (n,):
-            raise ValueError(f"expected immigrant fitness of shape ({n},), got {fitness.shape}")
+        expected = (n,) if self.n_obj == 1 else (n, self.n_obj)
+        if np.shape(fitness) != expected:
+            raise ValueError(f"expected immigrant fitness of shape {expected}, got {np.shape(fitness)}")
+        fitness, _ = self._sanitized(fitness)
         columns = []
         for name, column in (("ids", ids), ("origins", origins), ("births", births)):
             column = np.asarray(column, dtype=np.int64)
