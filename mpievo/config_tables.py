@@ -25,7 +25,7 @@ SCHEMES = ("island", "hybrid", "centralized", "replicated", "master_worker")
 #: the schemes that run as one group of every rank (rank 0 holds the islands or speaks for them)
 ONE_GROUP_SCHEMES = ("centralized", "replicated", "master_worker")
 #: built-in algorithms for problems with several objectives (problem.n_obj >= 2)
-MULTI_OBJECTIVE_ALGORITHMS = ("nsga2",)
+MULTI_OBJECTIVE_ALGORITHMS = ("nsga2", "smsemoa")
 #: the most islands a job may ask for (a typo of an extra 000 fails at validation)
 MAX_ISLANDS = 1_000_000
 #: run.generations without a budget, when not given

@@ -132,7 +132,8 @@ class Island:
                                      limit=initial_population(self.config), **extra)
         self.algorithm = make_algorithm(spec, self.config)
         if bool(getattr(self.algorithm, "multi_objective", False)) != (self.n_obj > 1):
-            raise ValueError(f"expected {'a multi-objective algorithm (nsga2)' if self.n_obj > 1 else 'one objective'} "
+            wanted = "a multi-objective algorithm (nsga2, smsemoa)" if self.n_obj > 1 else "one objective"
+            raise ValueError(f"expected {wanted} "
                              f"for algorithm {self.algorithm.name!r} and problem {self.problem.name!r}, "
                              f"got {self.n_obj} objective(s)")
         self.generation = -1          # last completed generation; -1 before initialize()

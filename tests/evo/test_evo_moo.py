@@ -1,6 +1,8 @@
 """Several objectives: Pareto sorting, built-in problems against pymoo, the ParetoArchive,
 the NSGA-II island (determinism, resume), its bad input and its migration rules."""
 
+from functools import partial
+
 import numpy as np
 import pytest
 
@@ -8,6 +10,7 @@ from mpievo.evo import EngineConfig, Island
 from mpievo.evo.moo.archive import ParetoArchive
 from mpievo.evo.moo.pareto import crowding_distances, dominance, front_ranks, nondominated, survivor_order
 from mpievo.evo.problems import Problem
+from mpievo.evo.moo.smsemoa import hypervolume_survivors
 from mpievo.evo.moo.problems import BUILTIN_MOO, MultiObjectiveProblem, moo_problem, nadir
 
 
@@ -86,9 +89,9 @@ def test_user_problem_bad_objectives_and_nan_accounting():
         moo_problem("zdt1", n_obj=3)
 
 
-def run_island(generations, seed=3, state=None, start=0):
+def run_island(generations, seed=3, state=None, start=0, algorithm="nsga2"):
     problem = moo_problem("zdt1", dim=8)
-    island = Island(0, problem, EngineConfig(algorithm="nsga2", capacity=24, batch_size=24), seed=seed)
+    island = Island(0, problem, EngineConfig(algorithm=algorithm, capacity=24, batch_size=24), seed=seed)
     if state is None:
         island.initialize()
     else:
@@ -98,16 +101,18 @@ def run_island(generations, seed=3, state=None, start=0):
     return island
 
 
-def test_nsga2_converges_and_is_deterministic_and_resumes():
+@pytest.mark.parametrize("algorithm", ["nsga2", "smsemoa"])
+def test_islands_converge_and_are_deterministic_and_resume(algorithm):
     moocore = pytest.importorskip("moocore")
-    start, later = run_island(0), run_island(60)
+    run = partial(run_island, algorithm=algorithm)
+    start, later = run(0), run(60)
     ref = moo_problem("zdt1", dim=8).reference_point
     hv = [moocore.hypervolume(i.archive.objectives[i.archive.front()], ref=ref) for i in (start, later)]
     assert hv[1] > hv[0] + 0.2 and hv[1] > 0.75        # the true front's is 0.87 (ref 1.1, 1.1)
-    again = run_island(60)
+    again = run(60)
     assert np.array_equal(again.archive.genomes, later.archive.genomes)
-    half = run_island(30)
-    resumed = run_island(30, state=half.state_dict(), start=30)
+    half = run(30)
+    resumed = run(30, state=half.state_dict(), start=30)
     assert np.array_equal(resumed.archive.genomes, later.archive.genomes)
     assert np.array_equal(resumed.archive.objectives, later.archive.objectives)
     assert resumed.counters() == later.counters()
@@ -149,3 +154,15 @@ def test_nadir_of_fronts_pymoo_would_download(name, n_obj):
     f = problem(x)
     front = f[nondominated(f)]
     assert np.allclose(front.max(axis=0), nadir(name, n_obj), atol=max(2e-3, 1.0 / (len(grid) - 1)))
+
+
+def test_hypervolume_survival_removes_the_least_contributor_then_recomputes():
+    pytest.importorskip("moocore")
+    f = np.array([[0.0, 1.0], [0.5, 0.5], [0.51, 0.49], [1.0, 0.0], [0.6, 0.6]])
+    # (0.6, 0.6) is dominated: it goes first; then (0.51, 0.49) adds 0.0049 < 0.005
+    assert list(hypervolume_survivors(f, 4)) == [0, 1, 2, 3]
+    assert list(hypervolume_survivors(f, 3)) == [0, 1, 3]
+    # then, to the reference (2, 2), the middle adds 0.25 and each extreme 0.5: the middle goes
+    assert list(hypervolume_survivors(f, 2)) == [0, 3]
+    same = np.array([[0.0, 1.0], [0.5, 0.5], [0.5, 0.5], [1.0, 0.0]])
+    assert list(hypervolume_survivors(same, 3)) == [0, 1, 3]       # equal contributions: the newer leaves

@@ -6,6 +6,7 @@
 * :mod:`.archive` -- :class:`ParetoArchive`: an island archive whose merge is NSGA-II's
   environmental selection (the population of a Pareto island).
 * :mod:`.nsga2` -- the ``nsga2`` island algorithm (tournaments, SBX, polynomial mutation).
+* :mod:`.smsemoa` -- the ``smsemoa`` island algorithm (hypervolume survival, moocore's).
 * :mod:`.indicators` -- hypervolume (moocore) and the merge of several fronts.
 
 Example::
@@ -21,9 +22,10 @@ Example::
 from .archive import ParetoArchive
 from .indicators import hypervolume, merged_front
 from .nsga2 import NSGA2
+from .smsemoa import SMSEMOA
 from .pareto import crowding_distances, dominance, front_ranks, nondominated, survivor_order
 from .problems import BUILTIN_MOO, MultiObjectiveProblem, moo_problem
 
-__all__ = ["ParetoArchive", "hypervolume", "merged_front", "NSGA2", "crowding_distances", "dominance",
+__all__ = ["ParetoArchive", "hypervolume", "merged_front", "NSGA2", "SMSEMOA", "crowding_distances", "dominance",
            "front_ranks", "nondominated", "survivor_order", "BUILTIN_MOO", "MultiObjectiveProblem",
            "moo_problem"]

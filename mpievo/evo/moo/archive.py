@@ -49,6 +49,9 @@ class ParetoArchive(Archive):
             raise ValueError(f"expected n_obj to be an int >= 2, got {n_obj!r}")
         self.n_obj = int(n_obj)
         self._objectives = np.full((int(capacity), self.n_obj), np.inf)
+        #: ``survival(objectives, limit) -> kept rows`` of a merge; None: NSGA-II's (set by
+        #: the algorithm, e.g. SMS-EMOA's hypervolume survival)
+        self.survival = None
         super().__init__(capacity, dim, dtype, **kwargs)
 
     @property
@@ -70,11 +73,15 @@ class ParetoArchive(Archive):
         super()._write(slots, genomes, rows, fitness.sum(axis=1), ids, origins, births, hashes)
 
     def _merge_slots(self, candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """NSGA-II truncation of members + candidates to ``limit``: the candidates that
-        stay (ascending) and their slots (free slots first, then evicted members')."""
+        """Truncation of members + candidates to ``limit`` (NSGA-II's, or ``survival``):
+        the candidates that stay (ascending) and their slots (free slots first, then
+        evicted members')."""
         size = self.size
-        order, _, _ = survivor_order(np.concatenate([self.objectives, candidates]))
-        kept = order[:self.limit]
+        combined = np.concatenate([self.objectives, candidates])
+        if self.survival is not None and len(combined) > self.limit:
+            kept = self.survival(combined, self.limit)
+        else:
+            kept = survivor_order(combined)[0][:self.limit]
         entered = np.sort(kept[kept >= size] - size)
         evicted = np.setdiff1d(np.arange(size), kept)
         slots = np.concatenate([np.arange(size, self.limit), evicted])[:len(entered)]

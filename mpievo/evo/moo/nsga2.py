@@ -78,15 +78,18 @@ class NSGA2:
         self.lower, self.upper = (np.asarray(b, dtype=np.float64) for b in box)
         self.rate = 1.0 / archive.dim if self.mutation_rate is None else float(self.mutation_rate)
 
-    def ask(self, rng: np.random.Generator) -> np.ndarray:
-        """Draw order: tournaments for parents a, then b; SBX (spread, side); which pairs
-        cross; polynomial mutation (genes, steps)."""
-        archive, n = self.archive, self.batch_size
-        order = survivor_order(archive.objectives)[0]
+    def parents(self, rng: np.random.Generator, count: int) -> tuple[np.ndarray, np.ndarray]:
+        """Draws: binary tournaments for parents a, then b (:func:`tournament_winners`)."""
+        order = survivor_order(self.archive.objectives)[0]
         position = np.empty(len(order), np.int64)
         position[order] = np.arange(len(order))
-        idx_a = tournament_winners(position, n, rng)
-        idx_b = tournament_winners(position, n, rng)
+        return tournament_winners(position, count, rng), tournament_winners(position, count, rng)
+
+    def ask(self, rng: np.random.Generator) -> np.ndarray:
+        """Draw order: parents (:meth:`parents`); SBX (spread, side); which pairs cross;
+        polynomial mutation (genes, steps)."""
+        archive, n = self.archive, self.batch_size
+        idx_a, idx_b = self.parents(rng, n)
         genomes = archive.genomes.astype(np.float64)
         children = ops.sbx_crossover(genomes, idx_a, idx_b, rng, self.lower, self.upper,
                                      np.empty((n, archive.dim)), eta=self.sbx_eta)
