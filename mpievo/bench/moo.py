@@ -7,8 +7,9 @@ members each, initial populations included, migration on a ring every ``interval
 generations (``emigrants`` per edge; a migrant replaces a resident only when that
 resident does not dominate it):
 
-* mpievo: ``engine.algorithm = "nsga2"``, capacity = batch = ``population``, the run's
-  budget split equally over the islands (:func:`mpievo.parallel.run_job`);
+* mpievo: each of ``algorithms`` (``nsga2``, ``smsemoa``) on every island, capacity =
+  batch = ``population``, the run's budget split equally over the islands
+  (:func:`mpievo.parallel.run_job`);
 * pygmo ``nsga2`` and ``moead`` (Tchebycheff, 20 neighbours; grid weights for 2
   objectives, low-discrepancy ones for more): one population per island, evolved
   ``interval`` generations at a time in this process (its ``archipelago`` would run a
@@ -31,10 +32,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..config import validate
+from ..config import MULTI_OBJECTIVE_ALGORITHMS, validate
 from ..evo.moo.indicators import hypervolume, merged_front
 from ..evo.moo.problems import BUILTIN_MOO, moo_problem
-from ..schema import Settings, boolean, integer, list_of, setting, text
+from ..schema import Settings, boolean, choice, integer, list_of, setting, text
 
 DEFAULT_PROBLEMS = ("zdt1", "zdt2", "zdt3", "zdt4", "zdt6", "dtlz1:2", "dtlz2:2", "dtlz7:2",
                     "dtlz1:3", "dtlz2:3", "dtlz4:3", "dtlz5:3", "dtlz7:3")
@@ -69,6 +70,7 @@ class MooBenchOptions(Settings):
 
     problems: tuple = setting(DEFAULT_PROBLEMS, list_of(text), "built-in problems, 'name' or 'dtlzN:m'")
     seeds: tuple = setting((0, 1, 2), list_of(integer(0)), "seeds of every problem")
+    algorithms: tuple = setting(("nsga2",), list_of(choice(MULTI_OBJECTIVE_ALGORITHMS)), "mpievo's island algorithms")
     budget: int = setting(40_000, integer(8), "evaluations of every run, all islands together")
     islands: int = setting(4, integer(1), "islands of every solver")
     population: int = setting(100, integer(8, 100_000), "members per island (pygmo nsga2: a multiple of 4)")
@@ -93,14 +95,15 @@ class MooBenchOptions(Settings):
                             f"({2 * self.islands * self.population}), got {self.budget}")
 
 
-def run_mpievo(comm, problem, name: str, n_obj: int, seed: int, options: MooBenchOptions) -> dict:
+def run_mpievo(comm, problem, name: str, n_obj: int, seed: int, options: MooBenchOptions,
+               algorithm: str = "nsga2") -> dict:
     """One mpievo run; its merged front (every island's members) and evaluations."""
     from ..parallel import run_job
 
     job = validate({"run": {"islands": options.islands, "budget": options.budget, "seed": seed,
                             "log_every": 1 << 30},
                     "problem": {"name": name, "dim": problem.dim, "n_obj": n_obj},
-                    "engine": {"algorithm": "nsga2", "capacity": options.population,
+                    "engine": {"algorithm": algorithm, "capacity": options.population,
                                "batch_size": options.population},
                     "migration": {"interval": options.interval, "emigrants": options.emigrants}}, comm.size)
     result = run_job(job, comm)
@@ -193,7 +196,8 @@ def bench_moo(comm, options: MooBenchOptions, pygmo=None, log=print) -> list[dic
         name, n_obj = parse_problem(spec)
         problem = moo_problem(name, n_obj=n_obj)
         for seed in options.seeds:
-            solvers = [("mpievo nsga2", lambda: run_mpievo(comm, problem, name, n_obj, seed, options))]
+            solvers = [(f"mpievo {a}", lambda a=a: run_mpievo(comm, problem, name, n_obj, seed, options, a))
+                       for a in options.algorithms]
             if pygmo is not None and comm.rank == 0:
                 solvers += [(f"pygmo {peer}", lambda peer=peer: run_peer(pygmo, peer, problem, seed, options))
                             for peer in PEERS]
@@ -213,15 +217,15 @@ def bench_moo(comm, options: MooBenchOptions, pygmo=None, log=print) -> list[dic
 
 
 def summary_table(rows: list[dict], options: MooBenchOptions) -> str:
-    """A markdown table: per problem, mpievo's median (and range) against each peer's best and median."""
+    """A markdown table: per problem, mpievo's medians (and ranges) against each peer's best and median."""
     solvers = list(dict.fromkeys(r["solver"] for r in rows))
-    head = ["problem", "m", "dim", "reference point"] + [
-        f"{s} median [min, max]" if s.startswith("mpievo") else f"{s} best (median)" for s in solvers]
+    ours = [s for s in solvers if s.startswith("mpievo")]
     peers = [s for s in solvers if not s.startswith("mpievo")]
-    if peers:
-        head.append("mpievo median >= best peer")
+    head = ["problem", "m", "dim", "reference point"] + [
+        f"{s} median [min, max]" if s in ours else f"{s} best (median)" for s in solvers]
+    head += [f"{s} median >= best peer" for s in ours if peers]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    wins = 0
+    wins = dict.fromkeys(ours, 0)
     problems = list(dict.fromkeys(r["problem"] for r in rows))
     for spec in problems:
         mine = [r for r in rows if r["problem"] == spec]
@@ -232,18 +236,17 @@ def summary_table(rows: list[dict], options: MooBenchOptions) -> str:
             v = values[s]
             cells.append(f"{np.median(v):.4f} [{v.min():.4f}, {v.max():.4f}]" if s.startswith("mpievo")
                          else f"{v.max():.4f} ({np.median(v):.4f})")
-        if peers:
-            ours = float(np.median(values[solvers[0]]))
-            won = all(ours >= values[s].max() for s in peers)
-            wins += won
+        for s in ours if peers else ():
+            won = all(float(np.median(values[s])) >= values[p].max() for p in peers)
+            wins[s] += won
             cells.append("yes" if won else "no")
         lines.append("| " + " | ".join(cells) + " |")
     conditions = (f"{options.budget} evaluations per run over {options.islands} islands of {options.population}, "
                   f"ring migration of {options.emigrants} every {options.interval} generations, "
                   f"seeds {list(options.seeds)}; hypervolume (moocore) of all islands' non-dominated points "
                   f"at the reference point (1.1 x the true front's nadir)")
-    if peers:
-        conditions += f"; mpievo's median >= every peer's best on {wins} of {len(problems)} problems"
+    for s in ours if peers else ():
+        conditions += f"; {s}'s median >= every peer's best on {wins[s]} of {len(problems)} problems"
     return "\n".join(lines) + "\n\n" + conditions + "\n"
 
 

@@ -343,7 +343,7 @@ def _add_bbob_arguments(sub) -> None:
 
 
 # ---------------------------------------------------------------- bench moo
-_MOO_OPTIONS = ("problems", "seeds", "budget", "islands", "population", "interval", "emigrants")
+_MOO_OPTIONS = ("problems", "seeds", "algorithms", "budget", "islands", "population", "interval", "emigrants")
 
 
 def _add_moo_arguments(sub) -> None:
@@ -353,6 +353,8 @@ def _add_moo_arguments(sub) -> None:
     moo.add_argument("--problems", type=lambda text: tuple(p.strip() for p in text.split(",") if p.strip()),
                      help="comma-separated, e.g. zdt1,dtlz2:3 (default: ZDT1-4, ZDT6, DTLZ 2 and 3 objectives)")
     moo.add_argument("--seeds", type=_numbers(int), help="seeds of every problem (default 0,1,2)")
+    moo.add_argument("--algorithms", type=lambda text: tuple(a.strip() for a in text.split(",") if a.strip()),
+                     help="mpievo's island algorithms, e.g. nsga2,smsemoa (default nsga2)")
     moo.add_argument("--budget", type=_numbers(int, one=True), help="evaluations per run (default 40000)")
     moo.add_argument("--islands", type=_numbers(int, one=True), help="islands of every solver (default 4)")
     moo.add_argument("--population", type=_numbers(int, one=True), help="members per island (default 100)")

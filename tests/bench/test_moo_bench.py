@@ -10,7 +10,7 @@ from mpievo.cli.main import main as cli_main  # noqa: E402
 from mpievo.comm.protocol import SelfComm  # noqa: E402
 from mpievo.evo.moo.problems import moo_problem  # noqa: E402
 
-TINY = dict(problems=("zdt1", "dtlz2:3"), seeds=(0,), budget=192, islands=2, population=8, interval=2,
+TINY = dict(problems=("zdt1", "dtlz2:3"), seeds=(0,), algorithms=("nsga2", "smsemoa"), budget=192, islands=2, population=8, interval=2,
             emigrants=2)
 
 
@@ -21,16 +21,17 @@ def test_tiny_grid_rows_and_table():
         pygmo = None
     options = bm.MooBenchOptions(**TINY)
     rows = bm.bench_moo(SelfComm(), options, pygmo, log=lambda text: None)
-    solvers = {"mpievo nsga2"} | ({"pygmo nsga2", "pygmo moead"} if pygmo else set())
+    solvers = {"mpievo nsga2", "mpievo smsemoa"} | ({"pygmo nsga2", "pygmo moead"} if pygmo else set())
     assert {r["solver"] for r in rows} == solvers and len(rows) == 2 * len(solvers)
     for row in rows:
         assert 0 <= row["hypervolume"] < np.prod(row["reference_point"])
         assert row["evaluations"] <= TINY["budget"]
-        if row["solver"] == "mpievo nsga2":
+        if row["solver"].startswith("mpievo"):
             assert row["evaluations"] == TINY["budget"]
     table = bm.summary_table(rows, options)
     assert "| zdt1 | 2 | 30 | (1.1, 1.1) |" in table and "| dtlz2:3 | 3 | 12 | (1.1, 1.1, 1.1) |" in table
     assert "192 evaluations per run over 2 islands of 8" in table
+    assert ("mpievo smsemoa's median >= every peer's best on" in table) == (pygmo is not None)
 
 
 def test_check_refuses_wrong_points_and_budgets():
