@@ -178,7 +178,7 @@ class ProblemConfig(Settings):
                                      "how the limit is enforced (see mpievo.evo.problem_wrappers)")
     n_obj: int = setting(1, integer(1), "objectives per genome: 1, or >= 2 for a multi-objective problem "
                          "(built-ins zdt1-4, zdt6, dtlz1-7; a user function then returns (n, n_obj); "
-                         "engine.algorithm nsga2)")
+                         "engine.algorithm nsga2 or smsemoa)")
     reference_point: Any = setting(None, optional(list_of(number(-1e300, 1e300))),
                                    "several objectives: the point hypervolumes are measured to (n_obj "
                                    "numbers); default: a built-in's, none for a user function")

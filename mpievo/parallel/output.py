@@ -270,16 +270,25 @@ def read_island_logs(out: str | Path) -> dict[int, list[dict]]:
     return logs
 
 
-def plot_front(front: Mapping[str, Any], target: str | Path, notice=print) -> bool:
-    """Scatter the merged front (2 objectives: a plane, 3: a 3-D plot, more: the first
-    two) into ``target``, coloured by island. Returns False (after a notice) without matplotlib."""
+def _pyplot(target: str | Path, notice):
+    """matplotlib's pyplot on the Agg backend; None (after a notice naming ``target``) without it."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        notice("mpievo: front.png skipped: matplotlib is not installed (pip install 'mpievo[plot]')")
+        notice(f"mpievo: {Path(target).name} skipped: matplotlib is not installed "
+               "(pip install 'mpievo[plot]')")
+        return None
+    return plt
+
+
+def plot_front(front: Mapping[str, Any], target: str | Path, notice=print) -> bool:
+    """Scatter the merged front (2 objectives: a plane, 3: a 3-D plot, more: the first
+    two) into ``target``, coloured by island. Returns False (after a notice) without matplotlib."""
+    plt = _pyplot(target, notice)
+    if plt is None:
         return False
     points, islands = np.asarray(front["objectives"]), np.asarray(front["islands"])
     three = points.ndim == 2 and points.shape[1] == 3
@@ -307,14 +316,8 @@ def plot_convergence(out: str | Path, target: str | Path, notice=print) -> bool:
     Returns:
         True when the plot was written; False (after a notice) without matplotlib.
     """
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        notice("mpievo: convergence.png skipped: matplotlib is not installed "
-               "(pip install 'mpievo[plot]')")
+    plt = _pyplot(target, notice)
+    if plt is None:
         return False
     logs = read_island_logs(out)
     fig, ax = plt.subplots(figsize=(7, 4.5))
