@@ -440,9 +440,6 @@ def merge_fronts(fronts, reference_point) -> dict:
     ``objectives``, ``genomes`` (float64), the ``islands`` they come from, and its
     ``hypervolume`` to ``reference_point`` (None without one or without moocore)."""
     fronts = sorted(fronts, key=lambda f: f[0])
-    if not fronts:
-        return {"objectives": np.empty((0, 0)), "genomes": np.empty((0, 0)), "islands": np.empty(0, np.int64),
-                "reference_point": reference_point, "hypervolume": None}
     objectives, genomes, islands = merged_front(
         np.concatenate([f[1] for f in fronts]), np.concatenate([np.asarray(f[2], np.float64) for f in fronts]),
         np.concatenate([np.full(len(f[1]), f[0], np.int64) for f in fronts]))
