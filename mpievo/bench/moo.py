@@ -9,7 +9,9 @@ resident does not dominate it):
 
 * mpievo: each of ``algorithms`` (``nsga2``, ``smsemoa``) on every island, capacity =
   batch = ``population``, the run's budget split equally over the islands
-  (:func:`mpievo.parallel.run_job`);
+  (:func:`mpievo.parallel.run_job`), with pygmo ``nsga2``'s variation settings
+  (:data:`LIKE_PYGMO`: crossover 0.95, eta_c 10, eta_m 50, mutation 0.01 per gene), so
+  that the two NSGA-II differ in their code, not their parameters;
 * pygmo ``nsga2`` and ``moead`` (Tchebycheff, 20 neighbours; grid weights for 2
   objectives, low-discrepancy ones for more): one population per island, evolved
   ``interval`` generations at a time in this process (its ``archipelago`` would run a
@@ -40,6 +42,8 @@ from ..schema import Settings, boolean, choice, integer, list_of, setting, text
 DEFAULT_PROBLEMS = ("zdt1", "zdt2", "zdt3", "zdt4", "zdt6", "dtlz1:2", "dtlz2:2", "dtlz7:2",
                     "dtlz1:3", "dtlz2:3", "dtlz4:3", "dtlz5:3", "dtlz7:3")
 PEERS = ("nsga2", "moead")
+#: mpievo's engine settings equal to pygmo nsga2's defaults (cr, eta_c, eta_m, m)
+LIKE_PYGMO = {"sbx_prob": 0.95, "sbx_eta": 10.0, "pm_eta": 50.0, "mutation_rate": 0.01}
 #: pygmo moead's default neighbourhood (fewer for populations below 21)
 MOEAD_NEIGHBOURS = 20
 
@@ -104,7 +108,7 @@ def run_mpievo(comm, problem, name: str, n_obj: int, seed: int, options: MooBenc
                             "log_every": 1 << 30},
                     "problem": {"name": name, "dim": problem.dim, "n_obj": n_obj},
                     "engine": {"algorithm": algorithm, "capacity": options.population,
-                               "batch_size": options.population},
+                               "batch_size": options.population, **LIKE_PYGMO},
                     "migration": {"interval": options.interval, "emigrants": options.emigrants}}, comm.size)
     result = run_job(job, comm)
     front = result.front

@@ -11,6 +11,7 @@ from mpievo.evo.moo.archive import ParetoArchive
 from mpievo.evo.moo.pareto import crowding_distances, dominance, front_ranks, nondominated, survivor_order
 from mpievo.evo.problems import Problem
 from mpievo.evo.moo.smsemoa import hypervolume_survivors
+from mpievo.evo.moo.variation import bounded_polynomial_mutation, sbx_pairs
 from mpievo.evo.moo.problems import BUILTIN_MOO, MultiObjectiveProblem, moo_problem, nadir
 
 
@@ -166,3 +167,23 @@ def test_hypervolume_survival_removes_the_least_contributor_then_recomputes():
     assert list(hypervolume_survivors(f, 2)) == [0, 3]
     same = np.array([[0.0, 1.0], [0.5, 0.5], [0.5, 0.5], [1.0, 0.0]])
     assert list(hypervolume_survivors(same, 3)) == [0, 1, 3]       # equal contributions: the newer leaves
+
+
+def test_variation_stays_in_the_box_and_keeps_pairs_centred():
+    rng = np.random.default_rng(5)
+    lower, upper = np.zeros(6), np.ones(6)
+    a, b = rng.uniform(0.4, 0.45, (50, 6)), rng.uniform(0.55, 0.6, (50, 6))
+    first, second = sbx_pairs(a, b, rng, lower, upper, eta=15.0, prob=1.0)
+    assert np.allclose(first + second, a + b)              # SBX's children are centred on their parents
+    assert 0.3 < np.mean(first != a) < 0.7                 # about half of the genes cross
+    same = sbx_pairs(a, b, rng, lower, upper, eta=15.0, prob=0.0)
+    assert np.array_equal(same[0], a) and np.array_equal(same[1], b)
+    edge = np.vstack([np.zeros(6), np.ones(6)] * 25)
+    wide = sbx_pairs(edge[0::2], edge[1::2], rng, lower, upper, eta=0.5, prob=1.0)
+    assert all(((c >= 0) & (c <= 1)).all() for c in wide)
+    x = rng.random((200, 6))
+    kept = x.copy()
+    bounded_polynomial_mutation(kept, rng, lower, upper, rate=0.0, eta=20.0)
+    assert np.array_equal(kept, x)
+    bounded_polynomial_mutation(x, rng, lower, upper, rate=1.0, eta=20.0)
+    assert ((x >= 0) & (x <= 1)).all() and not np.array_equal(kept, x)

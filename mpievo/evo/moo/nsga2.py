@@ -5,11 +5,12 @@ environmental selection (non-dominated sorting, then crowding distance), so this
 only breeds. Per generation, ``batch_size`` children:
 
 1. binary tournaments among the members: the lower front wins, then the larger crowding
-   distance, then the lower slot (two tournaments per child);
-2. simulated binary crossover (``sbx_eta``) with probability ``sbx_prob``, else the
-   first parent is copied;
-3. polynomial mutation (``pm_eta``) of each gene with probability ``mutation_rate``
-   (None: 1/dim), the step scaled by the box width, then clipped to the box.
+   distance, then the lower slot (two tournaments per pair of children);
+2. simulated binary crossover (``sbx_eta``): a pair crosses with probability ``sbx_prob``
+   (else its children are copies of the parents), each gene with probability 1/2; both
+   children are kept, clipped to the box;
+3. Deb's bounded polynomial mutation (``pm_eta``) of each gene with probability
+   ``mutation_rate`` (None: 1/dim); see :mod:`.variation`.
 
 All draws come from the generation's ``breed`` stream, and the state is the archive
 (``state_dict`` is empty), so islands are deterministic per stream and resume exactly.
@@ -21,20 +22,7 @@ import numpy as np
 
 from .. import operators as ops
 from .pareto import survivor_order
-
-
-def polynomial_mutation(x: np.ndarray, rng: np.random.Generator, lower, upper, *,
-                        rate: float, eta: float) -> None:
-    """Deb's polynomial mutation of ``x`` (float64, (n, dim)) in place, then clipped.
-
-    Draws: an (n, dim) uniform array (which genes), then an (n, dim) one (the steps).
-    """
-    mutate = rng.random(x.shape) < rate
-    u = rng.random(x.shape)
-    power = 1.0 / (eta + 1.0)
-    delta = np.where(u < 0.5, (2.0 * u) ** power - 1.0, 1.0 - (2.0 * (1.0 - u)) ** power)
-    x += np.where(mutate, delta * (upper - lower), 0.0)
-    np.clip(x, lower, upper, out=x)
+from .variation import bounded_polynomial_mutation, sbx_pairs
 
 
 def tournament_winners(order_rank: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray:
@@ -86,16 +74,18 @@ class NSGA2:
         return tournament_winners(position, count, rng), tournament_winners(position, count, rng)
 
     def ask(self, rng: np.random.Generator) -> np.ndarray:
-        """Draw order: parents (:meth:`parents`); SBX (spread, side); which pairs cross;
-        polynomial mutation (genes, steps)."""
+        """Draw order: parents of ceil(n/2) pairs (:meth:`parents`); SBX
+        (:func:`~.variation.sbx_pairs`); mutation (:func:`~.variation.bounded_polynomial_mutation`).
+        A pair's two children are consecutive rows."""
         archive, n = self.archive, self.batch_size
-        idx_a, idx_b = self.parents(rng, n)
+        idx_a, idx_b = self.parents(rng, (n + 1) // 2)
         genomes = archive.genomes.astype(np.float64)
-        children = ops.sbx_crossover(genomes, idx_a, idx_b, rng, self.lower, self.upper,
-                                     np.empty((n, archive.dim)), eta=self.sbx_eta)
-        copied = rng.random(n) >= self.sbx_prob
-        children[copied] = genomes[idx_a[copied]]
-        polynomial_mutation(children, rng, self.lower, self.upper, rate=self.rate, eta=self.pm_eta)
+        first, second = sbx_pairs(genomes[idx_a], genomes[idx_b], rng, self.lower, self.upper,
+                                  eta=self.sbx_eta, prob=self.sbx_prob)
+        children = np.empty((2 * len(idx_a), archive.dim))
+        children[0::2], children[1::2] = first, second
+        children = children[:n]
+        bounded_polynomial_mutation(children, rng, self.lower, self.upper, rate=self.rate, eta=self.pm_eta)
         return children.astype(archive.dtype)
 
     def tell(self, genomes: np.ndarray, fitness: np.ndarray) -> None:
