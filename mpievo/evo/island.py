@@ -36,14 +36,14 @@ from mpievo.kernels import operators as kernels
 from .algorithms.base import make_algorithm
 from .algorithms.cmaes_core import default_popsize
 from . import device, genomes, half
-from .archive import Archive, make_ids, sanitize_fitness
+from .archive import Archive, make_ids
 from .engine_config import EngineConfig
 from .migration_policy import Migrants, admit, choose_emigrants
-from .moo.archive import ParetoArchive, sanitize_objectives
+from .moo.archive import ParetoArchive
 from .moo.indicators import hypervolume
-from .moo.problems import check_objectives
+from .moo.problems import check_algorithm_objectives, sanitized_values
 from .operators import box_arrays
-from .problems import Problem, check_fitness, make_problem
+from .problems import Problem, make_problem
 from .streams import stream
 
 STATE_FORMAT = 1
@@ -119,23 +119,19 @@ class Island:
                           and device.resolve_device(self.config.device, _algorithm_name(spec), self.problem))
         self.n_obj = int(getattr(self.problem, "n_obj", 1))   # objectives per genome
         archive_class, extra = Archive, {}
-        if self.on_device:
-            from .device_archive import DeviceArchive as archive_class
         if self.n_obj > 1:
             if self.on_device or encoded is not None:
                 raise ValueError(f"expected dense genomes on the cpu for {self.n_obj} objectives, got "
                                  f"genome {self.config.genome!r} on device {self.config.device!r}")
             archive_class, extra = ParetoArchive, {"n_obj": self.n_obj}
+        elif self.on_device:
+            from .device_archive import DeviceArchive as archive_class
         self.archive = archive_class(self.config.capacity, self.problem.dim,
                                      genomes.row_dtype(self.problem, self.config.dtype),
                                      unique=self.config.unique, island=self.index,
                                      limit=initial_population(self.config), **extra)
         self.algorithm = make_algorithm(spec, self.config)
-        if bool(getattr(self.algorithm, "multi_objective", False)) != (self.n_obj > 1):
-            wanted = "a multi-objective algorithm (nsga2, smsemoa)" if self.n_obj > 1 else "one objective"
-            raise ValueError(f"expected {wanted} "
-                             f"for algorithm {self.algorithm.name!r} and problem {self.problem.name!r}, "
-                             f"got {self.n_obj} objective(s)")
+        check_algorithm_objectives(self.algorithm, self.problem, self.n_obj)
         self.generation = -1          # last completed generation; -1 before initialize()
         self.evaluations = 0
         self.nonfinite = 0            # evaluations that returned NaN or +-inf
@@ -165,18 +161,9 @@ class Island:
             return spread(genomes) if spread is not None else device.evaluate(self.problem, genomes)
         return self.problem.evaluate(genomes)
 
-    def _sanitized(self, fitness, n: int | None = None) -> tuple[np.ndarray, int]:
-        """(fitness, invalid evaluations): checked against ``n`` genomes when given, every
-        non-finite value (a row with one, with several objectives) replaced by +inf."""
-        if self.n_obj > 1:
-            if n is not None:
-                fitness = check_objectives(fitness, n, self.n_obj, self.problem.name)
-            return sanitize_objectives(np.asarray(fitness, dtype=np.float64).reshape(-1, self.n_obj))
-        return sanitize_fitness(fitness if n is None else check_fitness(fitness, n, self.problem.name))
-
     def _count(self, fitness) -> np.ndarray:
         """Evaluated ``fitness`` sanitised and counted (evaluations, non-finite values)."""
-        fitness, bad = self._sanitized(fitness)
+        fitness, bad = sanitized_values(fitness, self.n_obj, self.problem.name)
         self.evaluations += len(fitness)
         self.nonfinite += bad
         return fitness
@@ -276,7 +263,7 @@ class Island:
         n = size if evaluated is None else evaluated
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 1 <= n <= size:
             raise ValueError(f"expected evaluated to be an int in [1, {size}], got {evaluated!r}")
-        fitness, bad = self._sanitized(fitness, n)
+        fitness, bad = sanitized_values(fitness, self.n_obj, self.problem.name, n)
         self._pending = None
         self.evaluations += n
         self.nonfinite += bad
@@ -437,7 +424,7 @@ class Island:
         expected = (n,) if self.n_obj == 1 else (n, self.n_obj)
         if np.shape(fitness) != expected:
             raise ValueError(f"expected immigrant fitness of shape {expected}, got {np.shape(fitness)}")
-        fitness, _ = self._sanitized(fitness)
+        fitness, _ = sanitized_values(fitness, self.n_obj, self.problem.name)
         columns = []
         for name, column in (("ids", ids), ("origins", origins), ("births", births)):
             column = np.asarray(column, dtype=np.int64)

@@ -5,7 +5,6 @@ import json
 
 import numpy as np
 import pytest
-from mpi4py import MPI
 from parallel_helpers import small_job, states_digest
 
 from mpi_support import all_ranks_agree

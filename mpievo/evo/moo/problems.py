@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..problems import Problem
+from ..archive import sanitize_fitness
+from ..problems import Problem, check_fitness
+from .archive import sanitize_objectives
 
 #: margin of the built-ins' reference point over the nadir of the true front
 REFERENCE_MARGIN = 1.1
@@ -42,6 +44,26 @@ def check_objectives(values, n: int, n_obj: int, name: str = "problem") -> np.nd
         raise TypeError(f"expected real-valued objectives (float or int dtype) from {name!r}, "
                         f"got dtype {arr.dtype}")
     return arr.astype(np.float64, copy=False)
+
+
+def sanitized_values(values, n_obj: int, name: str, n: int | None = None) -> tuple[np.ndarray, int]:
+    """An island's evaluated values and the count of invalid evaluations: fitness (n,)
+    with every non-finite value +inf, or, for ``n_obj > 1``, objectives (n, n_obj) with
+    every row holding one all +inf. Checked as ``n`` genomes' output when ``n`` is given."""
+    if n_obj > 1:
+        if n is not None:
+            values = check_objectives(values, n, n_obj, name)
+        return sanitize_objectives(np.asarray(values, dtype=np.float64).reshape(-1, n_obj))
+    return sanitize_fitness(values if n is None else check_fitness(values, n, name))
+
+
+def check_algorithm_objectives(algorithm, problem, n_obj: int) -> None:
+    """Raise ValueError unless ``algorithm`` handles ``n_obj`` objectives (a multi-objective
+    algorithm has ``multi_objective = True``)."""
+    if bool(getattr(algorithm, "multi_objective", False)) != (n_obj > 1):
+        wanted = "a multi-objective algorithm (nsga2, smsemoa)" if n_obj > 1 else "one objective"
+        raise ValueError(f"expected {wanted} for algorithm {algorithm.name!r} and problem {problem.name!r}, "
+                         f"got {n_obj} objective(s)")
 
 
 class MultiObjectiveProblem(Problem):
@@ -206,7 +228,7 @@ def nadir(name: str, n_obj: int) -> np.ndarray:
         return np.array([1.0, 0.9211])
     if name == "dtlz1":
         return np.full(n_obj, 0.5)
-    if name in ("dtlz5", "dtlz6"):     # the front is a curve: all but the last at most 2^-(m-2)/2
+    if name in ("dtlz5", "dtlz6"):     # the front is a curve: all but the last at most (1/sqrt 2)^(m-2)
         return np.append(np.full(n_obj - 1, 2.0 ** (-(n_obj - 2) / 2)), 1.0)
     if name == "dtlz7":
         return np.append(np.full(n_obj - 1, _DTLZ7_EDGE), 2.0 * n_obj)
