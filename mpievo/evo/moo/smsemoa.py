@@ -31,6 +31,8 @@ def hypervolume_survivors(objectives: np.ndarray, limit: int) -> np.ndarray:
     for rank in range(int(ranks.max()) + 1 if len(ranks) else 0):
         front = np.flatnonzero(ranks == rank)
         room = limit - len(kept)
+        if room == 0:
+            break
         if len(front) > room:
             kept += list(_reduce_front(moocore, objectives, front, room))
             break
