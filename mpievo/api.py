@@ -47,19 +47,24 @@ class MinimizeResult:
     """The outcome of :func:`minimize` (the same on every rank).
 
     Attributes:
-        x: the best genome found (the islands' dtype, float32 by default).
-        fun: its fitness, in the problem's sense.
+        x: the best genome found (the islands' dtype, float32 by default); with several
+            objectives the compromise member (lowest sum of objectives).
+        fun: its fitness, in the problem's sense (several objectives: that sum).
         evaluations: fitness evaluations over all islands (also ``nfev``).
         generations: generations of the run (rounds; see :mod:`mpievo.rules.budget`;
             also ``nit``).
         stop_reason: "budget", "target", "generations" or "callback": what ended the run.
         best_island: the island that holds ``x``.
         islands: one dict per island: island, best_fitness, evaluations, steps (its
-            own generations), nonfinite, immigrants, diversity.
+            own generations), nonfinite, immigrants, diversity (several objectives: and
+            hypervolume).
         migrations: migrations made.
         wall_s: seconds the run took.
         config: the effective job config (no ``problem`` table for a Problem object
             or a callable).
+        front: several objectives: the merged non-dominated set of all islands, a dict of
+            ``objectives`` (k, n_obj), ``genomes`` (k, dim) float64, ``islands`` (k,),
+            ``reference_point`` and ``hypervolume`` (None without moocore); else None.
     """
 
     x: np.ndarray
@@ -72,6 +77,7 @@ class MinimizeResult:
     migrations: int
     wall_s: float
     config: dict
+    front: dict | None = None
 
     @property
     def nfev(self) -> int:
@@ -149,7 +155,8 @@ def minimize(problem: Problem | Callable | str | None = None, *,
             minimising), one generation after the one that reached it.
         generations: the most generations (default 200 without a budget, none with one).
         islands: number of islands (default: the config's, else 4).
-        algorithm: every island's algorithm: "ga", "de", "cmaes", "shade" or
+        algorithm: every island's algorithm: "ga", "de", "cmaes", "shade", "nsga2" or
+            "smsemoa" (a problem with several objectives, e.g. a MultiObjectiveProblem) or
             "module:Class" (per-island lists go in ``config["engine"]``).
         seed: seed of every random stream (default: the config's, else 0).
         config: a job config as a dict (``{"engine": {...}, "migration": {...}}``) or a
@@ -200,7 +207,7 @@ def minimize(problem: Problem | Callable | str | None = None, *,
     if comm.rank == 0:
         mine = MinimizeResult(result.best_genome, result.best_fitness, result.evaluations, result.generations,
                               result.stop_reason, result.best_island, result.islands, result.migrations,
-                              result.wall_s, job.config)
+                              result.wall_s, job.config, result.front)
     with comm.purpose("control"):
         return comm.bcast_object(mine)
 

@@ -46,8 +46,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .config_tables import (DEFAULT_GENERATIONS, MAX_ROTATED_DIM, ONE_GROUP_SCHEMES,  # noqa: F401
-                            RESUMABLE_KEYS, SCHEMES, AdaptiveConfig, MigrationConfig, ProblemConfig, RunConfig,
-                            with_problem_object)
+                            MULTI_OBJECTIVE_ALGORITHMS, RESUMABLE_KEYS, SCHEMES, AdaptiveConfig,
+                            MigrationConfig, ProblemConfig, RunConfig, with_problem_object)
 from .schema import ConfigError, Settings, shown, unknown_keys
 
 if TYPE_CHECKING:
@@ -217,6 +217,8 @@ def validate(config: dict, nranks: int, source: str = "config", *, problem: Prob
         _check_leader_rate(run, problems)
     if run is not None and migration is not None:
         policy, schedule = _migration(migration, run, engines, problems)
+    if engines and migration is not None:
+        _check_objectives(tables.get("problem", problem), run, engines, migration, problems)
     if problems:
         raise ConfigError(problems, source)
     effective = _drop_none({name: table_.to_dict() for name, table_ in tables.items()})
@@ -274,6 +276,22 @@ def _check_evaluation(run: RunConfig, engines, problems: list[str]) -> None:
     if run.scheme == "master_worker" and devices:
         problems.append(f'engine.device: expected "cpu" with run.scheme = \'master_worker\' (workers '
                         f"evaluate host rows), got {devices[0]!r}")
+
+
+def _check_objectives(problem, run: RunConfig, engines, migration: MigrationConfig, problems: list[str]) -> None:
+    """Several objectives (problem.n_obj >= 2) take multi-objective algorithms (nsga2,
+    smsemoa or a user class), the island scheme and a replacement that compares fronts."""
+    n_obj = getattr(problem, "n_obj", 1)
+    several = n_obj > 1
+    wrong = sorted({e.algorithm for e in engines if isinstance(e.algorithm, str) and ":" not in e.algorithm
+                    and (e.algorithm in MULTI_OBJECTIVE_ALGORITHMS) != several})
+    if wrong:
+        wanted = f"{list(MULTI_OBJECTIVE_ALGORITHMS)} or 'module:Class'" if several else "a one-objective algorithm"
+        problems.append(f"engine.algorithm: expected {wanted} for a problem with {n_obj} objective(s), got {wrong}")
+    if several and run.scheme != "island":
+        problems.append(f"run.scheme: expected 'island' with several objectives, got {run.scheme!r}")
+    if several and migration.replacement == "fair":
+        problems.append("migration.replacement: expected 'better' or 'worst' with several objectives, got 'fair'")
 
 
 def _check_leader_rate(run: RunConfig, problems: list[str]) -> None:

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from .schema import (Check, Settings, boolean, bounds, choice, index_lists, integer, number,
+from .schema import (Check, Settings, boolean, bounds, choice, index_lists, integer, list_of, number,
                      optional, setting, shown, table, text)
 
 #: rotation matrices above this many genes would not fit in memory (8 * dim**2 bytes)
@@ -24,6 +24,8 @@ RESUMABLE_KEYS = ("run.generations", "run.budget", "run.target", "run.log_every"
 SCHEMES = ("island", "hybrid", "centralized", "replicated", "master_worker")
 #: the schemes that run as one group of every rank (rank 0 holds the islands or speaks for them)
 ONE_GROUP_SCHEMES = ("centralized", "replicated", "master_worker")
+#: built-in algorithms for problems with several objectives (problem.n_obj >= 2)
+MULTI_OBJECTIVE_ALGORITHMS = ("nsga2", "smsemoa")
 #: the most islands a job may ask for (a typo of an extra 000 fails at validation)
 MAX_ISLANDS = 1_000_000
 #: run.generations without a budget, when not given
@@ -176,6 +178,12 @@ class ProblemConfig(Settings):
                                 "a late evaluation counts as failed")
     time_limit_method: str = setting("process", choice(_time_limit_methods),
                                      "how the limit is enforced (see mpievo.evo.problem_wrappers)")
+    n_obj: int = setting(1, integer(1), "objectives per genome: 1, or >= 2 for a multi-objective problem "
+                         "(built-ins zdt1-4, zdt6, dtlz1-7; a user function then returns (n, n_obj); "
+                         "engine.algorithm nsga2 or smsemoa)")
+    reference_point: Any = setting(None, optional(list_of(number(-1e300, 1e300))),
+                                   "several objectives: the point hypervolumes are measured to (n_obj "
+                                   "numbers); default: a built-in's, none for a user function")
     bases: Any = setting(None, optional(text),
                          "delta/seeded genomes: a .npy file of the base models, shape (count, dim) or "
                          "(dim,), loaded once per node; none: the problem object's own")
@@ -186,11 +194,13 @@ class ProblemConfig(Settings):
         return ":" in self.name
 
     def _check_together(self, problems: list[str]) -> None:
+        from .evo.moo.problems import BUILTIN_MOO
         from .evo.problems import BUILTIN_PROBLEMS, load_object
 
-        if not self.user_function and self.name not in BUILTIN_PROBLEMS:
+        if not self.user_function and self.name not in BUILTIN_PROBLEMS and self.name not in BUILTIN_MOO:
             problems.append(f"problem.name: expected a built-in among {sorted(BUILTIN_PROBLEMS)} "
-                            f"or 'module:function', got {self.name!r}")
+                            f"or {sorted(BUILTIN_MOO)} (n_obj >= 2) or 'module:function', got {self.name!r}")
+        problems += self._objective_problems(BUILTIN_MOO)
         if self.user_function:
             try:
                 load_object(self.name)
@@ -213,6 +223,29 @@ class ProblemConfig(Settings):
             if isinstance(value, list) and len(value) != self.dim:
                 problems.append(f"problem.{bound}: expected a number or {self.dim} numbers, got {len(value)}")
         problems += self._box_problems()
+
+    def _objective_problems(self, builtin_moo) -> list[str]:
+        """Settings that contradict the number of objectives."""
+        problems, several = [], self.n_obj > 1
+        if self.name in builtin_moo and not several:
+            problems.append(f"problem.n_obj: expected >= 2 for {self.name}, got {self.n_obj}")
+        if several and not self.user_function and self.name not in builtin_moo:
+            problems.append(f"problem.n_obj: expected 1 for the single-objective {self.name}, got {self.n_obj}")
+        if several and self.name.startswith("zdt") and self.n_obj != 2:
+            problems.append(f"problem.n_obj: expected 2 for {self.name}, got {self.n_obj}")
+        for bound in ("lower", "upper") if self.name in builtin_moo else ():
+            if getattr(self, bound) is not None:
+                problems.append(f"problem.{bound}: expected none for {self.name} (its own box), "
+                                f"got {getattr(self, bound)}")
+        for flag in ("maximize", "shift", "rotate") if several else ():
+            if getattr(self, flag):
+                problems.append(f"problem.{flag}: expected false with several objectives, got true")
+        if several and self.time_limit > 0:
+            problems.append(f"problem.time_limit: expected 0 with several objectives, got {self.time_limit:g}")
+        point = self.reference_point
+        if point is not None and len(point) != self.n_obj:
+            problems.append(f"problem.reference_point: expected {self.n_obj} numbers (n_obj), got {len(point)}")
+        return problems
 
     def _box_problems(self) -> list[str]:
         """Non-finite bounds and genes whose lower bound is not below the upper one (a

@@ -10,6 +10,8 @@
     mpievo bench genomes [--dims 1e3,1e5,1e7,1e8] [--device cpu|cuda] [--out DIR]
                                                                    dense, delta, seeded genomes
     mpievo bench models copy|memory|scale [--layers N --width W]   PyTorch models as genomes
+    mpievo bench moo [--problems zdt1,dtlz2:3] [--seeds 0,1,2] [--budget N] [--json PATH]
+                                                                   hypervolume vs pygmo nsga2, moead
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import re
 import sys
 
 HELP = ("benchmarks: collectives (vs native MPI), calibrate (selection table), engine, gpu, schemes, bbob, "
-        "genomes, models")
+        "genomes, models, moo")
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
@@ -78,6 +80,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _add_gpu_arguments(sub)
     _add_schemes_arguments(sub)
     _add_bbob_arguments(sub)
+    _add_moo_arguments(sub)
     _add_genomes_arguments(sub)
     models = sub.add_parser("models", add_help=False,
                             help="PyTorch models as genomes (the torch extra): a child into the model's flat "
@@ -183,6 +186,8 @@ def main(args: argparse.Namespace) -> int:
         return _bench_genomes(args)
     if args.bench == "bbob":
         return _bench_bbob(args)
+    if args.bench == "moo":
+        return _bench_moo(args)
     if args.bench == "schemes":
         return _bench_schemes(args)
     if args.bench == "gpu":
@@ -335,6 +340,61 @@ def _add_bbob_arguments(sub) -> None:
     bbob.add_argument("--resume", action="store_true",
                       help="reuse the runs in --out's runs.csv made with the same job (by its digest), problem, "
                            "seed and budget; run only the rest")
+
+
+# ---------------------------------------------------------------- bench moo
+_MOO_OPTIONS = ("problems", "seeds", "algorithms", "budget", "islands", "population", "interval", "emigrants")
+
+
+def _add_moo_arguments(sub) -> None:
+    # defaults None: MooBenchOptions holds them
+    moo = sub.add_parser("moo", help="mpievo's nsga2 islands vs pygmo's nsga2 and moead archipelagos: "
+                                     "hypervolume at equal budget (needs moocore; pygmo for the peers)")
+    moo.add_argument("--problems", type=lambda text: tuple(p.strip() for p in text.split(",") if p.strip()),
+                     help="comma-separated, e.g. zdt1,dtlz2:3 (default: ZDT1-4, ZDT6, DTLZ 2 and 3 objectives)")
+    moo.add_argument("--seeds", type=_numbers(int), help="seeds of every problem (default 0,1,2)")
+    moo.add_argument("--algorithms", type=lambda text: tuple(a.strip() for a in text.split(",") if a.strip()),
+                     help="mpievo's island algorithms, e.g. nsga2,smsemoa (default nsga2)")
+    moo.add_argument("--budget", type=_numbers(int, one=True), help="evaluations per run (default 40000)")
+    moo.add_argument("--islands", type=_numbers(int, one=True), help="islands of every solver (default 4)")
+    moo.add_argument("--population", type=_numbers(int, one=True), help="members per island (default 100)")
+    moo.add_argument("--interval", type=_numbers(int, one=True), help="generations between migrations (default 10)")
+    moo.add_argument("--emigrants", type=_numbers(int, one=True), help="migrants per edge (default 4)")
+    moo.add_argument("--no-peers", dest="peers", action="store_false", help="mpievo only (no pygmo)")
+    moo.add_argument("--json", dest="json_path", default=None, help="write the rows as JSON here")
+
+
+def _bench_moo(args) -> int:
+    from mpievo.bench.moo import MooBenchOptions, MooCheckError, bench_moo, summary_table, write_json
+    from mpievo.parallel.world import world_comm
+
+    options = _options("moo", MooBenchOptions, _MOO_OPTIONS, args, peers=args.peers)
+    if options is None:
+        return 2
+    try:
+        import moocore  # noqa: F401
+    except ImportError:
+        print("mpievo bench moo: expected moocore (pip install 'mpievo[moo]'), got an ImportError", file=sys.stderr)
+        return 2
+    pygmo = None
+    if options.peers:
+        try:
+            import pygmo
+        except ImportError:
+            print("mpievo bench moo: pygmo is not installed (the bench extra): mpievo only", file=sys.stderr)
+    comm = world_comm()
+    with _abort_guard(comm):
+        try:
+            rows = bench_moo(comm, options, pygmo)
+        except MooCheckError as err:
+            print(err, file=sys.stderr)
+            return 1
+    if comm.rank == 0:
+        print(summary_table(rows, options))
+        if args.json_path:
+            write_json(args.json_path, rows, options)
+            print(f"wrote {args.json_path}")
+    return 0
 
 
 def _bench_bbob(args) -> int:

@@ -132,6 +132,11 @@ class Archive:
         return self._fitness[:self.size]
 
     @property
+    def objectives(self) -> np.ndarray:
+        """What migrants carry: ``fitness`` here; a ParetoArchive's (size, n_obj) objectives."""
+        return self.fitness
+
+    @property
     def ids(self) -> np.ndarray:
         return self._ids[:self.size]
 

@@ -36,11 +36,14 @@ from mpievo.kernels import operators as kernels
 from .algorithms.base import make_algorithm
 from .algorithms.cmaes_core import default_popsize
 from . import device, genomes, half
-from .archive import Archive, make_ids, sanitize_fitness
+from .archive import Archive, make_ids
 from .engine_config import EngineConfig
 from .migration_policy import Migrants, admit, choose_emigrants
+from .moo.archive import ParetoArchive
+from .moo.indicators import hypervolume
+from .moo.problems import check_algorithm_objectives, sanitized_values
 from .operators import box_arrays
-from .problems import Problem, check_fitness, make_problem
+from .problems import Problem, make_problem
 from .streams import stream
 
 STATE_FORMAT = 1
@@ -114,14 +117,21 @@ class Island:
         encoded = genomes.encoding_of(self.problem)
         self.on_device = ((encoded is None or encoded.device_rows)
                           and device.resolve_device(self.config.device, _algorithm_name(spec), self.problem))
-        archive_class = Archive
-        if self.on_device:
+        self.n_obj = int(getattr(self.problem, "n_obj", 1))   # objectives per genome
+        archive_class, extra = Archive, {}
+        if self.n_obj > 1:
+            if self.on_device or encoded is not None:
+                raise ValueError(f"expected dense genomes on the cpu for {self.n_obj} objectives, got "
+                                 f"genome {self.config.genome!r} on device {self.config.device!r}")
+            archive_class, extra = ParetoArchive, {"n_obj": self.n_obj}
+        elif self.on_device:
             from .device_archive import DeviceArchive as archive_class
         self.archive = archive_class(self.config.capacity, self.problem.dim,
                                      genomes.row_dtype(self.problem, self.config.dtype),
                                      unique=self.config.unique, island=self.index,
-                                     limit=initial_population(self.config))
+                                     limit=initial_population(self.config), **extra)
         self.algorithm = make_algorithm(spec, self.config)
+        check_algorithm_objectives(self.algorithm, self.problem, self.n_obj)
         self.generation = -1          # last completed generation; -1 before initialize()
         self.evaluations = 0
         self.nonfinite = 0            # evaluations that returned NaN or +-inf
@@ -153,7 +163,7 @@ class Island:
 
     def _count(self, fitness) -> np.ndarray:
         """Evaluated ``fitness`` sanitised and counted (evaluations, non-finite values)."""
-        fitness, bad = sanitize_fitness(fitness)
+        fitness, bad = sanitized_values(fitness, self.n_obj, self.problem.name)
         self.evaluations += len(fitness)
         self.nonfinite += bad
         return fitness
@@ -253,11 +263,11 @@ class Island:
         n = size if evaluated is None else evaluated
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 1 <= n <= size:
             raise ValueError(f"expected evaluated to be an int in [1, {size}], got {evaluated!r}")
-        fitness, bad = sanitize_fitness(check_fitness(fitness, n, self.problem.name))
+        fitness, bad = sanitized_values(fitness, self.n_obj, self.problem.name, n)
         self._pending = None
         self.evaluations += n
         self.nonfinite += bad
-        told = fitness if n == size else np.concatenate([fitness, np.full(size - n, np.inf)])
+        told = fitness if n == size else np.concatenate([fitness, np.full((size - n,) + fitness.shape[1:], np.inf)])
         self.algorithm.tell(genomes, told)
         before = self.best_internal()
         result = self.archive.insert(genomes[:n], fitness, self._new_ids(n), self.index, generation)
@@ -300,6 +310,13 @@ class Island:
             host = isinstance(self.archive.genomes, np.ndarray)
             genome = encoded.decode(self.archive.genomes[i] if host else self.archive.row(i))
         return genome, float(self.problem.to_user(self.archive.fitness[i]))
+
+    def hypervolume(self) -> float | None:
+        """Several objectives: the hypervolume of the archive's front to the problem's
+        ``reference_point`` (:mod:`.moo.indicators`); None otherwise."""
+        if self.n_obj == 1 or self.archive.size == 0:
+            return None
+        return hypervolume(self.archive.objectives[self.archive.front()], self.problem.reference_point)
 
     def diversity(self) -> float:
         """Mean distance of the members to their centroid, genes scaled by the box width,
@@ -388,6 +405,8 @@ class Island:
             raise ValueError(f"expected max_replace to be an int >= 0, got {max_replace!r}")
         migrants = self._check_migrants(genomes, fitness, ids, origins,
                                         self.generation if births is None else births)
+        if self.n_obj > 1 and policy == "fair":
+            raise ValueError("expected replacement 'better' or 'worst' for several objectives, got 'fair'")
         if self.stalled < self.config.immigration_patience:
             return 0       # still improving on its own: immigrants would only pull it off course
         entered = admit(self.archive, migrants, policy, int(limit), unique)
@@ -402,9 +421,10 @@ class Island:
         if len(shape) != 2 or shape[1] != self.problem.dim:
             raise ValueError(f"expected immigrant genomes of shape (k, {self.problem.dim}), got {shape}")
         n = shape[0]
-        fitness, _ = sanitize_fitness(fitness)
-        if fitness.shape != (n,):
-            raise ValueError(f"expected immigrant fitness of shape ({n},), got {fitness.shape}")
+        expected = (n,) if self.n_obj == 1 else (n, self.n_obj)
+        if np.shape(fitness) != expected:
+            raise ValueError(f"expected immigrant fitness of shape {expected}, got {np.shape(fitness)}")
+        fitness, _ = sanitized_values(fitness, self.n_obj, self.problem.name)
         columns = []
         for name, column in (("ids", ids), ("origins", origins), ("births", births)):
             column = np.asarray(column, dtype=np.int64)

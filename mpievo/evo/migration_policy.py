@@ -36,7 +36,7 @@ class Migrants(NamedTuple):
     :meth:`Island.immigrate`, so ``island.immigrate(*migrants)`` works)."""
 
     genomes: np.ndarray   # (k, dim), host or device (a device island's)
-    fitness: np.ndarray   # (k,) float64, minimised
+    fitness: np.ndarray   # (k,) float64, minimised; (k, n_obj) objectives of a multi-objective island
     ids: np.ndarray       # (k,) int64
     origins: np.ndarray   # (k,) int64, island each genome was born on
     births: np.ndarray    # (k,) int64, generation each genome was born in
@@ -46,7 +46,7 @@ class Migrants(NamedTuple):
         """Copies of the archive members in ``slots`` (in that order)."""
         # one copy of each emigrant (indexing copies), where the archive keeps its genomes
         slots = np.asarray(slots, dtype=np.intp)
-        return cls(archive.take(slots), archive.fitness[slots], archive.ids[slots],
+        return cls(archive.take(slots), archive.objectives[slots], archive.ids[slots],
                    archive.origins[slots], archive.births[slots])
 
     def take(self, indices) -> "Migrants":

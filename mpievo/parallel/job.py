@@ -25,6 +25,7 @@ import numpy as np
 from ..config import ProblemConfig
 from ..evo import genomes
 from ..evo.genomes import BaseModels
+from ..evo.moo.problems import MultiObjectiveProblem, moo_problem
 from ..evo.problem_wrappers import RowFitness, TimeLimitedFitness
 from ..evo.problems import Problem, load_object, make_problem
 from ..rules.budget import plan
@@ -57,6 +58,8 @@ def build_problem(problem: ProblemConfig | Problem, stack: contextlib.ExitStack 
 def _problem_of_table(problem: ProblemConfig, stack: contextlib.ExitStack | None) -> Problem:
     limit = problem.time_limit
     common = dict(lower=problem.lower, upper=problem.upper, maximize=problem.maximize)
+    if problem.n_obj > 1:
+        return objectives_problem(problem)
     if not problem.user_function:
         built = make_problem(problem.name, problem.dim, shift=problem.shift, rotate=problem.rotate,
                              seed=problem.seed, **common)
@@ -75,6 +78,21 @@ def _problem_of_table(problem: ProblemConfig, stack: contextlib.ExitStack | None
     lower, upper = (common["lower"], common["upper"]) if problem.user_function else (built.lower, built.upper)
     return Problem(limited.evaluate_many, problem.dim, lower, upper, maximize=problem.maximize,
                    name=f"{problem.name} (time limit {limit:g} s)", batched=True)
+
+
+def objectives_problem(problem: ProblemConfig) -> MultiObjectiveProblem:
+    """The multi-objective problem of a ``[problem]`` table with ``n_obj >= 2``."""
+    point = problem.reference_point
+    if not problem.user_function:
+        built = moo_problem(problem.name, problem.dim, problem.n_obj)
+        if point is not None:
+            built.reference_point = np.asarray(point, dtype=np.float64)
+        return built
+    func = load_object(problem.name)
+    if isinstance(func, Problem):
+        return func
+    return MultiObjectiveProblem(func, problem.dim, problem.lower, problem.upper, n_obj=problem.n_obj,
+                                 reference_point=point, name=problem.name, batched=problem.batched)
 
 
 def job_problem(job, problem: Problem) -> Problem:

@@ -54,6 +54,7 @@ class IslandShape:
     dim: int
     dtype: np.dtype
     capacity: int
+    n_obj: int = 1          # objectives per member (several: Pareto islands)
 
 
 @dataclass
@@ -94,7 +95,7 @@ class Migrator:
         self.seed = int(seed)
         self.n_islands = len(self.shapes)
         self._rank_of = [rank_of_island(i, self.n_islands, comm.size) for i in range(self.n_islands)]
-        self._layouts = [EdgeLayout(policy.emigrants, s.dim, s.dtype) for s in self.shapes]
+        self._layouts = [EdgeLayout(policy.emigrants, s.dim, s.dtype, s.n_obj) for s in self.shapes]
         self._hash_layouts = [HashLayout(s.capacity) for s in self.shapes]
 
     def migrate(self, generation: int, destinations: Sequence[Sequence[int]],
@@ -180,7 +181,8 @@ class Migrator:
         policy = self.policy
         for d in sorted(self.islands):
             shape = self.shapes[d]
-            batch = concat_migrants([arrived[(s, d)] for s, dd in edges if dd == d], shape.dim, shape.dtype)
+            batch = concat_migrants([arrived[(s, d)] for s, dd in edges if dd == d], shape.dim, shape.dtype,
+                                    shape.n_obj)
             report.received[d] = migrant_count(batch)
             report.accepted[d] = self.islands[d].immigrate(
                 *batch, policy=policy.replacement, max_replace=count, unique=policy.unique)

@@ -2,7 +2,9 @@
 
 Output directory layout::
 
-    summary.json                 the result (written only when the run completed)
+    summary.json                 the result (written only when the run completed); with several
+                                 objectives its "front": the merged non-dominated set
+    front.png                    that front (several objectives; needs matplotlib)
     islands/island-0003.jsonl    one JSON line per log point of island 3
     convergence.png              best fitness against evaluations (needs matplotlib)
     best_genome.npy              the best genome, when too long for summary.json (bfloat16: as float32)
@@ -191,6 +193,8 @@ class OutputWriter:
         summary = self.summary(result)
         write_json_atomic(self.out / "summary.json", summary)
         plot_convergence(self.out, self.out / "convergence.png", notice=self.notice)
+        if result.front is not None:
+            plot_front(result.front, self.out / "front.png", notice=self.notice)
 
     def summary(self, result: RunResult) -> dict:
         """The summary.json content for ``result``."""
@@ -217,8 +221,24 @@ class OutputWriter:
             "islands": [{k: (json_number(v) if isinstance(v, float) else v) for k, v in island.items()}
                         for island in result.islands],
             "checkpoints": result.checkpoints,
+            **({} if result.front is None else {"front": self._front(result.front)}),
             **self.extra,
         }
+
+    def _front(self, front: Mapping[str, Any]) -> dict:
+        """The merged front for summary.json; genomes longer than INLINE_GENOME_MAX go to
+        front_genomes.npy."""
+        genomes = front["genomes"]
+        if genomes.ndim == 2 and genomes.shape[1] > INLINE_GENOME_MAX:
+            np.save(self.out / "front_genomes.npy", genomes)
+            genome_field: Any = "front_genomes.npy"
+        else:
+            genome_field = genomes.tolist()
+        point = front["reference_point"]
+        return {"size": int(len(front["objectives"])), "objectives": front["objectives"].tolist(),
+                "genomes": genome_field, "islands": front["islands"].tolist(),
+                "reference_point": None if point is None else [float(v) for v in point],
+                "hypervolume": None if front["hypervolume"] is None else json_number(front["hypervolume"])}
 
 
 def write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
@@ -250,20 +270,54 @@ def read_island_logs(out: str | Path) -> dict[int, list[dict]]:
     return logs
 
 
-def plot_convergence(out: str | Path, target: str | Path, notice=print) -> bool:
-    """Plot every island's best fitness against its evaluations into ``target``.
-
-    Returns:
-        True when the plot was written; False (after a notice) without matplotlib.
-    """
+def _pyplot(target: str | Path, notice):
+    """matplotlib's pyplot on the Agg backend; None (after a notice naming ``target``) without it."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        notice("mpievo: convergence.png skipped: matplotlib is not installed "
+        notice(f"mpievo: {Path(target).name} skipped: matplotlib is not installed "
                "(pip install 'mpievo[plot]')")
+        return None
+    return plt
+
+
+def plot_front(front: Mapping[str, Any], target: str | Path, notice=print) -> bool:
+    """Scatter the merged front (2 objectives: a plane, 3: a 3-D plot, more: the first
+    two) into ``target``, coloured by island. Returns False (after a notice) without matplotlib."""
+    plt = _pyplot(target, notice)
+    if plt is None:
+        return False
+    points, islands = np.asarray(front["objectives"]), np.asarray(front["islands"])
+    three = points.ndim == 2 and points.shape[1] == 3
+    fig = plt.figure(figsize=(6, 5))
+    ax = fig.add_subplot(projection="3d" if three else None)
+    if len(points):
+        columns = [points[:, j] for j in range(3 if three else 2)]
+        shown = ax.scatter(*columns, c=islands, s=10, cmap="viridis")
+        fig.colorbar(shown, ax=ax, label="island")
+    ax.set_xlabel("objective 1")
+    ax.set_ylabel("objective 2")
+    if three:
+        ax.set_zlabel("objective 3")
+    hv = front.get("hypervolume")
+    ax.set_title("mpievo: merged front" + ("" if hv is None else f" (hypervolume {hv:.4g})"))
+    fig.tight_layout()
+    fig.savefig(target, dpi=100)
+    plt.close(fig)
+    return True
+
+
+def plot_convergence(out: str | Path, target: str | Path, notice=print) -> bool:
+    """Plot every island's best fitness against its evaluations into ``target``.
+
+    Returns:
+        True when the plot was written; False (after a notice) without matplotlib.
+    """
+    plt = _pyplot(target, notice)
+    if plt is None:
         return False
     logs = read_island_logs(out)
     fig, ax = plt.subplots(figsize=(7, 4.5))

@@ -5,7 +5,7 @@ carries at most ``k`` migrants, so sender and receiver both know its size in
 advance and the receiver can preallocate. One edge is a records block::
 
     count    int64            migrants actually present (<= k)
-    fitness  float64[k]       minimised fitness
+    fitness  float64[k, m]    minimised fitness (m = 1) or objectives (m = n_obj)
     ids      int64[k]
     births   int64[k]         generation each migrant was born in
     origins  int64[k]         island each migrant was born on
@@ -28,9 +28,9 @@ from ..evo import device
 from ..evo.migration_policy import Migrants
 
 
-def empty_migrants(dim: int, dtype) -> Migrants:
+def empty_migrants(dim: int, dtype, n_obj: int = 1) -> Migrants:
     """A batch with no migrant."""
-    return Migrants(np.empty((0, dim), dtype), np.empty(0), np.empty(0, np.int64),
+    return Migrants(np.empty((0, dim), dtype), np.empty((0,) if n_obj == 1 else (0, n_obj)), np.empty(0, np.int64),
                     np.empty(0, np.int64), np.empty(0, np.int64))
 
 
@@ -39,11 +39,11 @@ def migrant_count(migrants: Migrants) -> int:
     return int(migrants.fitness.shape[0])
 
 
-def concat_migrants(batches: list[Migrants], dim: int, dtype) -> Migrants:
+def concat_migrants(batches: list[Migrants], dim: int, dtype, n_obj: int = 1) -> Migrants:
     """One batch from several (in the given order); genomes cast to ``dtype``. A single
     batch of that dtype is returned as it is (no copy)."""
     if not batches:
-        return empty_migrants(dim, dtype)
+        return empty_migrants(dim, dtype, n_obj)
     if len(batches) == 1:
         genomes = batches[0].genomes
         if device.is_device_array(genomes):
@@ -61,15 +61,18 @@ class EdgeLayout:
         k: migrants per edge (>= 0).
         dim: genes per genome (>= 1).
         dtype: genome dtype (float32, float64, bfloat16 or float16).
+        n_obj: values per migrant's fitness (objectives of a Pareto island; 1: a scalar).
     """
 
-    def __init__(self, k: int, dim: int, dtype):
+    def __init__(self, k: int, dim: int, dtype, n_obj: int = 1):
         if isinstance(k, bool) or not isinstance(k, int) or k < 0:
             raise ValueError(f"expected k >= 0 migrants per edge, got {k!r}")
         if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
             raise ValueError(f"expected dim >= 1, got {dim!r}")
-        self.k, self.dim, self.dtype = k, dim, np.dtype(dtype)
-        self.nbytes = 8 + 4 * 8 * k   # a multiple of 8: blocks stay aligned one after another
+        if isinstance(n_obj, bool) or not isinstance(n_obj, int) or n_obj < 1:
+            raise ValueError(f"expected n_obj >= 1, got {n_obj!r}")
+        self.k, self.dim, self.dtype, self.n_obj = k, dim, np.dtype(dtype), n_obj
+        self.nbytes = 8 + (3 + n_obj) * 8 * k   # a multiple of 8: blocks stay aligned one after another
 
     def empty_genomes(self, on_device: bool = False):
         """A genome array to receive an edge's genomes into (a device array for a
@@ -144,10 +147,11 @@ class EdgeLayout:
         if block.dtype != np.uint8 or block.shape != (self.nbytes,):
             raise ValueError(f"expected a uint8 block of {self.nbytes} bytes, got "
                              f"{block.dtype} of shape {block.shape}")
-        k = self.k
+        k, m = self.k, self.n_obj
         count = block[:8].view(np.int64)
-        fitness = block[8:8 + 8 * k].view(np.float64)
-        ints = block[8 + 8 * k:].view(np.int64).reshape(3, k)
+        fitness = block[8:8 + 8 * k * m].view(np.float64)
+        fitness = fitness if m == 1 else fitness.reshape(k, m)
+        ints = block[8 + 8 * k * m:].view(np.int64).reshape(3, k)
         return count, fitness, ints[0], ints[1], ints[2]
 
 

@@ -51,6 +51,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import numpy as np
 
+from ..evo.moo.indicators import hypervolume, merged_front
 from .scheme import IslandRecord, Scheme
 
 
@@ -128,6 +129,8 @@ class RunResult:
     stopped: bool = False
     checkpoints: list[str] = field(default_factory=list)
     stop_reason: str = "generations"    # "generations", "budget", "target", "stopped" or "callback"
+    #: several objectives: the merged non-dominated set of all islands (:func:`merge_fronts`)
+    front: dict | None = None
 
 
 class Reporter(Protocol):
@@ -400,11 +403,19 @@ class RunLoop:
             bytes_sent=_sum_traffic(traffics) if traffics is not None else dict(traffic),
             migrations=int(self.scheme.run_state().get("migrations", 0)), stopped=reason == "stopped",
             checkpoints=list(self._checkpoints), stop_reason=reason)
+        problem = getattr(self.scheme, "problem", None)
+        if getattr(problem, "n_obj", 1) > 1:     # the same on every rank
+            with comm.purpose("global_best"):
+                fronts = comm.gather_object(self.scheme.fronts(), root=0)
+            if fronts is not None:
+                result.front = merge_fronts([f for part in fronts for f in part], problem.reference_point)
         if records is not None:
             flat = sorted((r for recs in records for r in recs), key=lambda r: r.island)
             result.islands = [{"island": r.island, "best_fitness": r.best, "evaluations": r.evaluations,
                                "nonfinite": r.nonfinite, "immigrants": r.immigrants,
-                               "diversity": r.diversity, "steps": r.steps} for r in flat]
+                               "diversity": r.diversity, "steps": r.steps,
+                               **({} if r.hypervolume is None else {"hypervolume": r.hypervolume})}
+                              for r in flat]
         for reporter in self.reporters:
             reporter.on_finish(result)
         return result
@@ -422,6 +433,18 @@ class RunLoop:
             comm.exchange(recvs=[(owner, genome)])
             return genome
         return None
+
+
+def merge_fronts(fronts, reference_point) -> dict:
+    """The non-dominated set of the islands' ``fronts`` ((island, objectives, genomes) each):
+    ``objectives``, ``genomes`` (float64), the ``islands`` they come from, and its
+    ``hypervolume`` to ``reference_point`` (None without one or without moocore)."""
+    fronts = sorted(fronts, key=lambda f: f[0])
+    objectives, genomes, islands = merged_front(
+        np.concatenate([f[1] for f in fronts]), np.concatenate([np.asarray(f[2], np.float64) for f in fronts]),
+        np.concatenate([np.full(len(f[1]), f[0], np.int64) for f in fronts]))
+    return {"objectives": objectives, "genomes": genomes, "islands": islands,
+            "reference_point": reference_point, "hypervolume": hypervolume(objectives, reference_point)}
 
 
 def _without_genome(best):

@@ -51,6 +51,7 @@ class IslandRecord:
     best_internal: float   # minimised value, for comparing islands
     nonfinite: int = 0     # evaluations that returned NaN or +-inf so far
     steps: int = 0         # the island's own generations (steps) so far
+    hypervolume: float | None = None   # several objectives: its front's, to the problem's reference point
 
     @property
     def only_nonfinite(self) -> bool:
@@ -61,7 +62,7 @@ class IslandRecord:
         return {"generation": self.generation, "best": self.best, "mean": self.mean,
                 "diversity": self.diversity, "evaluations": self.evaluations,
                 "nonfinite": self.nonfinite, "migrations": self.migrations, "immigrants": self.immigrants,
-                "steps": self.steps}
+                "steps": self.steps, **({} if self.hypervolume is None else {"hypervolume": self.hypervolume})}
 
 
 class BestMember(NamedTuple):
@@ -187,7 +188,8 @@ class IslandScheme:
         self.islands = {i: Island(i, problem, engines[i], seed=self.seed, n_islands=self.n_islands)
                         for i in self.local_indices}
         # rows as the islands keep them (seeded genomes: float64 recipes, whatever engine.dtype)
-        shapes = [IslandShape(problem.dim, row_dtype(problem, e.dtype), e.capacity) for e in engines]
+        shapes = [IslandShape(problem.dim, row_dtype(problem, e.dtype), e.capacity, getattr(problem, "n_obj", 1))
+                  for e in engines]
         self.migrator = Migrator(comm, self.islands, shapes, self.policy, self.seed)
         self.plan = plan(engines, problem.dim, budget)
         self.budget_generation = self.plan.budget_generation
@@ -306,7 +308,18 @@ class IslandScheme:
         return IslandRecord(island.index, self.generation, best, mean, island.diversity(),
                             island.evaluations, self.migrations, island.immigrants_accepted,
                             island.best_internal(), island.nonfinite,
-                            island.generation)
+                            island.generation, island.hypervolume())
+
+    def fronts(self) -> list[tuple[int, np.ndarray, np.ndarray]]:
+        """(island, objectives, genomes) of the front of each local island with several
+        objectives (local)."""
+        out = []
+        for i in self.local_indices:
+            archive = self.islands[i].archive
+            if self.islands[i].n_obj > 1:
+                front = archive.front()
+                out.append((i, archive.objectives[front].copy(), archive.take(front)))
+        return out
 
     def evaluations(self) -> int:
         return sum(self.islands[i].evaluations for i in self.local_indices)

@@ -1,0 +1,103 @@
+"""NSGA-II (Deb, Pratap, Agarwal and Meyarivan 2002) as an island algorithm.
+
+The island's :class:`~.archive.ParetoArchive` is the population: its merge is NSGA-II's
+environmental selection (non-dominated sorting, then crowding distance), so this class
+only breeds. Per generation, ``batch_size`` children:
+
+1. binary tournaments among the members: the lower front wins, then the larger crowding
+   distance, then the lower slot (two tournaments per pair of children);
+2. simulated binary crossover (``sbx_eta``): a pair crosses with probability ``sbx_prob``
+   (else its children are copies of the parents), each gene with probability 1/2; both
+   children are kept, clipped to the box;
+3. Deb's bounded polynomial mutation (``pm_eta``) of each gene with probability
+   ``mutation_rate`` (None: 1/dim); see :mod:`.variation`.
+
+All draws come from the generation's ``breed`` stream, and the state is the archive
+(``state_dict`` is empty), so islands are deterministic per stream and resume exactly.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import operators as ops
+from .pareto import survivor_order
+from .variation import bounded_polynomial_mutation, sbx_pairs
+
+
+def tournament_winners(order_rank: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray:
+    """``count`` binary-tournament winners among members ranked by ``order_rank`` (0 best).
+
+    Draws: a (count, 2) integer array.
+    """
+    pairs = rng.integers(0, len(order_rank), (count, 2))
+    first_wins = order_rank[pairs[:, 0]] <= order_rank[pairs[:, 1]]
+    return np.where(first_wins, pairs[:, 0], pairs[:, 1])
+
+
+class NSGA2:
+    """NSGA-II island algorithm (see the module docstring)."""
+
+    name = "nsga2"
+    multi_objective = True
+
+    def __init__(self, *, batch_size: int = 100, sbx_eta: float = 15.0, sbx_prob: float = 0.9,
+                 pm_eta: float = 20.0, mutation_rate: float | None = None):
+        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+            raise ValueError(f"expected batch_size to be an int >= 1, got {batch_size!r}")
+        if not 0.0 <= sbx_prob <= 1.0:
+            raise ValueError(f"expected sbx_prob in [0, 1], got {sbx_prob!r}")
+        self.batch_size = int(batch_size)
+        self.sbx_eta, self.sbx_prob, self.pm_eta = float(sbx_eta), float(sbx_prob), float(pm_eta)
+        self.mutation_rate = mutation_rate
+        self.archive = None
+
+    @classmethod
+    def from_config(cls, config) -> "NSGA2":
+        return cls(batch_size=config.batch_size, sbx_eta=config.sbx_eta, sbx_prob=config.sbx_prob,
+                   pm_eta=config.pm_eta, mutation_rate=config.mutation_rate)
+
+    def init(self, problem, archive, rng) -> None:
+        if getattr(archive, "n_obj", 1) < 2:
+            raise ValueError(f"expected a problem with several objectives for nsga2, got {problem!r}")
+        self.archive = archive
+        # the box in the archive's dtype, rounded inwards: clipped children stay inside once cast
+        box = ops.box_arrays(problem.lower, problem.upper, archive.dtype)
+        self.lower, self.upper = (np.asarray(b, dtype=np.float64) for b in box)
+        self.rate = 1.0 / archive.dim if self.mutation_rate is None else float(self.mutation_rate)
+
+    def parents(self, rng: np.random.Generator, count: int) -> tuple[np.ndarray, np.ndarray]:
+        """Draws: binary tournaments for parents a, then b (:func:`tournament_winners`)."""
+        order = survivor_order(self.archive.objectives)[0]
+        position = np.empty(len(order), np.int64)
+        position[order] = np.arange(len(order))
+        return tournament_winners(position, count, rng), tournament_winners(position, count, rng)
+
+    def ask(self, rng: np.random.Generator) -> np.ndarray:
+        """Draw order: parents of ceil(n/2) pairs (:meth:`parents`); SBX
+        (:func:`~.variation.sbx_pairs`); mutation (:func:`~.variation.bounded_polynomial_mutation`).
+        A pair's two children are consecutive rows."""
+        archive, n = self.archive, self.batch_size
+        idx_a, idx_b = self.parents(rng, (n + 1) // 2)
+        genomes = archive.genomes.astype(np.float64)
+        first, second = sbx_pairs(genomes[idx_a], genomes[idx_b], rng, self.lower, self.upper,
+                                  eta=self.sbx_eta, prob=self.sbx_prob)
+        children = np.empty((2 * len(idx_a), archive.dim))
+        children[0::2], children[1::2] = first, second
+        children = children[:n]
+        bounded_polynomial_mutation(children, rng, self.lower, self.upper, rate=self.rate, eta=self.pm_eta)
+        return children.astype(archive.dtype)
+
+    def tell(self, genomes: np.ndarray, fitness: np.ndarray) -> None:
+        """Nothing to learn: survival is the archive's merge."""
+
+    def best(self) -> tuple[np.ndarray, float]:
+        i = self.archive.best_index()
+        return self.archive.row(i), float(self.archive.fitness[i])
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state:
+            raise ValueError(f"expected an empty nsga2 state (the archive is the population), got {sorted(state)}")

@@ -1,0 +1,72 @@
+"""SMS-EMOA (Beume, Naujoks and Emmerich 2007) as an island algorithm.
+
+Like :mod:`.nsga2` it breeds with SBX and polynomial mutation from the island's
+:class:`~.archive.ParetoArchive`, but
+
+* parents are drawn uniformly from the members (no tournament), and
+* survival is by hypervolume: whole fronts are kept while they fit; from the front that
+  does not fit, the member with the smallest hypervolume contribution (moocore's
+  ``hv_contributions``, to the front's worst point + 1 in every objective) leaves, the
+  contributions are computed again, and so on until the population fits. Equal
+  contributions: the newer row leaves first.
+
+``batch_size`` 1 is the original steady-state algorithm; larger batches remove several
+members per generation one at a time. Needs moocore (``pip install 'mpievo[moo]'``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .nsga2 import NSGA2
+from .pareto import front_ranks
+
+
+def hypervolume_survivors(objectives: np.ndarray, limit: int) -> np.ndarray:
+    """Indices of the ``limit`` rows SMS-EMOA keeps (see the module docstring), ascending."""
+    import moocore
+
+    ranks = front_ranks(objectives)
+    kept = []
+    for rank in range(int(ranks.max()) + 1 if len(ranks) else 0):
+        front = np.flatnonzero(ranks == rank)
+        room = limit - len(kept)
+        if room == 0:
+            break
+        if len(front) > room:
+            kept += list(_reduce_front(moocore, objectives, front, room))
+            break
+        kept += list(front)
+    return np.sort(np.asarray(kept, dtype=np.int64))
+
+
+def _reduce_front(moocore, objectives: np.ndarray, front: np.ndarray, room: int) -> np.ndarray:
+    """``room`` members of one front, removing the least hypervolume contributor each time."""
+    front = front.copy()
+    if not np.all(np.isfinite(objectives[front])):    # the invalid rows' front: keep the oldest
+        return front[:room]
+    reference = objectives[front].max(axis=0) + 1.0
+    while len(front) > room:
+        contributions = moocore.hv_contributions(objectives[front], ref=reference)
+        leaving = np.lexsort((-front, contributions))[0]
+        front = np.delete(front, leaving)
+    return front
+
+
+class SMSEMOA(NSGA2):
+    """SMS-EMOA island algorithm (see the module docstring); settings as :class:`NSGA2`."""
+
+    name = "smsemoa"
+
+    def init(self, problem, archive, rng) -> None:
+        try:
+            import moocore  # noqa: F401
+        except ImportError as err:
+            raise ValueError("expected moocore for smsemoa (pip install 'mpievo[moo]'), got an ImportError") from err
+        super().init(problem, archive, rng)
+        archive.survival = hypervolume_survivors
+
+    def parents(self, rng: np.random.Generator, count: int) -> tuple[np.ndarray, np.ndarray]:
+        """Draws: two (count,) integer arrays (parents a, then b), uniform over the members."""
+        size = self.archive.size
+        return rng.integers(0, size, count), rng.integers(0, size, count)

@@ -1,0 +1,189 @@
+"""Several objectives: Pareto sorting, built-in problems against pymoo, the ParetoArchive,
+the NSGA-II island (determinism, resume), its bad input and its migration rules."""
+
+from functools import partial
+
+import numpy as np
+import pytest
+
+from mpievo.evo import EngineConfig, Island
+from mpievo.evo.moo.archive import ParetoArchive
+from mpievo.evo.moo.pareto import crowding_distances, dominance, front_ranks, nondominated, survivor_order
+from mpievo.evo.problems import Problem
+from mpievo.evo.moo.smsemoa import hypervolume_survivors
+from mpievo.evo.moo.variation import bounded_polynomial_mutation, sbx_pairs
+from mpievo.evo.moo.problems import BUILTIN_MOO, MultiObjectiveProblem, moo_problem, nadir
+
+
+def brute_ranks(f):
+    """Front ranks by peeling non-dominated sets one by one (the definition)."""
+    ranks, left, rank = np.full(len(f), -1), np.arange(len(f)), 0
+    while len(left):
+        dominated = [any(np.all(f[j] <= f[i]) and np.any(f[j] < f[i]) for j in left) for i in left]
+        front = left[~np.array(dominated)]
+        ranks[front] = rank
+        left, rank = np.setdiff1d(left, front), rank + 1
+    return ranks
+
+
+def test_front_ranks_match_the_definition():
+    rng = np.random.default_rng(1)
+    f = rng.integers(0, 6, (60, 3)).astype(float)      # many ties and equal rows
+    f[5] = np.inf                                      # an invalid row ranks below all finite ones
+    ranks = front_ranks(f)
+    assert np.array_equal(ranks, brute_ranks(f))
+    assert ranks[5] == ranks.max()
+    assert np.array_equal(nondominated(f), ranks == 0)
+    assert not dominance(f).diagonal().any()
+
+
+def test_crowding_and_survivor_order():
+    f = np.array([[0.0, 1.0], [0.1, 0.8], [0.5, 0.5], [0.52, 0.48], [1.0, 0.0], [1.0, 1.0]])
+    ranks = front_ranks(f)
+    crowd = crowding_distances(f, ranks)
+    assert np.isinf(crowd[[0, 4]]).all() and np.isfinite(crowd[[1, 2, 3]]).all()
+    order, _, _ = survivor_order(f)
+    assert order[-1] == 5                      # the only dominated row comes last
+    assert list(order[:2]) == [0, 4]           # the extremes first
+    assert np.allclose(crowd[[1, 2, 3]], [1.0, 0.74, 1.0])   # neighbours' gaps over the ranges (1, 1)
+    assert list(order) == [0, 4, 1, 3, 2, 5]   # ties in crowding: the lower row first
+
+
+@pytest.mark.parametrize("name,n_obj", [(n, 2) for n in BUILTIN_MOO] + [(n, 3) for n in BUILTIN_MOO if "dtlz" in n])
+def test_builtins_match_pymoo(name, n_obj):
+    get_problem = pytest.importorskip("pymoo.problems").get_problem
+    ours = moo_problem(name, n_obj=n_obj)
+    kwargs = {"n_obj": n_obj, "n_var": ours.dim} if "dtlz" in name else {"n_var": ours.dim}
+    theirs = get_problem(name, **kwargs)
+    assert np.allclose(ours.lower, theirs.xl) and np.allclose(ours.upper, theirs.xu)
+    x = np.random.default_rng(7).uniform(theirs.xl, theirs.xu, (40, ours.dim))
+    assert np.allclose(ours(x), theirs.evaluate(x), rtol=1e-10, atol=1e-12)
+    if name not in ("dtlz5", "dtlz6", "dtlz7"):    # pymoo downloads these fronts: not at test time
+        assert np.allclose(theirs.pareto_front().max(axis=0), nadir(name, n_obj), atol=2e-3)
+    assert np.allclose(ours.reference_point, 1.1 * nadir(name, n_obj))
+
+
+def test_user_problem_bad_objectives_and_nan_accounting():
+    def two(x):
+        f = np.column_stack([x[:, 0], 1 - x[:, 0]])
+        f[0, 1] = np.nan                      # one objective of one genome
+        return f
+
+    problem = MultiObjectiveProblem(two, dim=3, lower=0, upper=1, n_obj=2, name="two")
+    island = Island(0, problem, EngineConfig(algorithm="nsga2", capacity=8, batch_size=4), seed=1)
+    island.initialize()
+    assert island.nonfinite == 1 and island.evaluations == 8
+    assert np.isinf(island.archive.objectives).all(axis=1).sum() <= 1
+    island.step(1)
+    assert island.nonfinite == 2 and island.evaluations == 12
+
+    wrong = MultiObjectiveProblem(lambda x: x[:, :3], dim=3, lower=0, upper=1, n_obj=2, name="wrong")
+    with pytest.raises(ValueError, match=r"expected objectives of shape \(8, 2\) from 'wrong'.*shape \(8, 3\)"):
+        Island(0, wrong, EngineConfig(algorithm="nsga2", capacity=8), seed=1).initialize()
+    with pytest.raises(ValueError, match="expected a multi-objective algorithm"):
+        Island(0, problem, EngineConfig(algorithm="ga", capacity=8), seed=1)
+    with pytest.raises(ValueError, match="expected one objective"):
+        Island(0, Problem(lambda x: x.sum(1), 3, 0, 1), EngineConfig(algorithm="nsga2", capacity=8), seed=1)
+    with pytest.raises(ValueError, match="expected n_obj to be an int >= 2"):
+        MultiObjectiveProblem(two, dim=3, lower=0, upper=1, n_obj=1)
+    with pytest.raises(ValueError, match="expected n_obj = 2 for zdt1"):
+        moo_problem("zdt1", n_obj=3)
+
+
+def run_island(generations, seed=3, state=None, start=0, algorithm="nsga2"):
+    problem = moo_problem("zdt1", dim=8)
+    island = Island(0, problem, EngineConfig(algorithm=algorithm, capacity=24, batch_size=24), seed=seed)
+    if state is None:
+        island.initialize()
+    else:
+        island.load_state_dict(state)
+    for g in range(start + 1, start + generations + 1):
+        island.step(g)
+    return island
+
+
+@pytest.mark.parametrize("algorithm", ["nsga2", "smsemoa"])
+def test_islands_converge_and_are_deterministic_and_resume(algorithm):
+    moocore = pytest.importorskip("moocore")
+    run = partial(run_island, algorithm=algorithm)
+    start, later = run(0), run(60)
+    ref = moo_problem("zdt1", dim=8).reference_point
+    hv = [moocore.hypervolume(i.archive.objectives[i.archive.front()], ref=ref) for i in (start, later)]
+    assert hv[1] > hv[0] + 0.2 and hv[1] > 0.75        # the true front's is 0.87 (ref 1.1, 1.1)
+    again = run(60)
+    assert np.array_equal(again.archive.genomes, later.archive.genomes)
+    half = run(30)
+    resumed = run(30, state=half.state_dict(), start=30)
+    assert np.array_equal(resumed.archive.genomes, later.archive.genomes)
+    assert np.array_equal(resumed.archive.objectives, later.archive.objectives)
+    assert resumed.counters() == later.counters()
+
+
+def test_archive_truncation_and_migrants_that_a_resident_dominates():
+    archive = ParetoArchive(3, 1, "float64", n_obj=2)
+    archive.insert(np.zeros((3, 1)), np.array([[0.0, 1.0], [0.5, 0.5], [1.0, 0.0]]), [0, 1, 2], 0, 0)
+    island = run_island(5)
+    before = dict(zip(island.archive.ids.tolist(), island.archive.objectives.copy()))
+    migrants = np.random.default_rng(0).uniform(0.3, 3.0, (12, 2))
+    got = island.immigrate(np.full((12, 8), 0.5), migrants, np.arange(12) + 10**6, 1)
+    ids = island.archive.ids.tolist()
+    entered = migrants[[i - 10**6 for i in ids if i >= 10**6]]
+    evicted = np.array([f for i, f in before.items() if i not in ids]).reshape(-1, 2)
+    assert got == len(entered) > 0 and len(evicted) == got
+    assert not dominance(np.concatenate([evicted, entered]))[:len(evicted), len(evicted):].any()
+    island.archive.retain(island.archive.front())     # one front: every migrant a member dominates stays out
+    island.archive.set_limit(island.archive.size)
+    front = island.archive.objectives
+    assert island.immigrate(np.full((len(front), 8), 0.5), front + 0.01, np.arange(len(front)) + 10**8, 1) == 0
+    ideal = island.archive.objectives.min(axis=0) - 0.1   # dominates every member
+    assert island.immigrate(np.full((1, 8), 0.25), ideal[None], [10**7], 1) == 1
+    assert np.array_equal(island.archive.objectives[island.archive.ranking()[0]], ideal)
+    # a full archive: a candidate dominating a member takes its slot, a dominated one stays out
+    result = archive.insert(np.ones((2, 1)), np.array([[0.25, 0.25], [0.6, 0.6]]), [3, 4], 0, 1)
+    assert list(result.entered) == [0] and list(result.slots) == [1]
+    assert np.array_equal(archive.objectives[1], [0.25, 0.25]) and list(archive.ids) == [0, 3, 2]
+
+
+@pytest.mark.parametrize("name,n_obj", [("dtlz5", 2), ("dtlz5", 3), ("dtlz6", 3), ("dtlz7", 2), ("dtlz7", 3)])
+def test_nadir_of_fronts_pymoo_would_download(name, n_obj):
+    """Pareto-optimal points built from the definitions (g at its minimum) give the nadir."""
+    problem = moo_problem(name, n_obj=n_obj)
+    grid = np.linspace(0.0, 1.0, 401 if n_obj == 2 else 41)
+    heads = np.stack(np.meshgrid(*[grid] * (n_obj - 1), indexing="ij"), -1).reshape(-1, n_obj - 1)
+    tail = {"dtlz5": 0.5, "dtlz6": 0.0, "dtlz7": 0.0}[name]
+    x = np.hstack([heads, np.full((len(heads), problem.dim - n_obj + 1), tail)])
+    f = problem(x)
+    front = f[nondominated(f)]
+    assert np.allclose(front.max(axis=0), nadir(name, n_obj), atol=max(2e-3, 1.0 / (len(grid) - 1)))
+
+
+def test_hypervolume_survival_removes_the_least_contributor_then_recomputes():
+    pytest.importorskip("moocore")
+    f = np.array([[0.0, 1.0], [0.5, 0.5], [0.51, 0.49], [1.0, 0.0], [0.6, 0.6]])
+    # (0.6, 0.6) is dominated: it goes first; then (0.51, 0.49) adds 0.0049 < 0.005
+    assert list(hypervolume_survivors(f, 4)) == [0, 1, 2, 3]
+    assert list(hypervolume_survivors(f, 3)) == [0, 1, 3]
+    # then, to the reference (2, 2), the middle adds 0.25 and each extreme 0.5: the middle goes
+    assert list(hypervolume_survivors(f, 2)) == [0, 3]
+    same = np.array([[0.0, 1.0], [0.5, 0.5], [0.5, 0.5], [1.0, 0.0]])
+    assert list(hypervolume_survivors(same, 3)) == [0, 1, 3]       # equal contributions: the newer leaves
+
+
+def test_variation_stays_in_the_box_and_keeps_pairs_centred():
+    rng = np.random.default_rng(5)
+    lower, upper = np.zeros(6), np.ones(6)
+    a, b = rng.uniform(0.4, 0.45, (50, 6)), rng.uniform(0.55, 0.6, (50, 6))
+    first, second = sbx_pairs(a, b, rng, lower, upper, eta=15.0, prob=1.0)
+    assert np.allclose(first + second, a + b)              # SBX's children are centred on their parents
+    assert 0.3 < np.mean(first != a) < 0.7                 # about half of the genes cross
+    same = sbx_pairs(a, b, rng, lower, upper, eta=15.0, prob=0.0)
+    assert np.array_equal(same[0], a) and np.array_equal(same[1], b)
+    edge = np.vstack([np.zeros(6), np.ones(6)] * 25)
+    wide = sbx_pairs(edge[0::2], edge[1::2], rng, lower, upper, eta=0.5, prob=1.0)
+    assert all(((c >= 0) & (c <= 1)).all() for c in wide)
+    x = rng.random((200, 6))
+    kept = x.copy()
+    bounded_polynomial_mutation(kept, rng, lower, upper, rate=0.0, eta=20.0)
+    assert np.array_equal(kept, x)
+    bounded_polynomial_mutation(x, rng, lower, upper, rate=1.0, eta=20.0)
+    assert ((x >= 0) & (x <= 1)).all() and not np.array_equal(kept, x)
