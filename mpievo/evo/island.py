@@ -41,7 +41,7 @@ from .engine_config import EngineConfig
 from .migration_policy import Migrants, admit, choose_emigrants
 from .operators import box_arrays
 from .problems import Problem, check_fitness, make_problem
-from .streams import stream
+from .streams import StreamKeys, stream
 
 STATE_FORMAT = 1
 
@@ -220,7 +220,9 @@ class Island:
             raise RuntimeError(f"island {self.index}: call initialize() or load_state_dict() first")
         if generation <= self.generation:
             raise RuntimeError(f"island {self.index}: expected a generation > {self.generation}, got {generation}")
-        genomes = self.algorithm.ask(stream(self.seed, self.index, generation, "breed"))
+        keys = StreamKeys(self.seed, self.index, generation, "breed")
+        genomes = self.algorithm.ask(keys if getattr(self.algorithm, "takes_stream_keys", False)
+                                     else keys.generator())
         genomes = self._check_batch(genomes)
         self._pending = (generation, genomes)
         return genomes
@@ -260,8 +262,10 @@ class Island:
         told = fitness if n == size else np.concatenate([fitness, np.full(size - n, np.inf)])
         self.algorithm.tell(genomes, told)
         before = self.best_internal()
-        result = self.archive.insert(genomes[:n], fitness, self._new_ids(n), self.index, generation)
-        self.stalled = 0 if self.best_internal() < before else self.stalled + 1
+        # validated once: the rows by ask, the fitness above
+        result = self.archive.insert_rows(genomes[:n], fitness, self._new_ids(n), self.index, generation)
+        improved = len(result.entered) and float(fitness[result.entered].min()) < before
+        self.stalled = 0 if improved else self.stalled + 1
         self.children_accepted += len(result.entered)
         self.generation = generation
         return len(result.entered)

@@ -136,3 +136,13 @@ def test_the_default_ga_takes_the_compiled_step_and_repeats_itself():
     ranked = Island(0, problem, EngineConfig(capacity=32, selection="rank"), seed=4)
     ranked.initialize()
     assert ranked.algorithm._step is None   # rank selection: the numpy path
+
+
+def test_stream_keys_start_where_a_fresh_stream_would():
+    from mpievo.evo.streams import StreamKeys, as_generator, counter_blocks, stream
+
+    for keys in (StreamKeys(7, 3, 11), StreamKeys(2**40, 0, 5, "init")):
+        assert keys.counter_start() == counter_blocks(keys.generator(), 5)
+        assert as_generator(keys).random() == stream(*keys).random()
+    rng = stream(1, 2, 3)
+    assert as_generator(rng) is rng

@@ -84,7 +84,7 @@ from mpievo.kernels.counter_operators import rate_threshold
 from .. import half
 from .. import operators as ops
 from ..stagnation import StagnationMonitor
-from ..streams import counter_blocks
+from ..streams import StreamKeys, as_generator, counter_blocks
 
 STEP_ADAPTATIONS = ("success", "self")
 GENES_PER_CHILD = 10.0  # default mutation rate: min(1, GENES_PER_CHILD / dim)
@@ -94,6 +94,7 @@ class GeneticAlgorithm:
     """Archive GA (see the module docstring); arguments as in :class:`EngineConfig`."""
 
     name = "ga"
+    takes_stream_keys = True   # ask() gets StreamKeys: the compiled step needs no numpy generator
 
     def __init__(self, *, batch_size: int = 128, selection: str = "tournament",
                  tournament_size: int = 2, rank_pressure: float = 1.5,
@@ -262,16 +263,19 @@ class GeneticAlgorithm:
         return out if self._half is None else self._half.round_into(out, self._children)
 
     # --- ask / tell --------------------------------------------------------------
-    def ask(self, rng: np.random.Generator) -> np.ndarray:
-        """Draw order: 2n parents (a then b), step sizes (``self`` only), crossover, (box),
-        mutation; right after a restart, while the archive has room: n * dim uniforms."""
+    def ask(self, rng) -> np.ndarray:
+        """``rng``: a Generator or :class:`~mpievo.evo.streams.StreamKeys`. The compiled
+        step draws from the counter-based generator (:mod:`mpievo.kernels.ga_step`).
+        Otherwise the draw order is: 2n parents (a then b), step sizes (``self`` only),
+        crossover, (box), mutation; right after a restart, while the archive has room:
+        n * dim uniforms."""
         if self.monitor.stagnated:
             self._restart()
         n, archive = self.batch_size, self.archive
         self._pool = None
         if self.refilling:
             if archive.size < archive.limit:
-                return self._refill(rng)
+                return self._refill(as_generator(rng))
             self.refilling = False
         if self.restarts:
             pool = self._fresh_pool()
@@ -280,6 +284,7 @@ class GeneticAlgorithm:
         if self._step is not None:
             out, self._steps, self._counts = self._step.breed(rng, self._work(), self._pool)
             return self._rounded(out)
+        rng = as_generator(rng)
         if self._pool is None:
             parents = self.select(archive.fitness, 2 * n, rng)
         else:
@@ -384,7 +389,7 @@ class _CompiledStep:
         """Breed ``out`` from the archive's members (``pool``: the slots parents may come
         from, None: all); returns (children, steps, counts)."""
         ga, archive = self.ga, self.archive
-        key, base = counter_blocks(rng, self.blocks)
+        key, base = rng.counter_start() if isinstance(rng, StreamKeys) else counter_blocks(rng, self.blocks)
         key, base = ops.key_words(key), np.uint64(base)
         tau = ga.tau if ga.step_adaptation == "self" else 0.0
         pool = self.everyone if pool is None else pool
