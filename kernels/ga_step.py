@@ -64,7 +64,7 @@ def generation_blocks(n: int, dim: int, mode: int, dense: bool, tournament: int)
     return mutation_span(n, dim, mode, dense) + n * child_blocks(tournament)
 
 
-@numba.njit(inline="always")
+@numba.njit(nogil=True)
 def _tournament(fitness, pool, m, size, key, row, first):
     """Winner (a member slot) of the tournament of contestant words ``first ..
     first + size - 1`` of the child's blocks from ``row + 1``; ties: the first drawn."""
@@ -80,7 +80,7 @@ def _tournament(fitness, pool, m, size, key, row, first):
     return winner
 
 
-@numba.njit(inline="always")
+@numba.njit(nogil=True)
 def _interpolate_row(genomes, a, b, w, out, c, lower, upper, uniform):
     """``out[c] = clip(G[b] + w (G[a] - G[b]))``; a uniform box as two scalars, so the
     loop reads two rows instead of four."""
@@ -97,7 +97,7 @@ def _interpolate_row(genomes, a, b, w, out, c, lower, upper, uniform):
             x[g] = min(max(gb[g] + w * (ga[g] - gb[g]), lower[g]), upper[g])
 
 
-@numba.njit(inline="always")
+@numba.njit(nogil=True)
 def _mutate_gaps(out, c, step, scale, lower, upper, mode, inv_log_q, key, row):
     """Geometric-gap mutation of child ``c``: its ``j``-th mutated gene takes block
     ``row + j`` (word 0 the gap, words 1, 2 the normal, word 3 a resample uniform);
@@ -121,7 +121,7 @@ def _mutate_gaps(out, c, step, scale, lower, upper, mode, inv_log_q, key, row):
         j += 1
 
 
-@numba.njit(inline="always")
+@numba.njit(nogil=True)
 def _draw(fitness, pool, tournament, omega, sigma, tau, key, own, idx_a, idx_b, omegas, steps):
     m = pool.shape[0] if pool.shape[0] else fitness.shape[0]
     per_child = child_blocks(tournament)
@@ -138,7 +138,7 @@ def _draw(fitness, pool, tournament, omega, sigma, tau, key, own, idx_a, idx_b, 
         idx_b[c] = _tournament(fitness, pool, m, tournament, key, row, tournament)
 
 
-@numba.njit(inline="always")
+@numba.njit(nogil=True)
 def _breed(genomes, idx_a, idx_b, omegas, steps, lower, upper, scale, uniform, mode, threshold, inv_log_q,
            dense, key, base, out, counts):
     n, dim = out.shape

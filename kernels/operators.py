@@ -250,16 +250,27 @@ def survivors(member_fitness, candidate_fitness, capacity):
         take: free slots ``size, size+1, ...`` first, then evicted members' slots
         (ascending).
     """
+    # loops, not slice assignments or np.arange: those compile shape-error messages
+    # (string formatting, seconds of compile time), and np.partition took ~10 s
     size = member_fitness.shape[0]
     n = candidate_fitness.shape[0]
     total = size + n
-    if total <= capacity:
-        return np.arange(n), np.arange(size, total)
     merged = np.empty(total)
-    merged[:size] = member_fitness
-    merged[size:] = candidate_fitness
-    # a quickselect of our own: np.partition took ~10 s of Numba compile time
-    threshold = kth_smallest(merged.copy(), capacity - 1)
+    scratch = np.empty(total)
+    for i in range(size):
+        merged[i] = member_fitness[i]
+    for i in range(n):
+        merged[size + i] = candidate_fitness[i]
+    if total <= capacity:
+        entered = np.empty(n, np.int64)
+        slots = np.empty(n, np.int64)
+        for i in range(n):
+            entered[i] = i
+            slots[i] = size + i
+        return entered, slots
+    for i in range(total):
+        scratch[i] = merged[i]
+    threshold = kth_smallest(scratch, capacity - 1)
     ties = capacity  # how many values equal to the threshold still fit
     for i in range(total):
         if merged[i] < threshold:
