@@ -31,10 +31,10 @@ per-child counter-based draws (keyed by the generation's stream, see
 :mod:`mpievo.kernels.ga_step`), crossover, mutation and box in one dispatch, and the
 step-size rule after evaluation another (:func:`~mpievo.kernels.ga_step.adapt_step`,
 which every configuration uses). Other settings (rank selection, other crossovers,
-half-precision, device or recipe rows, larger genomes) draw from the numpy stream and
-run :func:`mpievo.evo.operators.breed` or the operators one after the other. Half-precision archives (``engine.dtype``
-bfloat16 or float16) breed float32 copies of the parents used and round each child
-once (:mod:`mpievo.evo.half`).
+device or recipe rows, larger genomes) draw from the numpy stream and run
+:func:`mpievo.evo.operators.breed` or the operators one after the other.
+Half-precision archives (``engine.dtype`` bfloat16 or float16) breed float32 copies
+of the parents used and round each child once (:mod:`mpievo.evo.half`).
 
 Restarts (IPOP-like, on by default). The success rule shrinks ``sigma`` until the
 population sits in one local minimum; on a multimodal problem nothing improves
@@ -372,7 +372,8 @@ class _CompiledStep:
         dim, n = archive.dim, ga.batch_size
         compute = half.compute_dtype(archive.dtype)
         self.ga, self.archive = ga, archive
-        self.lower, self.upper, self.scale = (np.ascontiguousarray(a, compute) for a in (ga.lower, ga.upper, ga.scale))
+        self.lower, self.upper, self.scale = (np.ascontiguousarray(a, compute)
+                                              for a in (ga.lower, ga.upper, ga.scale))
         self.uniform = bool(np.all(self.lower == self.lower[0]) and np.all(self.upper == self.upper[0]))
         self.mode = ops.bound_code(ga.bounds)
         self.threshold = np.uint64(rate_threshold(ga.rate))
@@ -385,9 +386,10 @@ class _CompiledStep:
         self.counts = np.empty(n, np.int64)
         self.everyone = np.empty(0, np.int64)
 
-    def breed(self, rng: np.random.Generator, out: np.ndarray, pool) -> tuple:
-        """Breed ``out`` from the archive's members (``pool``: the slots parents may come
-        from, None: all); returns (children, steps, counts)."""
+    def breed(self, rng, out: np.ndarray, pool) -> tuple:
+        """Breed ``out`` from the archive's members (``rng``: StreamKeys or a Generator,
+        whose counter blocks it takes; ``pool``: the slots parents may come from, None:
+        all); returns (children, steps, counts)."""
         ga, archive = self.ga, self.archive
         key, base = rng.counter_start() if isinstance(rng, StreamKeys) else counter_blocks(rng, self.blocks)
         key, base = ops.key_words(key), np.uint64(base)
