@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import numba
 import numpy as np
+from numba.extending import register_jitable
 
 from .operators import BOUND_CLIP, BOUND_RESAMPLE, _bound_value
 from .random import block, log_unit, normal_pair, uniform_word
@@ -49,6 +50,7 @@ _U = np.uint64
 _TWO_M32 = 2.0 ** -32
 
 
+@register_jitable   # also called by the compiled GA step (ga_step)
 def mutation_blocks(n: int, dim: int, mode: int) -> int:
     """Blocks one mutation of ``n`` children of ``dim`` genes takes from its stream."""
     return n * ((dim + 1) // 2) * (2 if mode == BOUND_RESAMPLE else 1)

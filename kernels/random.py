@@ -153,7 +153,7 @@ def _bind_all(compile_, names: dict) -> dict:
     return bound
 
 
-_inline = numba.njit(inline="always", nogil=True)
+_inline = numba.njit(nogil=True)
 _HOST = _bind_all(_inline, {"U": np.uint64, "F": np.float32, "mul": _inline(_host_mul),
                             "clz": _inline(_host_clz), "sqrt": _inline(_host_sqrt)})
 

@@ -39,14 +39,19 @@ from ..evo.engine_config import EngineConfig
 from ..evo.island import Island
 from ..evo.operators import box_arrays, breed
 from ..evo.problems import Problem, make_problem
+from ..evo.streams import StreamKeys
 
 LOWER, UPPER = -5.12, 5.12
 PYGMO_POPULATION = 20
 DEFAULTS = EngineConfig()   # mpievo runs with default settings (archive, batch)
-#: like for like, per-individual fitness: mpievo's evaluations/s over pygmo's, at least
-TARGET_RATIO = 1.0
-#: batched fitness: mpievo's time per evaluation outside the fitness, at most (µs)
-TARGET_OVERHEAD_US = 0.3
+#: like for like, per-individual fitness: mpievo's evaluations/s over pygmo's, at least (issue 32)
+TARGET_RATIO = 1.1
+#: batched numpy fitness: mpievo's evaluations/s over pygmo's per-individual run, at least
+TARGET_BATCHED_RATIO = 2.0
+#: batched fitness, float64: mpievo's time per evaluation outside the fitness, at most (µs)
+TARGET_OVERHEAD_US = 0.5
+#: the built-in float32 sphere: the same, at most (µs)
+TARGET_OVERHEAD_F32_US = 0.3
 VARIANTS = ("per_row", "batched", "numba_float32")
 
 
@@ -174,8 +179,8 @@ def overhead_split(dim: int, evaluations: int, seed: int = 0) -> dict:
     """Where the batched run's time per evaluation goes, in µs.
 
     ``ask`` (breeding: random stream, parent selection, draws, crossover and
-    mutation), of which ``breed_kernel`` (the draws and the crossover/mutation
-    kernel alone, on the same shapes); ``evaluate_wrapper`` (Problem.evaluate around
+    mutation), of which ``breed_kernel`` (the GA's compiled step alone -- selection,
+    draws, crossover and mutation -- on the same archive and batch); ``evaluate_wrapper`` (Problem.evaluate around
     the fitness: shape/dtype checks); ``tell`` (step-size rule, archive merge);
     ``fitness`` (inside the user's function).
     """
@@ -203,10 +208,14 @@ def overhead_split(dim: int, evaluations: int, seed: int = 0) -> dict:
 
 
 def _breed_seconds(island: Island) -> float:
-    """Seconds per child of :func:`~mpievo.evo.operators.breed` (draws + fused kernel) on
-    the island's archive, box, mutation rate and batch size."""
+    """Seconds per child of the GA's compiled step (:mod:`mpievo.kernels.ga_step`) on the
+    island's archive and settings, or of :func:`~mpievo.evo.operators.breed` (draws +
+    fused kernel) where the island has none."""
     ga, archive = island.algorithm, island.archive
     n = island.config.batch_size
+    if ga._step is not None:
+        keys = StreamKeys(1, 0, 1)
+        return _seconds_per_call(lambda: ga._step.breed(keys, ga._children, None)) / n
     lower, upper = box_arrays(island.problem.lower, island.problem.upper, archive.dtype)
     rng = np.random.default_rng(0)
     parents = rng.integers(0, archive.size, 2 * n)
@@ -272,13 +281,19 @@ def compare(dim: int = 1000, evaluations: int = 128_000, repeats: int = 3, *,
 
 def targets(result: dict) -> dict:
     """The issue's targets, each with its number and ``met`` (None: not measurable)."""
-    ratio = result["variants"]["per_row"]["vs_pygmo"]
-    overhead = result["variants"]["batched"]["overhead_us"]
+    variants = result["variants"]
+
+    def at_least(value, target):
+        return {"value": value, "target": target, "met": None if value is None else value >= target}
+
+    def at_most(value, target):
+        return {"value": value, "target": target, "met": value <= target}
+
     return {
-        "per_row_vs_pygmo": {"value": ratio, "target": TARGET_RATIO,
-                             "met": None if ratio is None else ratio >= TARGET_RATIO},
-        "batched_overhead_us": {"value": overhead, "target": TARGET_OVERHEAD_US,
-                                "met": overhead <= TARGET_OVERHEAD_US},
+        "per_row_vs_pygmo": at_least(variants["per_row"]["vs_pygmo"], TARGET_RATIO),
+        "batched_vs_pygmo": at_least(variants["batched"]["vs_pygmo"], TARGET_BATCHED_RATIO),
+        "batched_overhead_us": at_most(variants["batched"]["overhead_us"], TARGET_OVERHEAD_US),
+        "float32_overhead_us": at_most(variants["numba_float32"]["overhead_us"], TARGET_OVERHEAD_F32_US),
     }
 
 
@@ -312,9 +327,11 @@ def format_lines(result: dict) -> list[str]:
         side(v["batched"], "(b) mpievo GA, batched numpy F(X) [pygmo has no batch call: vs its (a)]"),
         side(v["numba_float32"], "(c) NOT like for like: mpievo built-in float32 sphere (Numba kernel)"),
         f"    targets: per-individual >= {TARGET_RATIO:g}x pygmo: {verdict(t['per_row_vs_pygmo'], 'x')}; "
-        f"batched overhead <= {TARGET_OVERHEAD_US:g} µs/eval: {verdict(t['batched_overhead_us'], ' µs')}",
-        f"    batched overhead split (µs/eval): breeding {split['ask']:.2f} (draws + crossover/mutation "
-        f"kernel alone {split['breed_kernel']:.2f}), evaluate wrapper {split['evaluate_wrapper']:.2f}, "
+        f"batched >= {TARGET_BATCHED_RATIO:g}x pygmo: {verdict(t['batched_vs_pygmo'], 'x')}; "
+        f"batched overhead <= {TARGET_OVERHEAD_US:g} µs/eval: {verdict(t['batched_overhead_us'], ' µs')}; "
+        f"float32 overhead <= {TARGET_OVERHEAD_F32_US:g} µs/eval: {verdict(t['float32_overhead_us'], ' µs')}",
+        f"    batched overhead split (µs/eval): breeding {split['ask']:.2f} (compiled step: selection, draws, "
+        f"crossover/mutation alone {split['breed_kernel']:.2f}), evaluate wrapper {split['evaluate_wrapper']:.2f}, "
         f"archive merge and step size {split['tell']:.2f}; fitness {split['fitness']:.2f}",
     ]
 

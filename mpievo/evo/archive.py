@@ -270,7 +270,12 @@ class Archive:
         Returns:
             :class:`Insertion` (which candidates entered, where, duplicates dropped).
         """
-        genomes, fitness, ids, origins, births = self._check_batch(genomes, fitness, ids, origins, births)
+        return self.insert_rows(*self._check_batch(genomes, fitness, ids, origins, births))
+
+    def insert_rows(self, genomes, fitness, ids, origins, births) -> Insertion:
+        """:meth:`insert` of columns validated already (what ``_check_batch`` returns:
+        rows of this archive's dtype, float64 fitness with no NaN, int64 ids, origins
+        and births or int scalars), for a caller that checked them once itself."""
         hashes = self._row_hashes(genomes) if self.unique else None
         n = genomes.shape[0]
         candidates = np.arange(n)

@@ -44,7 +44,7 @@ from .moo.indicators import hypervolume
 from .moo.problems import check_algorithm_objectives, sanitized_values
 from .operators import box_arrays
 from .problems import Problem, make_problem
-from .streams import stream
+from .streams import StreamKeys, stream
 
 STATE_FORMAT = 1
 
@@ -230,7 +230,9 @@ class Island:
             raise RuntimeError(f"island {self.index}: call initialize() or load_state_dict() first")
         if generation <= self.generation:
             raise RuntimeError(f"island {self.index}: expected a generation > {self.generation}, got {generation}")
-        genomes = self.algorithm.ask(stream(self.seed, self.index, generation, "breed"))
+        keys = StreamKeys(self.seed, self.index, generation, "breed")
+        genomes = self.algorithm.ask(keys if getattr(self.algorithm, "takes_stream_keys", False)
+                                     else keys.generator())
         genomes = self._check_batch(genomes)
         self._pending = (generation, genomes)
         return genomes
@@ -270,8 +272,13 @@ class Island:
         told = fitness if n == size else np.concatenate([fitness, np.full((size - n,) + fitness.shape[1:], np.inf)])
         self.algorithm.tell(genomes, told)
         before = self.best_internal()
-        result = self.archive.insert(genomes[:n], fitness, self._new_ids(n), self.index, generation)
-        self.stalled = 0 if self.best_internal() < before else self.stalled + 1
+        # validated once: the rows by ask, the fitness above
+        result = self.archive.insert_rows(genomes[:n], fitness, self._new_ids(n), self.index, generation)
+        if self.n_obj > 1:   # the scalar best is a sum of objectives: ask the archive
+            improved = self.best_internal() < before
+        else:
+            improved = len(result.entered) and float(fitness[result.entered].min()) < before
+        self.stalled = 0 if improved else self.stalled + 1
         self.children_accepted += len(result.entered)
         self.generation = generation
         return len(result.entered)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numbers
 from types import MappingProxyType
+from typing import NamedTuple
 
 import numpy as np
 
@@ -141,6 +142,33 @@ def counter_blocks(rng: np.random.Generator, blocks: int) -> tuple[tuple[int, in
     bit_generator.advance(blocks)
     key = (_fold(seed), _fold(island), _fold(generation), _fold(purpose))
     return key, position + 1
+
+
+class StreamKeys(NamedTuple):
+    """The keys of a :func:`stream`, not built yet: an algorithm whose generation draws
+    only from the counter-based generator (the GA's compiled step) never pays for the
+    numpy generator (a Philox built per generation, about 10 µs); one that needs it
+    calls :meth:`generator`. An algorithm that declares ``takes_stream_keys = True``
+    gets these from :meth:`~mpievo.evo.island.Island.ask` instead of a Generator."""
+
+    seed: int
+    island: int
+    generation: int
+    purpose: str | int = "breed"
+
+    def generator(self) -> np.random.Generator:
+        """The :func:`stream` of these keys."""
+        return stream(*self)
+
+    def counter_start(self) -> tuple[tuple[int, int, int, int], int]:
+        """(stream key, first block) that :func:`counter_blocks` gives for a fresh
+        :meth:`generator`, without building it."""
+        return counter_key(*self), 1
+
+
+def as_generator(rng) -> np.random.Generator:
+    """``rng`` itself, or the generator of :class:`StreamKeys`."""
+    return rng.generator() if isinstance(rng, StreamKeys) else rng
 
 
 def seed_int(rng: np.random.Generator) -> int:

@@ -70,12 +70,18 @@ def test_compare_is_like_for_like_against_a_fake_reference(ref_seconds, met):
         assert 0 < side["fitness_us"] < side["us_per_eval"]
     target = result["targets"]["per_row_vs_pygmo"]
     assert target["value"] == variants["per_row"]["vs_pygmo"] and target["met"] is met
+    batched = result["targets"]["batched_vs_pygmo"]
+    assert batched["value"] == variants["batched"]["vs_pygmo"] and batched["met"] is met
     overhead = result["targets"]["batched_overhead_us"]
     assert overhead["met"] is (overhead["value"] <= bench.TARGET_OVERHEAD_US)
+    overhead = result["targets"]["float32_overhead_us"]
+    assert overhead["value"] == variants["numba_float32"]["overhead_us"]
+    assert overhead["met"] is (overhead["value"] <= bench.TARGET_OVERHEAD_F32_US)
     split = result["split_us"]
     assert all(split[key] > 0 for key in ("ask", "breed_kernel", "tell", "fitness"))
     lines = "\n".join(bench.format_lines(result))
-    assert ("per-individual >= 1x pygmo: " + ("met" if met else "MISSED")) in lines
+    assert ("per-individual >= 1.1x pygmo: " + ("met" if met else "MISSED")) in lines
+    assert ("batched >= 2x pygmo: " + ("met" if met else "MISSED")) in lines
     assert "NOT like for like" in lines and "pygmo has no batch call" in lines
 
 

@@ -33,12 +33,17 @@ def _parents(dim: int, dtype, bound: float) -> tuple[np.ndarray, np.ndarray]:
 
 def _children(dtype, genomes, fitness, bound: float, seed: int, **settings) -> np.ndarray:
     """A GA's children of ``genomes`` (stored in ``dtype``) for one ``ask``."""
+    return _asked(dtype, genomes, fitness, bound, seed, **settings)[0]
+
+
+def _asked(dtype, genomes, fitness, bound: float, seed: int, **settings):
+    """(children, the GA) of one ``ask``."""
     dim = genomes.shape[1]
     archive = Archive(CAPACITY, dim, dtype)
     archive.insert(genomes.astype(dtype), fitness, np.arange(CAPACITY), 0, 0)
     ga = GeneticAlgorithm(batch_size=BATCH, **settings)
     ga.init(Problem(_sphere, dim, -bound, bound), archive, np.random.default_rng(0))
-    return np.array(ga.ask(np.random.default_rng(seed)))
+    return np.array(ga.ask(np.random.default_rng(seed))), ga
 
 
 BREEDING = [
@@ -68,14 +73,14 @@ def test_children_are_float32_breeding_rounded_once_to_nearest_even(dtype, setti
 @pytest.mark.parametrize("dtype", sorted(HALF))
 def test_interpolation_matches_a_numpy_float32_reference(dtype):
     genomes, fitness = _parents(7, HALF[dtype], 4.0)
-    got = _children(dtype, genomes, fitness, 4.0, seed=3, omega=0.3, mutation_rate=0.0)
-    # the same parents as the GA's tournament: replay the selection draws
-    from mpievo.evo.operators import tournament_selection
-
-    parents = tournament_selection(fitness, 2 * BATCH, np.random.default_rng(3))
-    a, b = genomes[parents[:BATCH]].astype(np.float32), genomes[parents[BATCH:]].astype(np.float32)
+    got, ga = _asked(dtype, genomes, fitness, 4.0, seed=3, omega=0.3, mutation_rate=0.0)
+    # the same parents as the GA's tournament (the compiled step's draws)
+    ia, ib = ga._step.idx_a, ga._step.idx_b
+    assert len(set(ia)) > 3
+    a, b = genomes[ia].astype(np.float32), genomes[ib].astype(np.float32)
     w = np.float32(0.3)
-    expected = np.clip(w * a + (np.float32(1) - w) * b, -4, 4).astype(HALF[dtype])
+    # the kernels' formula, b + w (a - b) (= w a + (1 - w) b up to rounding)
+    expected = np.clip(b + w * (a - b), -4, 4).astype(HALF[dtype])
     assert got.view(np.uint16).tobytes() == expected.view(np.uint16).tobytes()
 
 

@@ -24,11 +24,17 @@ matched it with dense mutation, hence the default.
 Mutation rate: by default ``min(1, 10/dim)`` per gene, i.e. about ten genes per
 child: every gene for small problems, sparse (cheap) for large ones.
 
-With interpolation crossover the crossover, mutation and box handling run in one
-fused Numba kernel (:func:`mpievo.evo.operators.breed`); other crossovers run the
-same operators one after the other. Half-precision archives (``engine.dtype``
-bfloat16 or float16) breed float32 copies of the parents used and round each child
-once (:mod:`mpievo.evo.half`).
+With interpolation crossover and tournament or uniform selection on a host archive
+of genomes below :data:`~mpievo.evo.operators.COUNTER_DIM` genes, a generation is one
+compiled step (:func:`mpievo.kernels.ga_step.breed_generation`): parent selection,
+per-child counter-based draws (keyed by the generation's stream, see
+:mod:`mpievo.kernels.ga_step`), crossover, mutation and box in one dispatch, and the
+step-size rule after evaluation another (:func:`~mpievo.kernels.ga_step.adapt_step`,
+which every configuration uses). Other settings (rank selection, other crossovers,
+device or recipe rows, larger genomes) draw from the numpy stream and run
+:func:`mpievo.evo.operators.breed` or the operators one after the other.
+Half-precision archives (``engine.dtype`` bfloat16 or float16) breed float32 copies
+of the parents used and round each child once (:mod:`mpievo.evo.half`).
 
 Restarts (IPOP-like, on by default). The success rule shrinks ``sigma`` until the
 population sits in one local minimum; on a multimodal problem nothing improves
@@ -72,14 +78,15 @@ from functools import partial
 
 import numpy as np
 
+from mpievo.kernels import ga_step
+from mpievo.kernels.counter_operators import rate_threshold
+
 from .. import half
 from .. import operators as ops
 from ..stagnation import StagnationMonitor
+from ..streams import StreamKeys, as_generator, counter_blocks
 
-_SIGMA_RANGE = (1e-30, 1.0)
 STEP_ADAPTATIONS = ("success", "self")
-SUCCESS_TARGET = 0.2
-SUCCESS_RATE = 0.5
 GENES_PER_CHILD = 10.0  # default mutation rate: min(1, GENES_PER_CHILD / dim)
 
 
@@ -87,6 +94,7 @@ class GeneticAlgorithm:
     """Archive GA (see the module docstring); arguments as in :class:`EngineConfig`."""
 
     name = "ga"
+    takes_stream_keys = True   # ask() gets StreamKeys: the compiled step needs no numpy generator
 
     def __init__(self, *, batch_size: int = 128, selection: str = "tournament",
                  tournament_size: int = 2, rank_pressure: float = 1.5,
@@ -109,6 +117,8 @@ class GeneticAlgorithm:
         if not restart_margin >= 0.0:
             raise ValueError(f"expected restart_margin >= 0, got {restart_margin!r}")
         self.batch_size = int(batch_size)
+        # contestants per parent of the compiled step (None: rank selection, not compiled)
+        self._tournament = {"tournament": int(tournament_size), "uniform": 1}.get(selection)
         self.ops = ops  # the host's operators; init() switches to the device's for a device archive
         self.select = {
             "uniform": ops.uniform_selection,
@@ -192,6 +202,10 @@ class GeneticAlgorithm:
         self._children = self.ops.empty((self.batch_size, archive.dim), archive.dtype)
         self._steps = np.empty(0)
         self._counts = np.empty(0, np.int64)
+        compiled = (not archive.on_device and getattr(problem, "operators", None) is None
+                    and self.crossover_name == "interpolate"
+                    and self._tournament is not None and not ops.counter_based(archive.dim))
+        self._step = _CompiledStep(self, archive) if compiled else None
 
     # --- restarts ----------------------------------------------------------------
     def _restart(self) -> None:
@@ -249,21 +263,28 @@ class GeneticAlgorithm:
         return out if self._half is None else self._half.round_into(out, self._children)
 
     # --- ask / tell --------------------------------------------------------------
-    def ask(self, rng: np.random.Generator) -> np.ndarray:
-        """Draw order: 2n parents (a then b), step sizes (``self`` only), crossover, (box),
-        mutation; right after a restart, while the archive has room: n * dim uniforms."""
+    def ask(self, rng) -> np.ndarray:
+        """``rng``: a Generator or :class:`~mpievo.evo.streams.StreamKeys`. The compiled
+        step draws from the counter-based generator (:mod:`mpievo.kernels.ga_step`).
+        Otherwise the draw order is: 2n parents (a then b), step sizes (``self`` only),
+        crossover, (box), mutation; right after a restart, while the archive has room:
+        n * dim uniforms."""
         if self.monitor.stagnated:
             self._restart()
         n, archive = self.batch_size, self.archive
         self._pool = None
         if self.refilling:
             if archive.size < archive.limit:
-                return self._refill(rng)
+                return self._refill(as_generator(rng))
             self.refilling = False
         if self.restarts:
             pool = self._fresh_pool()
             if len(pool):
                 self._pool = pool
+        if self._step is not None:
+            out, self._steps, self._counts = self._step.breed(rng, self._work(), self._pool)
+            return self._rounded(out)
+        rng = as_generator(rng)
         if self._pool is None:
             parents = self.select(archive.fitness, 2 * n, rng)
         else:
@@ -292,13 +313,16 @@ class GeneticAlgorithm:
     def tell(self, genomes: np.ndarray, fitness: np.ndarray) -> None:
         """Adapt ``sigma`` and watch for stagnation (call before the children enter the archive)."""
         members = self._breeding_fitness()
-        median = float(np.partition(members, len(members) // 2)[len(members) // 2]) if len(members) else math.inf
-        self._adapt_sigma(fitness, median)
+        counts = self._counts if len(self._counts) else np.zeros(len(fitness), np.int64)
+        steps = self._steps if len(self._steps) else np.full(len(fitness), self.sigma)
+        # success rule against the (upper) median of the breeding members, or self-adaptation
+        sigma, median, best = ga_step.adapt_step(fitness, counts, steps, members, self.sigma,
+                                                 self.step_adaptation == "self")
+        self.sigma = float(sigma)
         # The refill after a restart is not judged: it may take more generations than
         # the patience, and the monitor starts afresh with the first bred generation.
         if self.monitor.patience and not self.refilling:
-            best = min(float(fitness.min()), float(members.min()) if len(members) else math.inf)
-            self.monitor.update(best, median)
+            self.monitor.update(float(best), float(median))
 
     def _breeding_fitness(self) -> np.ndarray:
         """Fitness of the members parents come from (the fresh pool after a restart)."""
@@ -307,20 +331,6 @@ class GeneticAlgorithm:
         if self.restarts:
             return self.archive.fitness[self._fresh_mask()]  # refilling, or an empty pool
         return self.archive.fitness
-
-    def _adapt_sigma(self, fitness: np.ndarray, median: float) -> None:
-        """Success rule against the (upper) median of the breeding members, or self-adaptation."""
-        mutated = np.flatnonzero(self._counts)
-        if len(mutated) == 0:
-            return
-        if self.step_adaptation == "self":
-            k = max(1, len(mutated) // 4)
-            best = mutated[np.argpartition(fitness[mutated], k - 1)[:k]]
-            sigma = math.exp(float(np.mean(np.log(self._steps[best]))))
-        else:
-            success = np.count_nonzero(fitness[mutated] < median) / len(mutated)
-            sigma = self.sigma * math.exp(SUCCESS_RATE * (success - SUCCESS_TARGET))
-        self.sigma = min(max(sigma, _SIGMA_RANGE[0]), _SIGMA_RANGE[1])
 
     def best(self) -> tuple[np.ndarray, float]:
         i = self.archive.best_index()
@@ -349,3 +359,51 @@ class GeneticAlgorithm:
         if "stagnation_stalled" in state:
             self.monitor.load_state_dict({k[len("stagnation_"):]: v for k, v in state.items()
                                           if k.startswith("stagnation_")})
+
+
+class _CompiledStep:
+    """The GA's generation as one compiled dispatch (module docstring): the box and the
+    gene scale as contiguous arrays (no stride-0 views: the kernel's loads vectorise;
+    a uniform box is read as two scalars), the mutation plan and the per-child outputs,
+    allocated once. Half-precision rows: two dispatches around the widening of the
+    parents used (:mod:`mpievo.evo.half`)."""
+
+    def __init__(self, ga: GeneticAlgorithm, archive):
+        dim, n = archive.dim, ga.batch_size
+        compute = half.compute_dtype(archive.dtype)
+        self.ga, self.archive = ga, archive
+        self.lower, self.upper, self.scale = (np.ascontiguousarray(a, compute)
+                                              for a in (ga.lower, ga.upper, ga.scale))
+        self.uniform = bool(np.all(self.lower == self.lower[0]) and np.all(self.upper == self.upper[0]))
+        self.mode = ops.bound_code(ga.bounds)
+        self.threshold = np.uint64(rate_threshold(ga.rate))
+        self.inv_log_q = 1.0 / math.log1p(-ga.rate) if 0.0 < ga.rate < 1.0 else 0.0
+        self.dense = ga.rate >= ops.DENSE_RATE
+        self.blocks = ga_step.generation_blocks(n, dim, self.mode, self.dense, ga._tournament)
+        self.omega = -1.0 if ga.omega is None else float(ga.omega)
+        self.idx_a, self.idx_b = np.empty(n, np.int64), np.empty(n, np.int64)
+        self.omegas, self.steps = np.empty(n, compute), np.empty(n, compute)
+        self.counts = np.empty(n, np.int64)
+        self.everyone = np.empty(0, np.int64)
+
+    def breed(self, rng, out: np.ndarray, pool) -> tuple:
+        """Breed ``out`` from the archive's members (``rng``: StreamKeys or a Generator,
+        whose counter blocks it takes; ``pool``: the slots parents may come from, None:
+        all); returns (children, steps, counts)."""
+        ga, archive = self.ga, self.archive
+        key, base = rng.counter_start() if isinstance(rng, StreamKeys) else counter_blocks(rng, self.blocks)
+        key, base = ops.key_words(key), np.uint64(base)
+        tau = ga.tau if ga.step_adaptation == "self" else 0.0
+        pool = self.everyone if pool is None else pool
+        plan = (self.lower, self.upper, self.scale, self.uniform, self.mode, self.threshold, self.inv_log_q,
+                self.dense, key, base)
+        draws = (self.idx_a, self.idx_b, self.omegas, self.steps)
+        if ga._half is None:
+            ga_step.breed_generation(archive.genomes, archive.fitness, pool, ga._tournament, self.omega,
+                                     ga.sigma, tau, *plan, *draws, out, self.counts)
+        else:
+            ga_step.draw_children(archive.fitness, pool, ga._tournament, self.omega, ga.sigma, tau,
+                                  archive.dim, self.mode, self.dense, key, base, *draws)
+            genomes, idx_a, idx_b = ga._half.parents(archive.genomes, self.idx_a, self.idx_b)
+            ga_step.breed_children(genomes, idx_a, idx_b, self.omegas, self.steps, *plan, out, self.counts)
+        return out, self.steps, self.counts
