@@ -1,6 +1,6 @@
 """The merge problems, as mpievo Problems named from ``merge.toml`` (``merge_problems:recipe``,
-``merge_problems:whole_weights``) or passed to ``mpievo.minimize``; both are
-``mpievo.torch`` problems over the cached base and experts (:func:`sources`):
+``merge_problems:whole_weights``, ``merge_problems:front``) or passed to ``mpievo.minimize``; all are
+``mpievo.torch`` problems (or built on one) over the cached base and experts (:func:`sources`):
 
 * :func:`recipe_problem` -- a :class:`~mpievo.torch.RecipeProblem`: task arithmetic with
   one weight in [0, 1] per layer group and per expert and a fixed ``lambda`` of 1, i.e.
@@ -11,14 +11,17 @@
   of the merged model is a gene; its bases are the base then the experts, so
   ``engine.genome = "delta"`` holds them once per node and migrates differences. The
   islands start from the experts and their average (then those plus a little noise).
+* :func:`front_problem` -- a :class:`~mpievo.evo.moo.MultiObjectiveProblem` over the
+  recipe genome of :func:`recipe_problem`: one objective per task, ``1 -`` its validation
+  exact match, all minimised (``merge_front.toml``: Pareto islands, the trade-off between tasks).
 
-Both maximise :func:`scoring.fitness` on the validation split (the mean over tasks of
+The first two maximise :func:`scoring.fitness` on the validation split (the mean over tasks of
 exact-match accuracy); reports use the test split. Each process loads the sources once
 (first use) and writes each genome into one resident model in place. ``run.blas_threads``
 (default 1) gives torch one thread per rank: the ranks share the cores.
 
 The size comes from ``$MERGE_TRANSFORMERS_SIZE`` (``full``, the default, or ``small``)
-and the cache folder from ``$MERGE_TRANSFORMERS_CACHE``. The module's ``recipe`` and
+and the cache folder from ``$MERGE_TRANSFORMERS_CACHE``. The module's ``recipe``, ``front`` and
 ``whole_weights`` are made when first named, from models built if not cached: build
 them first (``python examples/merge_transformers/build.py``) so that ranks do not all train them.
 """
@@ -30,9 +33,11 @@ import re
 
 import numpy as np
 
+from data import TASKS
 from zoo import SPECS, Zoo, new_model
+from mpievo.evo.moo import MultiObjectiveProblem
 from mpievo.torch import FlatParameters, ModelProblem, RecipeProblem, hf_bases
-from scoring import fitness
+from scoring import fitness, task_scores
 
 #: box of every weight of a whole-weight genome (the models' weights lie well inside)
 WEIGHT_BOX = 8.0
@@ -87,6 +92,30 @@ def whole_weight_problem(zoo: Zoo, noise: float = 0.002) -> ModelProblem:
     return problem
 
 
+def front_problem(zoo: Zoo) -> MultiObjectiveProblem:
+    """One objective per task, ``1 -`` its exact match on the validation split, over
+    :func:`recipe_problem`'s genome (its box, its start: the plain average first). The
+    recipe problem is the attribute ``recipe`` (``front.recipe.materialize(genome)``
+    writes a front member's merge into ``front.recipe.model``). The reference point of the
+    hypervolume is 1 on every task (no line solved)."""
+    recipe = recipe_problem(zoo)
+    recipe.model.eval()
+
+    def task_losses(genomes: np.ndarray) -> np.ndarray:
+        losses = np.empty((len(genomes), len(TASKS)))
+        for row, genome in enumerate(genomes):
+            recipe.materialize(genome)
+            scores = task_scores(recipe.model, zoo.splits)
+            losses[row] = [1.0 - scores[task] for task in TASKS]
+        return losses
+
+    front = MultiObjectiveProblem(task_losses, recipe.dim, recipe.lower, recipe.upper, n_obj=len(TASKS),
+                                  reference_point=np.ones(len(TASKS)), initial=recipe.initial, bases=recipe.bases,
+                                  name="transformer merge: layer-wise task arithmetic, one objective per task")
+    front.recipe, front.row_dtype = recipe, recipe.row_dtype
+    return front
+
+
 def default_zoo() -> Zoo:
     size = os.environ.get("MERGE_TRANSFORMERS_SIZE", "full")
     if size not in SPECS:
@@ -94,8 +123,8 @@ def default_zoo() -> Zoo:
     return Zoo(SPECS[size])
 
 
-#: the jobs' problems (merge.toml, whole_weights.toml), made when first named
-_MAKERS = {"recipe": recipe_problem, "whole_weights": whole_weight_problem}
+#: the jobs' problems (merge.toml, whole_weights.toml, merge_front.toml), made when first named
+_MAKERS = {"recipe": recipe_problem, "whole_weights": whole_weight_problem, "front": front_problem}
 
 
 def __getattr__(name: str):

@@ -170,3 +170,61 @@ def test_splits_are_disjoint_and_answers_right(example):
         mask = splits.test.answer_mask[0]
         assert mask.sum() == data.DIGITS + 1   # the answer digits and the end mark
 
+
+
+#: a tiny front run: 2 Pareto islands (NSGA-II and SMS-EMOA) of 8, 8 children a generation
+FRONT_SHORT = ["--islands", "2", "--set", "engine.capacity=8", "--set", "engine.batch_size=8",
+               "--set", 'engine.algorithm=["nsga2", "smsemoa"]', "--set", "migration.interval=2",
+               "--progress", "none"]
+
+
+@pytest.fixture(scope="session")
+def front_run(example, tmp_path_factory):
+    """merge_front.toml on one rank, 3 generations; its problem and the report's comparison."""
+    if MPI.COMM_WORLD.Get_size() > 1:
+        pytest.skip("runs `mpievo run` on COMM_WORLD in this process: one rank only")
+    import front_report
+
+    front = example.merge.front_problem(example.zoo)
+    sys.modules["merge_ci"].front = front
+    out = tmp_path_factory.mktemp("front") / "run"
+    assert main(["run", str(EXAMPLE / "merge_front.toml"), "--out", str(out), "--generations", "3",
+                 "--set", "problem.name=merge_ci:front", *FRONT_SHORT]) == 0
+    report = front_report.compare_front(out, front, example.zoo, standard=False)
+    return types.SimpleNamespace(out=out, problem=front, report=report, module=front_report)
+
+
+def test_merge_front_is_nondominated_and_rescores_to_its_objectives(example, front_run):
+    from data import TASKS
+    from mpievo.evo.moo import nondominated
+    from scoring import task_scores
+
+    objectives = front_run.report["objectives"]
+    assert objectives.shape[1] == len(TASKS) == 3 and len(objectives) >= 1
+    assert nondominated(objectives).all()
+    assert np.array_equal(front_run.report["rescored"], objectives)
+    recipe = front_run.problem.recipe
+    for genome, reported in zip(front_run.module.front_of(front_run.out)[1], objectives):
+        recipe.materialize(genome)      # the objectives are 1 - validation exact match per task
+        scores = task_scores(recipe.model, example.zoo.splits, "validation")
+        assert [1.0 - scores[task] for task in TASKS] == pytest.approx(reported)
+
+
+def test_merge_front_holds_a_member_at_least_as_good_as_the_plain_average(example, front_run):
+    """On every task's validation exact match (the objectives) and on the test split."""
+    front, report = front_run.problem, front_run.report
+    average_genome = front.recipe.space.average_genome()
+    average = front(average_genome[None])[0]
+    assert (report["objectives"] <= average).all(axis=1).any(), (average, report["objectives"])
+    front.recipe.materialize(average_genome)
+    average_test = example.report.scores(front.recipe.model, example.zoo.splits)
+    assert any(front_run.module.dominates_on_test(row, average_test) for row in report["front"]), average_test
+
+
+def test_front_report_prints_and_plots(front_run, tmp_path):
+    pytest.importorskip("matplotlib")
+    text = front_run.module.format_front(front_run.report)
+    assert text.count("| front ") == len(front_run.report["objectives"])
+    assert "re-scored: max |difference| 0" in text
+    target = front_run.module.plot_front(front_run.report, tmp_path / "front.png")
+    assert target.stat().st_size > 10_000
