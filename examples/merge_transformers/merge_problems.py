@@ -99,7 +99,7 @@ def front_problem(zoo: Zoo) -> MultiObjectiveProblem:
     writes a front member's merge into ``front.recipe.model``). The reference point of the
     hypervolume is 1 on every task (no line solved)."""
     recipe = recipe_problem(zoo)
-    recipe.model.eval()
+    recipe.model.eval()        # as ModelProblem scores: no training-mode layers during evaluation
 
     def task_losses(genomes: np.ndarray) -> np.ndarray:
         losses = np.empty((len(genomes), len(TASKS)))
