@@ -221,10 +221,18 @@ def test_merge_front_holds_a_member_at_least_as_good_as_the_plain_average(exampl
     assert any(front_run.module.dominates_on_test(row, average_test) for row in report["front"]), average_test
 
 
-def test_front_report_prints_and_plots(front_run, tmp_path):
+def test_front_report_prints_and_plots(example, front_run, tmp_path):
+    """The report with a run given as --single: here the front run itself, whose best genome
+    is the front's compromise member (the lowest sum of objectives)."""
     pytest.importorskip("matplotlib")
-    text = front_run.module.format_front(front_run.report)
-    assert text.count("| front ") == len(front_run.report["objectives"])
+    module = front_run.module
+    report = module.compare_front(front_run.out, front_run.problem, example.zoo, single_run=front_run.out,
+                                  standard=False)
+    compromise = int(np.argmin(report["objectives"].sum(axis=1)))
+    assert report["references"] == {"mpievo (one objective)": report["front"][compromise]}
+    text = module.format_front(report)
+    assert text.count("| front ") == len(report["objectives"])
     assert "re-scored: max |difference| 0" in text
-    target = front_run.module.plot_front(front_run.report, tmp_path / "front.png")
+    assert "as good as mpievo (one objective) on every task (test): " in text
+    target = module.plot_front(report, tmp_path / "front.png")
     assert target.stat().st_size > 10_000
