@@ -2,7 +2,9 @@
 per session (cached), a short CMA-ES recipe merge through ``mpievo run merge.toml`` on
 one rank and through ``mpievo.minimize`` on two (mpi), the merge beating the plain average
 on the test split, the merged model written as a Hugging Face directory, and a stopped
-run resumed from its checkpoint ending where the uninterrupted run ends."""
+run resumed from its checkpoint ending where the uninterrupted run ends; and the merge front
+over tasks (merge_front.toml, a tiny run): non-dominated, re-scored to its objectives, a member
+at least as good as the plain average on every task, front_report.py's table and plot."""
 
 import json
 import os
