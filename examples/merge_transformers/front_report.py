@@ -62,12 +62,16 @@ def compare_front(run_dir, problem, zoo: Zoo, single_run=None, standard: bool = 
     if single_run is not None:
         single_run = Path(single_run)
         summary = json.loads((single_run / "summary.json").read_text(encoding="utf-8"))
-        recipe.materialize(best_genome(single_run, summary))
+        genome = best_genome(single_run, summary)
+        if genome.shape != (recipe.dim,):
+            raise ValueError(f"expected a merge.toml run (a recipe of {recipe.dim} genes) as the single run, "
+                             f"got a best genome of shape {genome.shape} in {single_run}")
+        recipe.materialize(genome)
         references["mpievo (one objective)"] = scores(recipe.model, zoo.splits)
     return {"front": rows, "objectives": objectives, "rescored": rescored, "references": references}
 
 
-def dominates_on_test(row: dict, other: dict) -> bool:
+def at_least_as_good_on_test(row: dict, other: dict) -> bool:
     """Whether ``row`` is at least as good as ``other`` on every task's test exact match."""
     return all(row[task] >= other[task] for task in TASKS)
 
@@ -86,7 +90,7 @@ def format_front(report: dict) -> str:
     lines.append(f"front: {len(front)} members (validation objectives re-scored: max |difference| "
                  f"{np.abs(report['rescored'] - report['objectives']).max():.2g})")
     for name, row in references.items():
-        count = sum(dominates_on_test(member, row) for member in front)
+        count = sum(at_least_as_good_on_test(member, row) for member in front)
         lines.append(f"members at least as good as {name} on every task (test): {count} of {len(front)}")
     return "\n".join(lines)
 
