@@ -50,3 +50,14 @@ class StopAt:
     @property
     def requested(self):
         return self.rank == 0 and self.scheme.generation >= self.generation
+
+
+def stepped_scheme(comm, job, generations: int):
+    """The job's scheme on ``comm``, initialised and stepped ``generations`` times."""
+    from mpievo.parallel import build_scheme
+
+    scheme = build_scheme(comm, job)
+    scheme.initialize()
+    for _ in range(generations):
+        scheme.step()
+    return scheme

@@ -5,7 +5,7 @@ import json
 
 import numpy as np
 import pytest
-from parallel_helpers import small_job, states_digest
+from parallel_helpers import small_job, states_digest, stepped_scheme
 
 from mpi_support import all_ranks_agree
 from mpievo.comm import Communicator
@@ -57,14 +57,8 @@ def test_hypervolume_per_island_and_overall():
 def test_restored_pareto_islands_continue_exactly():
     comm = SelfComm()
     job = moo_job(1)
-    straight = build_scheme(comm, job)
-    straight.initialize()
-    for _ in range(10):
-        straight.step()
-    first = build_scheme(comm, job)
-    first.initialize()
-    for _ in range(4):
-        first.step()
+    straight = stepped_scheme(comm, job, 10)
+    first = stepped_scheme(comm, job, 4)
     saved = {i: through_hdf5(state) for i, state in first.island_states().items()}
     assert all(trees_equal(saved[i], state) for i, state in first.island_states().items())
     second = build_scheme(comm, job)
@@ -81,11 +75,8 @@ def test_pareto_islands_give_the_serial_result_bit_for_bit(world):
     distributed = run_job(moo_job(comm.size), comm)
     serial = run_job(moo_job(1), SelfComm())
     job = moo_job(comm.size)
-    scheme, reference = build_scheme(comm, job), build_scheme(SelfComm(), job)
-    for s in (scheme, reference):
-        s.initialize()
-        for _ in range(job.run.generations):
-            s.step()
+    scheme = stepped_scheme(comm, job, job.run.generations)
+    reference = stepped_scheme(SelfComm(), job, job.run.generations)
     mine, theirs = scheme.island_states(), reference.island_states()
     same = states_digest(mine) == states_digest({i: theirs[i] for i in mine})
     if comm.rank == 0:
