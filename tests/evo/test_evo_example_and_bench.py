@@ -67,7 +67,9 @@ def test_compare_is_like_for_like_against_a_fake_reference(ref_seconds, met):
         assert side["evaluations"] == 1280 and side["same_count"] and side["sane"]
         assert side["vs_pygmo"] == pytest.approx(side["evals_per_s"] / pygmo["evals_per_s"])
         assert side["overhead_us"] == pytest.approx(side["us_per_eval"] - side["fitness_us"])
-        assert 0 < side["fitness_us"] < side["us_per_eval"]
+        # both timed separately: on a busy machine the fitness alone can time above the
+        # whole evaluation (a negative overhead), so no order between them is asserted
+        assert side["fitness_us"] > 0 and side["us_per_eval"] > 0
     target = result["targets"]["per_row_vs_pygmo"]
     assert target["value"] == variants["per_row"]["vs_pygmo"] and target["met"] is met
     batched = result["targets"]["batched_vs_pygmo"]
