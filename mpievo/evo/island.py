@@ -274,11 +274,7 @@ class Island:
         before = self.best_internal()
         # validated once: the rows by ask, the fitness above
         result = self.archive.insert_rows(genomes[:n], fitness, self._new_ids(n), self.index, generation)
-        if self.n_obj > 1:   # the scalar best is a sum of objectives: ask the archive
-            improved = self.best_internal() < before
-        else:
-            improved = len(result.entered) and float(fitness[result.entered].min()) < before
-        self.stalled = 0 if improved else self.stalled + 1
+        self.stalled = 0 if self.best_internal() < before else self.stalled + 1
         self.children_accepted += len(result.entered)
         self.generation = generation
         return len(result.entered)
