@@ -27,7 +27,7 @@ import functools
 import numpy as np
 
 from .counter_operators import CROSS_BLEND, CROSS_UNIFORM, TILE
-from .cuda import bind_globals, device_function, simulator_enabled
+from .cuda import compile_kernel, device_function
 from .cuda_operator_kernels import arithmetic
 from .operators import BOUND_CLIP, BOUND_RESAMPLE
 from .random import device_functions
@@ -232,10 +232,7 @@ def _names(dtype_str: str) -> dict:
 
 
 def _kernel(template, dtype_str: str):
-    from numba import cuda
-
-    options = {} if simulator_enabled() else {"max_registers": MAX_REGISTERS}
-    return cuda.jit(**options)(bind_globals(template, cuda=cuda, **_names(dtype_str)))
+    return compile_kernel(template, options={"max_registers": MAX_REGISTERS}, **_names(dtype_str))
 
 
 @functools.lru_cache(maxsize=None)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 
-from .cuda import BLOCKS_PER_SM, bind_globals, device_function, device_sm_count, launch_dims
+from .cuda import BLOCKS_PER_SM, compile_kernel, device_function, device_sm_count, launch_dims
 from .cuda import simulator_enabled
 
 #: threads per reduction block (a power of two: the tree halves it)
@@ -107,8 +107,7 @@ def build(term, finish, *, product: bool = False):
     combine = device_function(_multiply if product else _add)
     names = dict(cuda=cuda, float64=nbt.float64, THREADS=reduce_threads(), term=term,
                  combine=combine, INIT=1.0 if product else 0.0, finish=finish)
-    return (cuda.jit(bind_globals(_partials_template, **names)),
-            cuda.jit(bind_globals(_finish_template, **names)))
+    return compile_kernel(_partials_template, **names), compile_kernel(_finish_template, **names)
 
 
 def grid(rows: int, length: int) -> tuple[int, int]:
