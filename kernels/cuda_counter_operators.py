@@ -86,7 +86,7 @@ def _read_back(dev, host, stream):
 # ------------------------------------------------------------- operators
 def vary(genomes, idx_a, idx_b, omega, interpolate: bool, x, steps, scale, lower, upper, mode,
          threshold: int, inv_log_q: float, dense: bool, key, base: int, counts=None, *,
-         stream=0) -> np.ndarray:
+         stream=0, workspace=None) -> np.ndarray:
     """Interpolation crossover (optional) then Gaussian mutation of every row of device ``x``.
 
     Same arguments, meaning and result bits as :func:`mpievo.kernels.counter_operators.vary`.
@@ -101,6 +101,10 @@ def vary(genomes, idx_a, idx_b, omega, interpolate: bool, x, steps, scale, lower
         key, base: stream key (four ints below 2**32) and first block.
         counts: optional (n,) host int64 array to write the counts into.
         stream: numba stream (the counts are read back on it).
+        workspace: a :class:`~.cuda_workspace.BreedWorkspace` for x's rows and dtype:
+            the host inputs go up in one transfer into its buffers, the counts come
+            back from it, all on its stream (``stream`` is then ignored); no device
+            allocation. Same results.
 
     Returns:
         The (n,) int64 genes mutated per row, a host array (``counts`` when given).
@@ -116,6 +120,16 @@ def vary(genomes, idx_a, idx_b, omega, interpolate: bool, x, steps, scale, lower
     if threshold < 0:
         raise ValueError(f"expected a mutation threshold >= 0, got {threshold}")
     keys = _key_args(key, base)
+    dev_counts = None
+    if workspace is not None:
+        if not workspace.fits(n, dtype):
+            raise ValueError(f"expected a workspace for {n} children of {np.dtype(dtype)}, got one for "
+                             f"{workspace.n} of {workspace.dtype}")
+        stream = workspace.stream
+        packed = workspace.upload(steps, *((idx_a, idx_b, omega) if interpolate else ()))
+        steps, dev_counts = packed["steps"], packed["counts"]
+        if interpolate:
+            idx_a, idx_b, omega = packed["idx_a"], packed["idx_b"], packed["omega"]
     steps = _vector(steps, n, dtype, "steps", stream)
     scale = _vector(scale, dim, dtype, "scale", stream)
     lower, upper = _box(lower, upper, dim, dtype, stream)
@@ -129,9 +143,10 @@ def vary(genomes, idx_a, idx_b, omega, interpolate: bool, x, steps, scale, lower
         interpolate_kernel(dtype)[blocks, threads, stream](genomes, idx_a, idx_b, omega, lower, upper, x)
     if not threshold:
         return out
-    from numba import cuda
+    if dev_counts is None:
+        from numba import cuda
 
-    dev_counts = cuda.to_device(out, stream=stream)
+        dev_counts = cuda.to_device(out, stream=stream)
     if dense:
         if not interpolate:  # not read: stand-ins of the right types, no allocation
             genomes, idx_a, idx_b, omega = x, dev_counts, dev_counts, steps
@@ -143,6 +158,8 @@ def vary(genomes, idx_a, idx_b, omega, interpolate: bool, x, steps, scale, lower
         blocks, threads = launch_dims_2d(n, -(-dim // TILE))
         vary_sparse_kernel(dtype)[blocks, threads, stream](
             x, steps, scale, lower, upper, np.int64(code), np.float64(inv_log_q), *keys, dev_counts)
+    if workspace is not None:
+        return workspace.read_counts(out)
     return _read_back(dev_counts, out, stream)
 
 

@@ -12,9 +12,17 @@ differs is the fitness: the device sums a row in another order than the host, so
 fitness values -- and then, rarely, a selection between near-equal members -- may
 differ in the last bits; and the uniform genomes of a start or a restart come from
 :func:`uniform_genomes` (counter-based) instead of numpy's generator.
+
+Breeding into a caller's children array (the GA's, one per island) goes through
+that array's :class:`~mpievo.kernels.cuda_workspace.BreedWorkspace`, made on first
+use and kept as long as the array: the per-row numbers go up in one transfer on the
+island's own stream, the counts come back in one, and no device memory is
+allocated after the first generation.
 """
 
 from __future__ import annotations
+
+import weakref
 
 import numpy as np
 
@@ -45,6 +53,24 @@ def empty(shape, dtype):
     return cuda.device_array(shape, dtype)
 
 
+#: id of a children array -> (weak reference to it, its breeding workspace); the entry
+#: goes with the array (device arrays are not all hashable: no WeakKeyDictionary)
+_WORKSPACES: dict = {}
+
+
+def workspace(children):
+    """The :class:`~mpievo.kernels.cuda_workspace.BreedWorkspace` of device ``children``
+    (made on first use, remade if the array's rows or dtype no longer fit)."""
+    from mpievo.kernels.cuda_workspace import BreedWorkspace
+
+    key, (n, dtype) = id(children), (children.shape[0], children.dtype)
+    ref, found = _WORKSPACES.get(key, (None, None))
+    if ref is None or ref() is not children or not found.fits(n, dtype):
+        found = BreedWorkspace(n, dtype)
+        _WORKSPACES[key] = (weakref.ref(children, lambda _, key=key: _WORKSPACES.pop(key, None)), found)
+    return found
+
+
 def _output(out, n, genomes):
     if out is None:
         return empty((n, genomes.shape[1]), genomes.dtype)
@@ -54,7 +80,9 @@ def _output(out, n, genomes):
     return out
 
 
-def _vary(x, rng, lower, upper, *, rate, steps, scale, code, parents=None) -> np.ndarray:
+def _vary(x, rng, lower, upper, *, rate, steps, scale, code, parents=None, persistent=True) -> np.ndarray:
+    """Interpolation (``parents``) and mutation of ``x``; ``persistent``: ``x`` is the
+    caller's children array, bred through its workspace."""
     n, dim = x.shape
     interpolate = parents is not None
     if not interpolate:
@@ -62,7 +90,7 @@ def _vary(x, rng, lower, upper, *, rate, steps, scale, code, parents=None) -> np
     plan = host.vary_plan(rng, n, dim, rate, code)
     return _kernels().vary(*parents, interpolate, x, host.steps_array(steps, n, x.dtype), scale,
                            lower, upper, code, plan.threshold, plan.inv_log_q, plan.dense,
-                           plan.key, plan.base)
+                           plan.key, plan.base, workspace=workspace(x) if persistent and n else None)
 
 
 def _cross(genomes, idx_a, idx_b, rng, out, kind, *, swap_threshold=0, alpha=0.0, eta=0.0):
@@ -77,10 +105,12 @@ def _cross(genomes, idx_a, idx_b, rng, out, kind, *, swap_threshold=0, alpha=0.0
 
 def interpolate_crossover(genomes, idx_a, idx_b, rng, lower, upper, out=None, *, omega=None):
     """As :func:`.operators.interpolate_crossover`, on the device."""
+    persistent = out is not None
     out = _output(out, len(idx_a), genomes)
     w = draw_omega(rng, len(idx_a), omega, genomes.dtype)
     _vary(out, rng, lower, upper, rate=0.0, steps=0.0, scale=lower, code=host.kernels.BOUND_CLIP,
-          parents=(genomes, np.asarray(idx_a, np.int64), np.asarray(idx_b, np.int64), w))
+          parents=(genomes, np.asarray(idx_a, np.int64), np.asarray(idx_b, np.int64), w),
+          persistent=persistent)
     return out
 
 
@@ -121,10 +151,12 @@ def breed(genomes, idx_a, idx_b, rng, lower, upper, out=None, *, omega=None, rat
     """As :func:`.operators.breed`, on the device: (children, host per-row counts)."""
     code = host.bound_code(bounds)
     n = len(idx_a)
+    persistent = out is not None
     out = _output(out, n, genomes)
     w = draw_omega(rng, n, omega, genomes.dtype)
     counts = _vary(out, rng, lower, upper, rate=rate, steps=steps, scale=scale, code=code,
-                   parents=(genomes, np.asarray(idx_a, np.int64), np.asarray(idx_b, np.int64), w))
+                   parents=(genomes, np.asarray(idx_a, np.int64), np.asarray(idx_b, np.int64), w),
+                   persistent=persistent)
     return out, counts
 
 

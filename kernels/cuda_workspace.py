@@ -1,0 +1,114 @@
+"""Persistent device buffers of one island's breeding: allocated once, reused every generation.
+
+A generation's small inputs -- parent indices, interpolation weights, step sizes --
+and its mutation counts would otherwise cost one device allocation and one
+synchronous upload from pageable memory each (every such upload first waits for
+the GPU), plus an allocation for the counts. A :class:`BreedWorkspace` packs them
+into one pinned host buffer that mirrors one device buffer::
+
+    idx_a | idx_b | counts (int64, n each) | omega | steps (genome dtype, n each)
+
+and moves them in one asynchronous upload on the island's own stream (the counts
+section goes up as zeros: no separate clear), then one download of the counts.
+Sections are 8-byte aligned views of the two buffers, made once.
+
+The island's stream is an ordinary (blocking) CUDA stream, so work on it is ordered
+with the legacy default stream that the archive's row moves and the built-in
+problems use; the counts download synchronises it, so a generation's breeding is
+complete when :meth:`BreedWorkspace.read_counts` returns. Nothing here touches CUDA
+at import time.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .cuda_operators import is_device
+
+_INDEX = np.dtype(np.int64)
+
+
+def _sections(n: int, dtype: np.dtype) -> tuple[dict, int]:
+    """name -> (byte offset, dtype) of the packed layout, and its total bytes."""
+    layout, offset = {}, 0
+    for name, section_dtype in (("idx_a", _INDEX), ("idx_b", _INDEX), ("counts", _INDEX),
+                                ("omega", dtype), ("steps", dtype)):
+        layout[name] = (offset, section_dtype)
+        offset += -(-n * section_dtype.itemsize // 8) * 8   # keep the next section aligned
+    return layout, offset
+
+
+class BreedWorkspace:
+    """Device buffers for breeding ``n`` children of genome dtype ``dtype`` (float32/64).
+
+    Args:
+        n: children per generation (>= 1).
+        dtype: the genome dtype the weights and step sizes are in.
+        stream: numba stream to work on (default: a new stream of the island's own).
+
+    Raises:
+        ValueError: n < 1. TypeError: not float32 or float64.
+    """
+
+    def __init__(self, n: int, dtype, *, stream=None):
+        from numba import cuda
+
+        dtype = np.dtype(dtype)
+        if n < 1:
+            raise ValueError(f"expected a workspace for n >= 1 children, got {n}")
+        if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
+            raise TypeError(f"expected a float32 or float64 genome dtype, got {dtype}")
+        self.n, self.dtype = int(n), dtype
+        layout, nbytes = _sections(self.n, dtype)
+        self._host = cuda.pinned_array(nbytes, np.uint8)
+        self._device = cuda.device_array(nbytes, np.uint8)
+        self.stream = cuda.stream() if stream is None else stream
+
+        def view(buffer, name):
+            offset, section_dtype = layout[name]
+            return buffer[offset:offset + self.n * section_dtype.itemsize].view(section_dtype)
+
+        self.host = {name: view(self._host, name) for name in layout}
+        self.device = {name: view(self._device, name) for name in layout}
+
+    def fits(self, n: int, dtype) -> bool:
+        """True when this workspace is laid out for ``n`` children of ``dtype``."""
+        return n == self.n and np.dtype(dtype) == self.dtype
+
+    def upload(self, steps, idx_a=None, idx_b=None, omega=None) -> dict:
+        """Pack the host inputs given (None: not used this call) and upload them with zeroed
+        counts in one transfer on :attr:`stream`; device arrays given are used as they are.
+
+        Returns:
+            name -> the (n,) device array to launch with, for "counts", "steps" and each
+            input given.
+
+        Raises:
+            ValueError: an input of another length.
+        """
+        # the previous upload may still be reading the pinned buffer (breeding without
+        # mutation never downloads the counts): wait for it before writing (idle: cheap)
+        self.stream.synchronize()
+        given = {"steps": steps, "idx_a": idx_a, "idx_b": idx_b, "omega": omega}
+        used = {"counts": self.device["counts"]}
+        for name, value in given.items():
+            if value is None:
+                continue
+            if is_device(value):
+                used[name] = value
+                continue
+            value = np.asarray(value)
+            if value.shape != (self.n,):
+                raise ValueError(f"expected {name} of shape ({self.n},), got {value.shape}")
+            self.host[name][:] = value   # cast to the section's dtype, as the kernels take it
+            used[name] = self.device[name]
+        self.host["counts"][:] = 0
+        self._device.copy_to_device(self._host, stream=self.stream)
+        return used
+
+    def read_counts(self, out: np.ndarray) -> np.ndarray:
+        """The counts section downloaded into host ``out`` ((n,) int64); waits for the stream."""
+        self.device["counts"].copy_to_host(self.host["counts"], stream=self.stream)
+        self.stream.synchronize()
+        out[:] = self.host["counts"]
+        return out
