@@ -16,6 +16,7 @@ import numpy as np
 from .counter_operators import CROSSOVER_CODES, TILE
 from .cuda_counter_kernels import (cross_kernel, fill_kernel, resample_kernel, vary_dense_kernel,
                                    vary_sparse_kernel)
+from .cuda_fast_math import check_device_math
 from .cuda_operator_kernels import interpolate_kernel
 from .cuda_operators import (genome_dtype, mode_code, check_parents, require_device, to_device,
                              launch_dims_2d)
@@ -86,7 +87,7 @@ def _read_back(dev, host, stream):
 # ------------------------------------------------------------- operators
 def vary(genomes, idx_a, idx_b, omega, interpolate: bool, x, steps, scale, lower, upper, mode,
          threshold: int, inv_log_q: float, dense: bool, key, base: int, counts=None, *,
-         stream=0, workspace=None) -> np.ndarray:
+         stream=0, workspace=None, math: str = "exact") -> np.ndarray:
     """Interpolation crossover (optional) then Gaussian mutation of every row of device ``x``.
 
     Same arguments, meaning and result bits as :func:`mpievo.kernels.counter_operators.vary`.
@@ -105,6 +106,9 @@ def vary(genomes, idx_a, idx_b, omega, interpolate: bool, x, steps, scale, lower
             the host inputs go up in one transfer into its buffers, the counts come
             back from it, all on its stream (``stream`` is then ignored); no device
             allocation. Same results.
+        math: "exact" (the host's bits) or "fast" (hardware normals and FMA for the
+            mutation: repeatable on one GPU model, not the host's bits; see
+            :mod:`.cuda_fast_math`).
 
     Returns:
         The (n,) int64 genes mutated per row, a host array (``counts`` when given).
@@ -116,6 +120,7 @@ def vary(genomes, idx_a, idx_b, omega, interpolate: bool, x, steps, scale, lower
     n, dim = x.shape
     code = mode_code(mode)
     out = _host_counts(counts, n)
+    check_device_math(math)
     threshold = int(threshold)
     if threshold < 0:
         raise ValueError(f"expected a mutation threshold >= 0, got {threshold}")
@@ -151,12 +156,12 @@ def vary(genomes, idx_a, idx_b, omega, interpolate: bool, x, steps, scale, lower
         if not interpolate:  # not read: stand-ins of the right types, no allocation
             genomes, idx_a, idx_b, omega = x, dev_counts, dev_counts, steps
         blocks, threads = launch_dims_2d(n, (dim + 1) // 2)
-        vary_dense_kernel(dtype)[blocks, threads, stream](
+        vary_dense_kernel(dtype, math)[blocks, threads, stream](
             genomes, idx_a, idx_b, omega, bool(interpolate), x, steps, scale, lower, upper, np.int64(code),
             np.uint64(threshold), *keys, dev_counts)
     else:
         blocks, threads = launch_dims_2d(n, -(-dim // TILE))
-        vary_sparse_kernel(dtype)[blocks, threads, stream](
+        vary_sparse_kernel(dtype, math)[blocks, threads, stream](
             x, steps, scale, lower, upper, np.int64(code), np.float64(inv_log_q), *keys, dev_counts)
     if workspace is not None:
         return workspace.read_counts(out)

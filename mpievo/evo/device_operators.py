@@ -18,10 +18,16 @@ that array's :class:`~mpievo.kernels.cuda_workspace.BreedWorkspace`, made on fir
 use and kept as long as the array: the per-row numbers go up in one transfer on the
 island's own stream, the counts come back in one, and no device memory is
 allocated after the first generation.
+
+The mutation's arithmetic follows :func:`device_math` ("exact": the host's bits, the
+default; "fast": hardware normals and FMA, see :mod:`mpievo.kernels.cuda_fast_math`),
+which an island sets around its breeding from ``engine.device_math``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import weakref
 
 import numpy as np
@@ -51,6 +57,26 @@ def empty(shape, dtype):
     from numba import cuda
 
     return cuda.device_array(shape, dtype)
+
+
+#: the mutation's device math in this context (thread): see :func:`device_math`
+_DEVICE_MATH = contextvars.ContextVar("device_math", default="exact")
+
+
+@contextlib.contextmanager
+def device_math(mode: str):
+    """Breed with ``mode`` ("exact" or "fast") inside the ``with`` block (this thread only).
+
+    Raises:
+        ValueError: an unknown mode.
+    """
+    from mpievo.kernels.cuda_fast_math import check_device_math
+
+    token = _DEVICE_MATH.set(check_device_math(mode))
+    try:
+        yield
+    finally:
+        _DEVICE_MATH.reset(token)
 
 
 #: id of a children array -> (weak reference to it, its breeding workspace); the entry
@@ -90,7 +116,8 @@ def _vary(x, rng, lower, upper, *, rate, steps, scale, code, parents=None, persi
     plan = host.vary_plan(rng, n, dim, rate, code)
     return _kernels().vary(*parents, interpolate, x, host.steps_array(steps, n, x.dtype), scale,
                            lower, upper, code, plan.threshold, plan.inv_log_q, plan.dense,
-                           plan.key, plan.base, workspace=workspace(x) if persistent and n else None)
+                           plan.key, plan.base, workspace=workspace(x) if persistent and n else None,
+                           math=_DEVICE_MATH.get())
 
 
 def _cross(genomes, idx_a, idx_b, rng, out, kind, *, swap_threshold=0, alpha=0.0, eta=0.0):

@@ -220,7 +220,14 @@ class Island:
             raise RuntimeError(f"island {self.index}: call initialize() or load_state_dict() first")
         if generation <= self.generation:
             raise RuntimeError(f"island {self.index}: expected a generation > {self.generation}, got {generation}")
-        genomes = self.algorithm.ask(stream(self.seed, self.index, generation, "breed"))
+        rng = stream(self.seed, self.index, generation, "breed")
+        if self.on_device:
+            from .device_operators import device_math
+
+            with device_math(self.config.device_math):
+                genomes = self.algorithm.ask(rng)
+        else:
+            genomes = self.algorithm.ask(rng)
         genomes = self._check_batch(genomes)
         self._pending = (generation, genomes)
         return genomes
