@@ -94,10 +94,12 @@ def test_bench_check_runs_every_section_and_times_nothing(tmp_path):
     assert all(("direct" in row["paths"]) == direct and {"staged", "host"} <= set(row["paths"])
                for row in results["allreduce"])
     assert [row["dim"] for row in results["island"]["rows"]] == [24]
-    assert [row["mode"] for row in results["breeding"]["rows"]] == ["dense", "sparse"]
-    dense = results["breeding"]["rows"][0]
-    assert dense["mutated"] == dense["dim"] * dense["batch"]
-    assert sum("checked" in line for line in body) == 2 + 2 + 2 + 1 + 2
+    assert [(row["mode"], row["math"]) for row in results["breeding"]["rows"]] == [
+        ("dense", "exact"), ("dense", "fast"), ("sparse", "exact")]
+    for dense in results["breeding"]["rows"][:2]:
+        assert dense["mutated"] == dense["dim"] * dense["batch"]
+    assert results["breeding"]["rows"][1]["normals_checked"] > 0
+    assert sum("checked" in line for line in body) == 2 + 2 + 2 + 1 + 3
 
 
 def test_bench_rejects_bad_sizes():
