@@ -12,6 +12,10 @@ and moves them in one asynchronous upload on the island's own stream (the counts
 section goes up as zeros: no separate clear), then one download of the counts.
 Sections are 8-byte aligned views of the two buffers, made once.
 
+:func:`scratch` keeps the temporaries of the built-in problems' evaluation (partial
+sums, the fitness before its download) per thread, so evaluating does not allocate
+either.
+
 The island's stream is an ordinary (blocking) CUDA stream, so work on it is ordered
 with the legacy default stream that the archive's row moves and the built-in
 problems use; the counts download synchronises it, so a generation's breeding is
@@ -20,6 +24,9 @@ at import time.
 """
 
 from __future__ import annotations
+
+import threading
+from collections import OrderedDict
 
 import numpy as np
 
@@ -112,3 +119,35 @@ class BreedWorkspace:
         self.stream.synchronize()
         out[:] = self.host["counts"]
         return out
+
+
+# ------------------------------------------------------------------ scratch
+#: scratch arrays kept per thread (least recently used dropped first)
+SCRATCH_ENTRIES = 16
+_LOCAL = threading.local()
+
+
+def scratch(name: str, shape: tuple, dtype, stream=0):
+    """A device array for a temporary result, reused by this thread's later calls with
+    the same ``name``, shape, dtype and stream instead of allocating again.
+
+    Reuse is safe where the previous holder is done with it by the time work queued
+    after it on the same stream runs: a kernel's partial results, or a result that is
+    downloaded before its function returns. Each thread has its own arrays (islands in
+    threads never share one); the stream is kept alive with its entry, so its ``id``
+    is never reused while the entry exists.
+    """
+    from numba import cuda
+
+    entries = getattr(_LOCAL, "entries", None)
+    if entries is None:
+        entries = _LOCAL.entries = OrderedDict()
+    key = (name, tuple(int(s) for s in shape), np.dtype(dtype).str, id(stream))
+    found = entries.get(key)
+    if found is None:
+        found = entries[key] = (stream, cuda.device_array(key[1], key[2], stream=stream))
+        if len(entries) > SCRATCH_ENTRIES:
+            entries.popitem(last=False)
+    else:
+        entries.move_to_end(key)
+    return found[1]

@@ -46,14 +46,16 @@ class _Counter:
         return sum(self.calls.get(k, 0) for k in ALLOCATORS)
 
 
-def test_breeding_allocates_nothing_after_the_first_generation(monkeypatch):
-    """The GA's default breeding (interpolation crossover fused with the mutation); the
-    other crossovers still upload their parent indices and allocate a counter for the
-    box (left to do)."""
-    island = Island(0, make_problem("sphere", 8), EngineConfig(device="cuda", mutation_rate=0.5, **CONFIG),
+@pytest.mark.parametrize("problem", ["sphere", "rastrigin"])
+def test_breeding_and_evaluation_allocate_nothing_after_the_first_generation(monkeypatch, problem):
+    """The GA's default breeding (interpolation crossover fused with the mutation) and a
+    built-in problem's evaluation. Left to do: the other crossovers still upload their
+    parent indices and allocate a counter for the box; the archive's row moves upload
+    their row and slot indices."""
+    island = Island(0, make_problem(problem, 8), EngineConfig(device="cuda", mutation_rate=0.5, **CONFIG),
                     seed=1)
     island.initialize()
-    island.step(1)   # makes the workspace
+    island.step(1)   # makes the workspace and the evaluation's scratch arrays
     counter = _Counter(monkeypatch)
     for generation in (2, 3):
         counter.calls.clear()
@@ -61,7 +63,34 @@ def test_breeding_allocates_nothing_after_the_first_generation(monkeypatch):
         breeding = dict(counter.calls)
         assert counter.allocations() == 0, breeding
         assert breeding.get("copy_to_device") == 1 and breeding.get("copy_to_host") == 1, breeding
-        island.tell(island.evaluate(batch))
+        counter.calls.clear()
+        fitness = island.evaluate(batch)
+        assert counter.allocations() == 0, counter.calls
+        assert counter.calls == {"copy_to_host": 1}   # the fitness: one download
+        island.tell(fitness)
+
+
+def test_scratch_arrays_are_per_name_shape_stream_and_thread():
+    import threading
+
+    from numba import cuda
+
+    from mpievo.kernels.cuda_workspace import SCRATCH_ENTRIES, scratch
+
+    a = scratch("test a", (3,), np.float64)
+    assert scratch("test a", (3,), np.float64) is a
+    other = cuda.stream()
+    assert scratch("test a", (4,), np.float64) is not a
+    assert scratch("test a", (3,), np.float64, other) is not a
+    assert scratch("test b", (3,), np.float64) is not a
+    seen = []
+    worker = threading.Thread(target=lambda: seen.append(scratch("test a", (3,), np.float64)))
+    worker.start()
+    worker.join()
+    assert seen[0] is not a            # another thread: its own array
+    for i in range(SCRATCH_ENTRIES):   # the least recently used goes first
+        scratch("test fill", (i + 1,), np.float64)
+    assert scratch("test a", (3,), np.float64) is not a
 
 
 def _parents(dim, dtype, seed):
