@@ -14,6 +14,7 @@ import pytest
 from mpievo.evo import EngineConfig, Island, make_problem
 from mpievo.evo import device, device_operators
 from mpievo.kernels import counter_operators, cuda_counter_kernels, cuda_counter_operators, random
+from mpievo.kernels.cuda import simulator_enabled
 
 KEY, BASE = (11, 22, 33, 44), 5
 N, DIM = 32, 64   # 2048 normals: a few seconds in the simulator
@@ -41,9 +42,13 @@ def test_fast_normals_repeat_exactly_and_have_the_host_normals_moments():
     fast = _mutation_normals("fast")
     assert fast.tobytes() == _mutation_normals("fast").tobytes()   # repeatable
     exact = _mutation_normals("exact")
-    # the exact mode is the host generator: the reference, bit for bit
+    # the exact mode is the host generator: the reference, bit for bit (2 ulps allowed on
+    # a GPU, as in test_counter_rng_cuda)
     host = random.normals(KEY, BASE, N * DIM // 2).reshape(N, DIM)
-    assert exact.tobytes() == host.tobytes()
+    if simulator_enabled():
+        assert exact.tobytes() == host.tobytes()
+    else:
+        np.testing.assert_array_max_ulp(exact, host, maxulp=2)
     assert not np.array_equal(fast, exact)                        # another mapping to normals
     assert np.all(np.isfinite(fast)) and np.abs(fast).max() < 5.8  # the 24-bit radius's cut
     # mean, variance, third and fourth moments: 0, 1, 0, 3; standard errors at 2048
