@@ -92,7 +92,7 @@ def row_kernel(name: str):
     from numba import types as nbt
 
     return compile_kernel({"copy": _copy_kernel, "equal": _equal_kernel,
-                 "centroid": _centroid_kernel}[name], float64=nbt.float64)
+                           "centroid": _centroid_kernel}[name], float64=nbt.float64)
 
 
 @functools.lru_cache(maxsize=None)
@@ -109,9 +109,9 @@ def hash_kernel(itemsize: int):
                  QUIET=u((mantissa + 1) >> 1))
     canonical = device_function(_canonical, **masks)
     return compile_kernel(_hash_kernel, canonical=canonical, uint64=nbt.uint64,
-                FNV_OFFSET=u(14695981039346656037), FNV_PRIME=u(1099511628211),
-                MIX1=u(0xBF58476D1CE4E5B9), MIX2=u(0x94D049BB133111EB),
-                S27=u(27), S29=u(29), S30=u(30), S31=u(31))
+                          FNV_OFFSET=u(14695981039346656037), FNV_PRIME=u(1099511628211),
+                          MIX1=u(0xBF58476D1CE4E5B9), MIX2=u(0x94D049BB133111EB),
+                          S27=u(27), S29=u(29), S30=u(30), S31=u(31))
 
 
 @functools.lru_cache(maxsize=1)

@@ -18,9 +18,10 @@ either.
 
 The island's stream is an ordinary (blocking) CUDA stream, so work on it is ordered
 with the legacy default stream that the archive's row moves and the built-in
-problems use; the counts download synchronises it, so a generation's breeding is
-complete when :meth:`BreedWorkspace.read_counts` returns. Nothing here touches CUDA
-at import time.
+problems use (with Numba's per-thread default stream, which gives no such order,
+the workspace uses that stream instead); the counts download synchronises it, so a
+generation's breeding is complete when :meth:`BreedWorkspace.read_counts` returns.
+Nothing here touches CUDA at import time.
 """
 
 from __future__ import annotations
@@ -33,6 +34,18 @@ import numpy as np
 from .cuda_operators import is_device
 
 _INDEX = np.dtype(np.int64)
+
+
+def island_stream():
+    """A new stream for one island's breeding: one ordered with the legacy default stream,
+    or the per-thread default stream where Numba uses that (NUMBA_CUDA_PER_THREAD_DEFAULT_STREAM)
+    and a new stream would run unordered with the archive's and evaluation's work."""
+    from numba import cuda
+    from numba.cuda.core import config
+
+    if getattr(config, "CUDA_PER_THREAD_DEFAULT_STREAM", False):
+        return cuda.per_thread_default_stream()
+    return cuda.stream()
 
 
 def _sections(n: int, dtype: np.dtype) -> tuple[dict, int]:
@@ -51,7 +64,7 @@ class BreedWorkspace:
     Args:
         n: children per generation (>= 1).
         dtype: the genome dtype the weights and step sizes are in.
-        stream: numba stream to work on (default: a new stream of the island's own).
+        stream: numba stream to work on (default: :func:`island_stream`).
 
     Raises:
         ValueError: n < 1. TypeError: not float32 or float64.
@@ -69,7 +82,7 @@ class BreedWorkspace:
         layout, nbytes = _sections(self.n, dtype)
         self._host = cuda.pinned_array(nbytes, np.uint8)
         self._device = cuda.device_array(nbytes, np.uint8)
-        self.stream = cuda.stream() if stream is None else stream
+        self.stream = island_stream() if stream is None else stream
 
         def view(buffer, name):
             offset, section_dtype = layout[name]

@@ -2,13 +2,14 @@
 generation without compiling.
 
 Two fresh Python processes, one after the other, run the same small device island
-(sphere, :data:`STARTUP_DIM` genes, initialisation and one generation; ``--check``: 8) with an empty
+(sphere, :data:`STARTUP_DIM` genes, initialisation and one generation) with an empty
 Numba cache directory of their own (``NUMBA_CACHE_DIR``): the first (cold) compiles
 every kernel it launches (host Numba kernels included) and writes it to the cache,
-the second (warm) should load them all. Each reports its seconds from its first line to the end of its first
-generation and its kernels compiled and loaded (the Numba dispatchers' cache misses
-and hits). Target: the warm process compiles nothing. ``--check`` runs the cold process
-only (the simulator has no disk cache) and checks that it completes its generation.
+the second (warm) should load them all. Each reports its seconds from its first line
+to the end of its first generation and its CUDA kernels compiled and loaded (the Numba
+dispatchers' cache misses and hits). Target: the warm process compiles none.
+``--check`` runs one process at :data:`CHECK_STARTUP_DIM` genes on the usual cache
+(the simulator has no kernel cache) and checks that it completes its generation.
 """
 
 from __future__ import annotations

@@ -164,3 +164,17 @@ def test_bad_workspace_use_is_refused_before_any_work():
                                     np.ones(5, np.float32), np.zeros(5, np.float32),
                                     np.ones(5, np.float32), "clip", plan, 0.0, True, (1, 2, 3, 4), 0,
                                     workspace=ws)
+
+
+def test_the_island_stream_follows_numbas_default_stream_setting(monkeypatch):
+    from numba import cuda
+    from numba.cuda.core import config
+
+    from mpievo.kernels.cuda_workspace import island_stream
+
+    monkeypatch.setattr(config, "CUDA_PER_THREAD_DEFAULT_STREAM", 0, raising=False)
+    first, second = island_stream(), island_stream()
+    assert first is not second                       # a stream of each island's own
+    monkeypatch.setattr(config, "CUDA_PER_THREAD_DEFAULT_STREAM", 1)
+    monkeypatch.setattr(cuda, "per_thread_default_stream", lambda: "per-thread default")
+    assert island_stream() == "per-thread default"   # ordered with the archive's work
