@@ -127,10 +127,7 @@ def vary(genomes, idx_a, idx_b, omega, interpolate: bool, x, steps, scale, lower
     keys = _key_args(key, base)
     dev_counts = None
     if workspace is not None:
-        if not workspace.fits(n, dtype):
-            raise ValueError(f"expected a workspace for {n} children of {np.dtype(dtype)}, got one for "
-                             f"{workspace.n} of {workspace.dtype}")
-        stream = workspace.stream
+        stream = workspace.require(n, dtype).stream
         packed = workspace.upload(steps, *((idx_a, idx_b, omega) if interpolate else ()))
         steps, dev_counts = packed["steps"], packed["counts"]
         if interpolate:
@@ -169,7 +166,7 @@ def vary(genomes, idx_a, idx_b, omega, interpolate: bool, x, steps, scale, lower
 
 
 def cross(genomes, idx_a, idx_b, kind: int, swap_threshold: int, alpha, coef, eta: float, key,
-          base: int, out, *, stream=0) -> None:
+          base: int, out, *, stream=0, workspace=None) -> None:
     """Uniform, blend or SBX crossover of device rows ``idx_a[i]``, ``idx_b[i]`` into device ``out[i]``.
 
     Same arguments and result bits as :func:`mpievo.kernels.counter_operators.cross`
@@ -179,6 +176,10 @@ def cross(genomes, idx_a, idx_b, kind: int, swap_threshold: int, alpha, coef, et
     Raises:
         TypeError / ValueError: host arrays, wrong dtypes or shapes, unknown kind or bad key.
     """
+    if workspace is not None:   # the indices go up in one transfer into its buffers, on its stream
+        stream = workspace.require(out.shape[0], out.dtype).stream
+        packed = workspace.upload(idx_a=idx_a, idx_b=idx_b)
+        idx_a, idx_b = packed["idx_a"], packed["idx_b"]
     dtype, idx_a, idx_b = check_parents(genomes, idx_a, idx_b, out, stream)
     if kind not in CROSSOVER_CODES.values():
         raise ValueError(f"expected a crossover code among {tuple(CROSSOVER_CODES.values())}, got {kind!r}")
@@ -204,13 +205,12 @@ def resample_outside(x, lower, upper, key, base: int, *, stream=0) -> int:
     keys = _key_args(key, base)
     if not (x.shape[0] and x.shape[1]):
         return 0
-    from numba import cuda
+    from .cuda_workspace import zeroed_counter
 
-    moved = np.zeros(1, np.int64)
-    dev_moved = cuda.to_device(moved, stream=stream)
+    dev_moved = zeroed_counter("resampled genes", stream)
     blocks, threads = _quad_grid(x)
     resample_kernel(dtype)[blocks, threads, stream](x, lower, upper, *keys, dev_moved)
-    return int(_read_back(dev_moved, moved, stream)[0])
+    return int(_read_back(dev_moved, np.zeros(1, np.int64), stream)[0])
 
 
 def uniform_fill(x, lower, upper, key, base: int, *, stream=0) -> None:

@@ -13,8 +13,8 @@ section goes up as zeros: no separate clear), then one download of the counts.
 Sections are 8-byte aligned views of the two buffers, made once.
 
 :func:`scratch` keeps the temporaries of the built-in problems' evaluation (partial
-sums, the fitness before its download) per thread, so evaluating does not allocate
-either.
+sums, the fitness before its download) and the box's counters per thread, so neither
+evaluating nor bounding allocates.
 
 The island's stream is an ordinary (blocking) CUDA stream, so work on it is ordered
 with the legacy default stream that the archive's row moves and the built-in
@@ -95,13 +95,24 @@ class BreedWorkspace:
         """True when this workspace is laid out for ``n`` children of ``dtype``."""
         return n == self.n and np.dtype(dtype) == self.dtype
 
-    def upload(self, steps, idx_a=None, idx_b=None, omega=None) -> dict:
+    def require(self, n: int, dtype) -> "BreedWorkspace":
+        """This workspace, when it fits ``n`` children of ``dtype``.
+
+        Raises:
+            ValueError: it is laid out for another number of children or dtype.
+        """
+        if not self.fits(n, dtype):
+            raise ValueError(f"expected a workspace for {n} children of {np.dtype(dtype)}, got one for "
+                             f"{self.n} of {self.dtype}")
+        return self
+
+    def upload(self, steps=None, idx_a=None, idx_b=None, omega=None) -> dict:
         """Pack the host inputs given (None: not used this call) and upload them with zeroed
         counts in one transfer on :attr:`stream`; device arrays given are used as they are.
 
         Returns:
-            name -> the (n,) device array to launch with, for "counts", "steps" and each
-            input given.
+            name -> the (n,) device array to launch with, for "counts" and each input
+            given.
 
         Raises:
             ValueError: an input of another length.
@@ -164,3 +175,11 @@ def scratch(name: str, shape: tuple, dtype, stream=0):
     else:
         entries.move_to_end(key)
     return found[1]
+
+
+def zeroed_counter(name: str, stream=0):
+    """A (1,) int64 device counter set to 0: a :func:`scratch` array, so one upload and no
+    allocation (for counts that are read back before their function returns)."""
+    counter = scratch(name, (1,), np.int64, stream)
+    counter.copy_to_device(np.zeros(1, np.int64), stream=stream)
+    return counter

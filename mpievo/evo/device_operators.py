@@ -121,12 +121,17 @@ def _vary(x, rng, lower, upper, *, rate, steps, scale, code, parents=None, persi
 
 
 def _cross(genomes, idx_a, idx_b, rng, out, kind, *, swap_threshold=0, alpha=0.0, eta=0.0):
+    """Crossover ``kind`` into ``out`` (None: new children; given: the caller's children
+    array, its indices uploaded through its workspace)."""
     from mpievo.kernels import counter_operators
 
+    persistent = out is not None
+    out = _output(out, len(idx_a), genomes)
     key, base = counter_blocks(rng, counter_operators.gene_blocks(*out.shape))
     dtype = np.dtype(genomes.dtype).type
     _kernels().cross(genomes, idx_a, idx_b, kind, swap_threshold, dtype(alpha), dtype(1 + 2 * alpha),
-                     float(eta), host.key_words(key), base, out)
+                     float(eta), host.key_words(key), base, out,
+                     workspace=workspace(out) if persistent and out.shape[0] else None)
     return out
 
 
@@ -145,7 +150,6 @@ def uniform_crossover(genomes, idx_a, idx_b, rng, lower, upper, out=None, *, swa
     """As :func:`.operators.uniform_crossover` (counter-based draws), on the device."""
     from mpievo.kernels import counter_operators
 
-    out = _output(out, len(idx_a), genomes)
     return _cross(genomes, idx_a, idx_b, rng, out, counter_operators.CROSS_UNIFORM,
                   swap_threshold=counter_operators.rate_threshold(swap_prob))
 
@@ -154,7 +158,6 @@ def blend_crossover(genomes, idx_a, idx_b, rng, lower, upper, out=None, *, alpha
     """As :func:`.operators.blend_crossover` (counter-based draws), on the device."""
     from mpievo.kernels import counter_operators
 
-    out = _output(out, len(idx_a), genomes)
     return _cross(genomes, idx_a, idx_b, rng, out, counter_operators.CROSS_BLEND, alpha=alpha)
 
 
@@ -162,7 +165,6 @@ def sbx_crossover(genomes, idx_a, idx_b, rng, lower, upper, out=None, *, eta=15.
     """As :func:`.operators.sbx_crossover` (counter-based draws), on the device."""
     from mpievo.kernels import counter_operators
 
-    out = _output(out, len(idx_a), genomes)
     return _cross(genomes, idx_a, idx_b, rng, out, counter_operators.CROSS_SBX, eta=eta)
 
 

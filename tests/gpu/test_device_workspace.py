@@ -27,9 +27,9 @@ class _Counter:
         from numba import cuda
 
         self.calls = {}
+        array_type = type(cuda.device_array(1))
         for name in ALLOCATORS:
             self._wrap(monkeypatch, cuda, name)
-        array_type = type(cuda.device_array(1))
         for name in ("copy_to_device", "copy_to_host"):
             self._wrap(monkeypatch, array_type, name)
 
@@ -48,10 +48,9 @@ class _Counter:
 
 @pytest.mark.parametrize("problem", ["sphere", "rastrigin"])
 def test_breeding_and_evaluation_allocate_nothing_after_the_first_generation(monkeypatch, problem):
-    """The GA's default breeding (interpolation crossover fused with the mutation) and a
-    built-in problem's evaluation. Left to do: the other crossovers still upload their
-    parent indices and allocate a counter for the box; the archive's row moves upload
-    their row and slot indices."""
+    """The GA's default breeding (interpolation crossover fused with the mutation: one
+    upload, one download) and a built-in problem's evaluation (one download). Left to
+    do: the archive's row moves upload their row and slot indices."""
     island = Island(0, make_problem(problem, 8), EngineConfig(device="cuda", mutation_rate=0.5, **CONFIG),
                     seed=1)
     island.initialize()
@@ -91,6 +90,20 @@ def test_scratch_arrays_are_per_name_shape_stream_and_thread():
     for i in range(SCRATCH_ENTRIES):   # the least recently used goes first
         scratch("test fill", (i + 1,), np.float64)
     assert scratch("test a", (3,), np.float64) is not a
+
+
+@pytest.mark.parametrize("crossover, bounds", [("blend", "clip"), ("uniform", "resample"),
+                                               ("sbx", "reflect")])
+def test_the_other_crossovers_and_box_modes_allocate_nothing_either(monkeypatch, crossover, bounds):
+    island = Island(0, make_problem("sphere", 8), EngineConfig(device="cuda", crossover=crossover, bounds=bounds,
+                                                              mutation_rate=0.5, **CONFIG), seed=2)
+    island.initialize()
+    island.step(1)
+    counter = _Counter(monkeypatch)
+    island.ask(2)
+    assert counter.allocations() == 0, counter.calls
+    # the parent indices, the box's zeroed counter, the mutation's inputs
+    assert counter.calls.get("copy_to_device") == 3, counter.calls
 
 
 def _parents(dim, dtype, seed):
