@@ -183,3 +183,15 @@ def zeroed_counter(name: str, stream=0):
     counter = scratch(name, (1,), np.int64, stream)
     counter.copy_to_device(np.zeros(1, np.int64), stream=stream)
     return counter
+
+
+def staged_index(host: np.ndarray, name: str, stream=0):
+    """Host int64 indices on the device, in a scratch array of a power-of-two length (at
+    least 64; a view of ``len(host)``): one upload, an allocation only when a longer
+    index is first met. For indices read by kernels queued on ``stream`` before the
+    next call with this name (stream order keeps the next upload behind them)."""
+    size = max(64, 1 << max(len(host) - 1, 0).bit_length())
+    dev = scratch(f"index {name}", (size,), np.int64, stream)[:len(host)]
+    if len(host):
+        dev.copy_to_device(host, stream=stream)
+    return dev

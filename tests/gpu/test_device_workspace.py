@@ -49,8 +49,8 @@ class _Counter:
 @pytest.mark.parametrize("problem", ["sphere", "rastrigin"])
 def test_breeding_and_evaluation_allocate_nothing_after_the_first_generation(monkeypatch, problem):
     """The GA's default breeding (interpolation crossover fused with the mutation: one
-    upload, one download) and a built-in problem's evaluation (one download). Left to
-    do: the archive's row moves upload their row and slot indices."""
+    upload, one download), a built-in problem's evaluation (one download) and the
+    archive's row moves."""
     island = Island(0, make_problem(problem, 8), EngineConfig(device="cuda", mutation_rate=0.5, **CONFIG),
                     seed=1)
     island.initialize()
@@ -66,7 +66,9 @@ def test_breeding_and_evaluation_allocate_nothing_after_the_first_generation(mon
         fitness = island.evaluate(batch)
         assert counter.allocations() == 0, counter.calls
         assert counter.calls == {"copy_to_host": 1}   # the fitness: one download
-        island.tell(fitness)
+        counter.calls.clear()
+        island.tell(fitness)                          # the children's rows into the archive
+        assert counter.allocations() == 0, counter.calls
 
 
 def test_scratch_arrays_are_per_name_shape_stream_and_thread():
