@@ -24,6 +24,7 @@ import types
 
 import numpy as np
 
+from .cuda_names import specialization_name
 from .host import BFLOAT16, check_reducible, is_floating
 
 #: threads per block on a GPU (a multiple of the warp size; 256 keeps occupancy high
@@ -213,11 +214,13 @@ def _sim_bits_to_f32(bits):
 
 
 def bind_globals(template, **names):
-    """A copy of ``template`` whose free (global) names resolve to ``names``."""
+    """A copy of ``template`` whose free (global) names resolve to ``names``, named
+    after what they are bound to (:func:`~.cuda_names.specialization_name`), so that
+    each specialisation has a disk-cache entry of its own."""
     namespace = {"__builtins__": builtins, "__name__": __name__, **names}
     fn = types.FunctionType(template.__code__, namespace, template.__name__,
                             template.__defaults__, template.__closure__)
-    fn.__qualname__ = template.__qualname__
+    fn.__qualname__ = specialization_name(template, names)
     return fn
 
 
@@ -226,6 +229,25 @@ def device_function(template, **names):
     from numba import cuda
 
     return cuda.jit(device=True)(bind_globals(template, cuda=cuda, **names))
+
+
+def compile_kernel(template, *, options: dict | None = None, **names):
+    """``template`` compiled as a kernel with its free names bound to ``names``
+    (``cuda`` is bound to numba.cuda unless given), cached on disk on a GPU.
+
+    The cache (Numba's: ``__pycache__`` beside the sources, or ``NUMBA_CACHE_DIR``)
+    lets a second process load the kernel instead of compiling it; each
+    specialisation has its own entry (see :mod:`.cuda_names`). ``options`` (e.g.
+    ``max_registers``, ``fastmath``) go to ``cuda.jit`` on a GPU only: the simulator
+    has no disk cache and takes none of them.
+    """
+    from numba import cuda
+
+    names.setdefault("cuda", cuda)
+    fn = bind_globals(template, **names)
+    if simulator_enabled():
+        return cuda.jit(fn)
+    return cuda.jit(cache=True, **(options or {}))(fn)
 
 
 @functools.lru_cache(maxsize=1)
@@ -279,14 +301,11 @@ def reduce_kernel(op: str, dtype_str: str):
     Raises:
         ValueError / TypeError: unsupported op or dtype.
     """
-    from numba import cuda
-
     dtype = _dtype_from_str(dtype_str)
     check_reducible(dtype, op)
     load, store = _load_store(element_kind(dtype))
     combine = _COMBINE[op][1 if is_floating(dtype) else 0]
-    return cuda.jit(bind_globals(_binary_template, cuda=cuda, load=load, store=store,
-                                 combine=device_function(combine)))
+    return compile_kernel(_binary_template, load=load, store=store, combine=device_function(combine))
 
 
 @functools.lru_cache(maxsize=None)
@@ -299,12 +318,10 @@ def divide_kernel(dtype_str: str):
     Raises:
         TypeError: not a floating dtype.
     """
-    from numba import cuda
-
     dtype = _dtype_from_str(dtype_str)
     check_reducible(dtype, "mean")
     load, store = _load_store(element_kind(dtype))
-    return cuda.jit(bind_globals(_divide_template, cuda=cuda, load=load, store=store))
+    return compile_kernel(_divide_template, load=load, store=store)
 
 
 def divisor_for(dtype, n: int):

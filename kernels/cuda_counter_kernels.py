@@ -27,7 +27,8 @@ import functools
 import numpy as np
 
 from .counter_operators import CROSS_BLEND, CROSS_UNIFORM, TILE
-from .cuda import bind_globals, device_function, simulator_enabled
+from .cuda import bind_globals, compile_kernel, device_function
+from .cuda_fast_math import check_device_math, fast_functions
 from .cuda_operator_kernels import arithmetic
 from .operators import BOUND_CLIP, BOUND_RESAMPLE
 from .random import device_functions
@@ -218,36 +219,48 @@ def _fill_kernel(x, lower, upper, k0, k1, k2, k3, base):
 
 # ---------------------------------------------------------------- factories
 @functools.lru_cache(maxsize=None)
-def _names(dtype_str: str) -> dict:
-    """Names shared by the templates for genomes of ``dtype_str`` (device functions compiled)."""
+def _names(dtype_str: str, math_mode: str = "exact") -> dict:
+    """Names shared by the templates for genomes of ``dtype_str`` (device functions
+    compiled); ``math_mode`` "fast": the normals and products of
+    :mod:`.cuda_fast_math`, and the functions that use them compiled with fastmath."""
     fns = device_functions()
     names = dict(arithmetic(dtype_str), **_CONSTANTS, block=fns["block"], normal_pair=fns["normal_pair"],
                  log_unit=fns["log_unit"], uniform_word=fns["uniform_word"])
-    names["mutated"] = device_function(_mutated, **names)
-    names["start_value"] = device_function(_start_value, **names)
-    names["step_gene"] = device_function(_step_gene, **names)
+    compile_ = device_function
+    if check_device_math(math_mode) == "fast":
+        from numba import cuda
+
+        names.update(fast_functions())
+        fast = cuda.jit(device=True, fastmath=True)
+
+        def compile_(template, **bound):
+            return fast(bind_globals(template, cuda=cuda, **bound))
+    names["mutated"] = compile_(_mutated, **names)
+    names["start_value"] = compile_(_start_value, **names)
+    names["step_gene"] = compile_(_step_gene, **names)
     names["in_box"] = device_function(_in_box, **names)
     names["cross_gene"] = device_function(_cross_gene, **names)
     return names
 
 
-def _kernel(template, dtype_str: str):
-    from numba import cuda
-
-    options = {} if simulator_enabled() else {"max_registers": MAX_REGISTERS}
-    return cuda.jit(**options)(bind_globals(template, cuda=cuda, **_names(dtype_str)))
-
-
-@functools.lru_cache(maxsize=None)
-def vary_dense_kernel(dtype_str: str):
-    """Compiled mask-word mutation (with fused interpolation), one thread per (child, pair)."""
-    return _kernel(_vary_dense_kernel, dtype_str)
+def _kernel(template, dtype_str: str, math_mode: str = "exact"):
+    options = {"max_registers": MAX_REGISTERS}
+    if math_mode == "fast":
+        options["fastmath"] = True
+    return compile_kernel(template, options=options, **_names(dtype_str, math_mode))
 
 
 @functools.lru_cache(maxsize=None)
-def vary_sparse_kernel(dtype_str: str):
-    """Compiled geometric-gap mutation, one thread per (child, tile)."""
-    return _kernel(_vary_sparse_kernel, dtype_str)
+def vary_dense_kernel(dtype_str: str, math_mode: str = "exact"):
+    """Compiled mask-word mutation (with fused interpolation), one thread per (child, pair),
+    in ``math_mode`` (:data:`~.cuda_fast_math.DEVICE_MATH`)."""
+    return _kernel(_vary_dense_kernel, dtype_str, math_mode)
+
+
+@functools.lru_cache(maxsize=None)
+def vary_sparse_kernel(dtype_str: str, math_mode: str = "exact"):
+    """Compiled geometric-gap mutation, one thread per (child, tile), in ``math_mode``."""
+    return _kernel(_vary_sparse_kernel, dtype_str, math_mode)
 
 
 @functools.lru_cache(maxsize=None)

@@ -16,6 +16,7 @@ import numpy as np
 from .counter_operators import CROSSOVER_CODES, TILE
 from .cuda_counter_kernels import (cross_kernel, fill_kernel, resample_kernel, vary_dense_kernel,
                                    vary_sparse_kernel)
+from .cuda_fast_math import check_device_math
 from .cuda_operator_kernels import interpolate_kernel
 from .cuda_operators import (genome_dtype, mode_code, check_parents, require_device, to_device,
                              launch_dims_2d)
@@ -86,7 +87,7 @@ def _read_back(dev, host, stream):
 # ------------------------------------------------------------- operators
 def vary(genomes, idx_a, idx_b, omega, interpolate: bool, x, steps, scale, lower, upper, mode,
          threshold: int, inv_log_q: float, dense: bool, key, base: int, counts=None, *,
-         stream=0) -> np.ndarray:
+         stream=0, workspace=None, math: str = "exact") -> np.ndarray:
     """Interpolation crossover (optional) then Gaussian mutation of every row of device ``x``.
 
     Same arguments, meaning and result bits as :func:`mpievo.kernels.counter_operators.vary`.
@@ -101,6 +102,13 @@ def vary(genomes, idx_a, idx_b, omega, interpolate: bool, x, steps, scale, lower
         key, base: stream key (four ints below 2**32) and first block.
         counts: optional (n,) host int64 array to write the counts into.
         stream: numba stream (the counts are read back on it).
+        workspace: a :class:`~.cuda_workspace.BreedWorkspace` for x's rows and dtype:
+            the host inputs go up in one transfer into its buffers, the counts come
+            back from it, all on its stream (``stream`` is then ignored); no device
+            allocation. Same results.
+        math: "exact" (the host's bits) or "fast" (hardware normals and FMA for the
+            mutation: repeatable on one GPU model, not the host's bits; see
+            :mod:`.cuda_fast_math`).
 
     Returns:
         The (n,) int64 genes mutated per row, a host array (``counts`` when given).
@@ -112,10 +120,18 @@ def vary(genomes, idx_a, idx_b, omega, interpolate: bool, x, steps, scale, lower
     n, dim = x.shape
     code = mode_code(mode)
     out = _host_counts(counts, n)
+    check_device_math(math)
     threshold = int(threshold)
     if threshold < 0:
         raise ValueError(f"expected a mutation threshold >= 0, got {threshold}")
     keys = _key_args(key, base)
+    dev_counts = None
+    if workspace is not None:
+        stream = workspace.require(n, dtype).stream
+        packed = workspace.upload(steps, *((idx_a, idx_b, omega) if interpolate else ()))
+        steps, dev_counts = packed["steps"], packed["counts"]
+        if interpolate:
+            idx_a, idx_b, omega = packed["idx_a"], packed["idx_b"], packed["omega"]
     steps = _vector(steps, n, dtype, "steps", stream)
     scale = _vector(scale, dim, dtype, "scale", stream)
     lower, upper = _box(lower, upper, dim, dtype, stream)
@@ -129,25 +145,28 @@ def vary(genomes, idx_a, idx_b, omega, interpolate: bool, x, steps, scale, lower
         interpolate_kernel(dtype)[blocks, threads, stream](genomes, idx_a, idx_b, omega, lower, upper, x)
     if not threshold:
         return out
-    from numba import cuda
+    if dev_counts is None:
+        from numba import cuda
 
-    dev_counts = cuda.to_device(out, stream=stream)
+        dev_counts = cuda.to_device(out, stream=stream)
     if dense:
         if not interpolate:  # not read: stand-ins of the right types, no allocation
             genomes, idx_a, idx_b, omega = x, dev_counts, dev_counts, steps
         blocks, threads = launch_dims_2d(n, (dim + 1) // 2)
-        vary_dense_kernel(dtype)[blocks, threads, stream](
+        vary_dense_kernel(dtype, math)[blocks, threads, stream](
             genomes, idx_a, idx_b, omega, bool(interpolate), x, steps, scale, lower, upper, np.int64(code),
             np.uint64(threshold), *keys, dev_counts)
     else:
         blocks, threads = launch_dims_2d(n, -(-dim // TILE))
-        vary_sparse_kernel(dtype)[blocks, threads, stream](
+        vary_sparse_kernel(dtype, math)[blocks, threads, stream](
             x, steps, scale, lower, upper, np.int64(code), np.float64(inv_log_q), *keys, dev_counts)
+    if workspace is not None:
+        return workspace.read_counts(out)
     return _read_back(dev_counts, out, stream)
 
 
 def cross(genomes, idx_a, idx_b, kind: int, swap_threshold: int, alpha, coef, eta: float, key,
-          base: int, out, *, stream=0) -> None:
+          base: int, out, *, stream=0, workspace=None) -> None:
     """Uniform, blend or SBX crossover of device rows ``idx_a[i]``, ``idx_b[i]`` into device ``out[i]``.
 
     Same arguments and result bits as :func:`mpievo.kernels.counter_operators.cross`
@@ -157,6 +176,10 @@ def cross(genomes, idx_a, idx_b, kind: int, swap_threshold: int, alpha, coef, et
     Raises:
         TypeError / ValueError: host arrays, wrong dtypes or shapes, unknown kind or bad key.
     """
+    if workspace is not None:   # the indices go up in one transfer into its buffers, on its stream
+        stream = workspace.require(out.shape[0], out.dtype).stream
+        packed = workspace.upload(idx_a=idx_a, idx_b=idx_b)
+        idx_a, idx_b = packed["idx_a"], packed["idx_b"]
     dtype, idx_a, idx_b = check_parents(genomes, idx_a, idx_b, out, stream)
     if kind not in CROSSOVER_CODES.values():
         raise ValueError(f"expected a crossover code among {tuple(CROSSOVER_CODES.values())}, got {kind!r}")
@@ -182,13 +205,12 @@ def resample_outside(x, lower, upper, key, base: int, *, stream=0) -> int:
     keys = _key_args(key, base)
     if not (x.shape[0] and x.shape[1]):
         return 0
-    from numba import cuda
+    from .cuda_workspace import zeroed_counter
 
-    moved = np.zeros(1, np.int64)
-    dev_moved = cuda.to_device(moved, stream=stream)
+    dev_moved = zeroed_counter("resampled genes", stream)
     blocks, threads = _quad_grid(x)
     resample_kernel(dtype)[blocks, threads, stream](x, lower, upper, *keys, dev_moved)
-    return int(_read_back(dev_moved, moved, stream)[0])
+    return int(_read_back(dev_moved, np.zeros(1, np.int64), stream)[0])
 
 
 def uniform_fill(x, lower, upper, key, base: int, *, stream=0) -> None:

@@ -15,7 +15,7 @@ import functools
 
 import numpy as np
 
-from .cuda import _dtype_from_str, _load_store, bind_globals, bound_to_device, dtype_key, element_kind, kernel_view
+from .cuda import _dtype_from_str, _load_store, bound_to_device, compile_kernel, dtype_key, element_kind, kernel_view
 from .cuda_operators import launch_dims_2d
 
 def _materialize_kernel(base, rows, lower, upper, out):
@@ -61,10 +61,8 @@ def _materialize_half_kernel(base, rows, lower, upper, out):
 
 @functools.lru_cache(maxsize=None)
 def _half_kernel(dtype_str: str):
-    from numba import cuda
-
     load, store = _load_store(element_kind(_dtype_from_str(dtype_str)))
-    return cuda.jit(bind_globals(_materialize_half_kernel, cuda=cuda, load=load, store=store))
+    return compile_kernel(_materialize_half_kernel, load=load, store=store)
 
 
 def _numba_type(dtype):
@@ -75,11 +73,8 @@ def _numba_type(dtype):
 
 @functools.lru_cache(maxsize=None)
 def _kernel(base_dtype: str, rows_dtype: str, out_dtype: str):
-    from numba import cuda
-
     wide = np.result_type(np.dtype(base_dtype), np.dtype(rows_dtype))
-    return cuda.jit(bind_globals(_materialize_kernel, cuda=cuda, wide=_numba_type(wide),
-                                 store=_numba_type(out_dtype)))
+    return compile_kernel(_materialize_kernel, wide=_numba_type(wide), store=_numba_type(out_dtype))
 
 
 def materialize(base, rows, lower, upper, out, stream=0) -> None:

@@ -16,7 +16,7 @@ import functools
 
 import numpy as np
 
-from .cuda import _dtype_from_str, _load_store, bind_globals, dtype_key, element_kind, kernel_view
+from .cuda import _dtype_from_str, _load_store, compile_kernel, dtype_key, element_kind, kernel_view
 from .cuda_operators import launch_dims_2d, require_device, to_device
 
 HALF_KINDS = ("half", "bfloat16")
@@ -42,11 +42,8 @@ def _round_template(src, out):
 
 @functools.lru_cache(maxsize=None)
 def _kernels(dtype_str: str):
-    from numba import cuda
-
     load, store = _load_store(element_kind(_dtype_from_str(dtype_str)))
-    return (cuda.jit(bind_globals(_widen_template, cuda=cuda, load=load)),
-            cuda.jit(bind_globals(_round_template, cuda=cuda, store=store)))
+    return compile_kernel(_widen_template, load=load), compile_kernel(_round_template, store=store)
 
 
 def _half(dtype) -> np.dtype:

@@ -13,7 +13,7 @@ import functools
 
 import numpy as np
 
-from .cuda import bind_globals, device_function, simulator_enabled
+from .cuda import compile_kernel, device_function, simulator_enabled
 from .operators import BOUND_REFLECT, BOUND_RESAMPLE
 
 
@@ -160,9 +160,7 @@ def arithmetic(dtype_str: str) -> dict:
 
 
 def _kernel(template, dtype_str: str, **extra):
-    from numba import cuda
-
-    return cuda.jit(bind_globals(template, cuda=cuda, **arithmetic(dtype_str), **extra))
+    return compile_kernel(template, **arithmetic(dtype_str), **extra)
 
 
 @functools.lru_cache(maxsize=None)

@@ -243,9 +243,9 @@ def bound_rows(x, lower, upper, mode, *, stream=0) -> int:
     lower, upper = _box(lower, upper, x.shape[1], dtype, stream)
     if not (x.shape[0] and x.shape[1]):
         return 0
-    from numba import cuda
+    from .cuda_workspace import zeroed_counter   # here: cuda_workspace imports this module
 
-    moved = cuda.to_device(np.zeros(1, np.int64), stream=stream)
+    moved = zeroed_counter("bounded genes", stream)
     blocks, threads = launch_dims_2d(x.shape[0], x.shape[1])
     bound_rows_kernel(dtype)[blocks, threads, stream](x, lower, upper, code, moved)
     return int(moved.copy_to_host(stream=stream)[0])

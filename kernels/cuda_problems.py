@@ -24,6 +24,7 @@ from . import cuda_row_reduce
 from .cuda import device_function
 from .cuda_operators import GENOME_DTYPES, is_device, require_device, to_device
 from .cuda_rows import describe
+from .cuda_workspace import scratch
 
 #: problems :func:`evaluate` runs (mpievo.evo.problems.BUILTIN_PROBLEMS)
 DEVICE_PROBLEMS = ("sphere", "ellipsoid", "rastrigin", "rosenbrock", "ackley", "griewank",
@@ -211,15 +212,19 @@ def evaluate(name: str, genomes, *, shift=None, rotation=None, optimum: float = 
         rotation = _float64_input(rotation, (dim, dim), "rotation", stream)
         if shift is None:
             shift = cuda.to_device(np.full(dim, opt), stream=stream)
-        z = cuda_row_reduce.reduce_rows(_rotation_kernels(), genomes, rotation, shift,
-                                        rows=n * dim, stream=stream).reshape(n, dim)
+        z = cuda_row_reduce.reduce_rows(_rotation_kernels(), genomes, rotation, shift, rows=n * dim,
+                                        out=scratch("rotated rows", (n * dim,), np.float64, stream),
+                                        stream=stream).reshape(n, dim)
         values = cuda_row_reduce.reduce_rows(_kernels(name, "rotated"), z, shift, opt,
+                                             out=scratch("fitness", (n,), np.float64, stream),
                                              stream=stream)
     else:
         load = "plain" if shift is None else "shifted"
         if shift is None:
-            shift = cuda.device_array(1, np.float64, stream=stream)  # unread
+            shift = scratch("unread shift", (1,), np.float64, stream)
+        # downloaded below before returning: a scratch array, no allocation per call
         values = cuda_row_reduce.reduce_rows(_kernels(name, load), genomes, shift, opt,
+                                             out=scratch("fitness", (n,), np.float64, stream),
                                              stream=stream)
     values.copy_to_host(out, stream=stream)
     if not isinstance(stream, int):

@@ -15,7 +15,7 @@ import functools
 
 import numpy as np
 
-from .cuda import bind_globals, launch_dims
+from .cuda import compile_kernel, launch_dims
 from .cuda_operator_kernels import arithmetic
 from .random import device_functions
 from .recipes import GAPS, NORMALS, TERM_STREAM, TILE, term_arrays
@@ -86,7 +86,7 @@ def _kernels(dtype_str: str) -> dict:
     fns = device_functions()
     names = dict(arithmetic(dtype_str), **_CONSTANTS, cuda=cuda, block=fns["block"],
                  normal_pair=fns["normal_pair"], log_unit=fns["log_unit"])
-    return {name: cuda.jit(bind_globals(template, **names))
+    return {name: compile_kernel(template, **names)
             for name, template in (("sum", _sum_kernel), ("dense", _dense_term_kernel),
                                    ("sparse", _sparse_term_kernel), ("clip", _clip_kernel))}
 

@@ -12,7 +12,7 @@ import functools
 import numpy as np
 
 from . import cuda_row_reduce
-from .cuda import bind_globals, device_function
+from .cuda import compile_kernel, device_function
 
 
 # ------------------------------------------------------------- templates
@@ -86,19 +86,13 @@ def _distance_finish(a, b, length):
 
 
 # ------------------------------------------------------------- factories
-def _jit(template, **names):
-    from numba import cuda
-
-    return cuda.jit(bind_globals(template, cuda=cuda, **names))
-
-
 @functools.lru_cache(maxsize=None)
 def row_kernel(name: str):
     """Kernel "copy", "equal" or "centroid" (numba specialises it per argument type)."""
     from numba import types as nbt
 
-    return _jit({"copy": _copy_kernel, "equal": _equal_kernel,
-                 "centroid": _centroid_kernel}[name], float64=nbt.float64)
+    return compile_kernel({"copy": _copy_kernel, "equal": _equal_kernel,
+                           "centroid": _centroid_kernel}[name], float64=nbt.float64)
 
 
 @functools.lru_cache(maxsize=None)
@@ -114,10 +108,10 @@ def hash_kernel(itemsize: int):
                  EXPONENT=u(((1 << exponent_bits) - 1) << (width - 1 - exponent_bits)),
                  QUIET=u((mantissa + 1) >> 1))
     canonical = device_function(_canonical, **masks)
-    return _jit(_hash_kernel, canonical=canonical, uint64=nbt.uint64,
-                FNV_OFFSET=u(14695981039346656037), FNV_PRIME=u(1099511628211),
-                MIX1=u(0xBF58476D1CE4E5B9), MIX2=u(0x94D049BB133111EB),
-                S27=u(27), S29=u(29), S30=u(30), S31=u(31))
+    return compile_kernel(_hash_kernel, canonical=canonical, uint64=nbt.uint64,
+                          FNV_OFFSET=u(14695981039346656037), FNV_PRIME=u(1099511628211),
+                          MIX1=u(0xBF58476D1CE4E5B9), MIX2=u(0x94D049BB133111EB),
+                          S27=u(27), S29=u(29), S30=u(30), S31=u(31))
 
 
 @functools.lru_cache(maxsize=1)

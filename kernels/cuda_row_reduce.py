@@ -20,8 +20,11 @@ from __future__ import annotations
 
 import math
 
-from .cuda import BLOCKS_PER_SM, bind_globals, device_function, device_sm_count, launch_dims
+import numpy as np
+
+from .cuda import BLOCKS_PER_SM, compile_kernel, device_function, device_sm_count, launch_dims
 from .cuda import simulator_enabled
+from .cuda_workspace import scratch
 
 #: threads per reduction block (a power of two: the tree halves it)
 REDUCE_THREADS = 256
@@ -107,8 +110,7 @@ def build(term, finish, *, product: bool = False):
     combine = device_function(_multiply if product else _add)
     names = dict(cuda=cuda, float64=nbt.float64, THREADS=reduce_threads(), term=term,
                  combine=combine, INIT=1.0 if product else 0.0, finish=finish)
-    return (cuda.jit(bind_globals(_partials_template, **names)),
-            cuda.jit(bind_globals(_finish_template, **names)))
+    return compile_kernel(_partials_template, **names), compile_kernel(_finish_template, **names)
 
 
 def grid(rows: int, length: int) -> tuple[int, int]:
@@ -146,8 +148,9 @@ def reduce_rows(kernels, x, aux1, aux2, *, rows: int | None = None, out=None, st
         return out
     partials, finish = kernels
     blocks = grid(rows, x.shape[1])
-    part_a = cuda.device_array((rows, blocks[0]), "float64", stream=stream)
-    part_b = cuda.device_array((rows, blocks[0]), "float64", stream=stream)
+    # read only by the finish kernel queued right after on the same stream: reusable
+    part_a = scratch("reduce partials a", (rows, blocks[0]), np.float64, stream)
+    part_b = scratch("reduce partials b", (rows, blocks[0]), np.float64, stream)
     partials[blocks, reduce_threads(), stream](x, aux1, aux2, part_a, part_b)
     finish_blocks, finish_threads = launch_dims(rows)
     finish[finish_blocks, finish_threads, stream](part_a, part_b, x.shape[1], out)

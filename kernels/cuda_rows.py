@@ -25,6 +25,7 @@ from . import cuda_row_reduce
 from .cuda import element_kind, launch_dims
 from .cuda_operators import genome_dtype, is_device, require_device, to_device, launch_dims_2d
 from .cuda_row_kernels import distance_kernels, hash_kernel, row_kernel
+from .cuda_workspace import staged_index
 
 #: default bound of one chunk of :func:`to_host` / :func:`from_host` and of the
 #: scratch of :func:`retain_rows`
@@ -56,7 +57,8 @@ def _rows_index(idx, n: int, name: str, stream, *, distinct: bool = False):
     if is_device(idx):
         _check_index_type(idx, name)
         return idx
-    return to_device(_host_index(idx, n, name, distinct=distinct), stream)
+    # a scratch array: moving the archive's rows allocates nothing per generation
+    return staged_index(_host_index(idx, n, name, distinct=distinct), name, stream)
 
 
 def _same_length(a, b, names: str) -> None:

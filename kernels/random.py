@@ -49,7 +49,7 @@ import numba
 import numpy as np
 from numba.cpython.unsafe.numbers import leading_zeros
 
-from .cuda import bind_globals, simulator_enabled
+from .cuda import bind_globals, compile_kernel, simulator_enabled
 
 ROUNDS = 10
 #: Philox4x32 multipliers and Weyl key increments (Random123)
@@ -261,9 +261,6 @@ def _normals_kernel(out, base, k0, k1, c2, c3):
 def device_kernel(name: str):
     """``"words"`` or ``"normals"``: a CUDA kernel ``kernel[grid, block](out, base, k0, k1,
     c2, c3)`` filling ``out`` like :func:`words` / :func:`normals` (uint64 scalars)."""
-    from numba import cuda
-
     template = {"words": _words_kernel, "normals": _normals_kernel}[name]
     fns = device_functions()
-    return cuda.jit(bind_globals(template, cuda=cuda, U=np.uint64, block=fns["block"],
-                                 normal_pair=fns["normal_pair"]))
+    return compile_kernel(template, U=np.uint64, block=fns["block"], normal_pair=fns["normal_pair"])

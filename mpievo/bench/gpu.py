@@ -14,7 +14,8 @@ Sections (rank 0 runs all but the collective ones while the other ranks wait):
    and staged through pinned host memory, and the host ring all-reduce of the same size.
 3. ``compression``: the fp16, bf16 and top-k wire formats against the float32 ring
    (host buffers).
-4. ``island`` and 5. ``breeding``: :mod:`.gpu_engine`.
+4. ``island`` and 5. ``breeding``: :mod:`.gpu_engine`; 6. ``startup`` (a second process
+   loads the first one's kernels from the disk cache): :mod:`.gpu_startup`.
 
 Every result is checked once, after its timing, against a numpy reference (inputs are
 chosen so that every reduction is exact or rounds like numpy); a wrong one raises
@@ -264,6 +265,7 @@ def bench_gpu(comm, options: GpuBenchOptions) -> dict:
     from mpievo.comm import cuda_support
 
     from . import gpu_engine as engine
+    from . import gpu_startup
     from ..parallel.device_binding import bind_device
 
     binding = bind_device(comm.mpi_comm)
@@ -280,6 +282,7 @@ def bench_gpu(comm, options: GpuBenchOptions) -> dict:
         "compression": (lambda: compression_section(comm, options), True, compression_lines),
         "island": (lambda: engine.island_section(options), False, engine.island_lines),
         "breeding": (lambda: engine.breeding_section(options), False, engine.breeding_lines),
+        "startup": (lambda: gpu_startup.startup_section(options), False, gpu_startup.startup_lines),
     }
     if comm.rank == 0:
         print(header_line(results), flush=True)

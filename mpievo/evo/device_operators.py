@@ -12,9 +12,23 @@ differs is the fitness: the device sums a row in another order than the host, so
 fitness values -- and then, rarely, a selection between near-equal members -- may
 differ in the last bits; and the uniform genomes of a start or a restart come from
 :func:`uniform_genomes` (counter-based) instead of numpy's generator.
+
+Breeding into a caller's children array (the GA's, one per island) goes through
+that array's :class:`~mpievo.kernels.cuda_workspace.BreedWorkspace`, made on first
+use and kept as long as the array: the per-row numbers go up in one transfer on the
+island's own stream, the counts come back in one, and no device memory is
+allocated after the first generation.
+
+The mutation's arithmetic follows :func:`device_math` ("exact": the host's bits, the
+default; "fast": hardware normals and FMA, see :mod:`mpievo.kernels.cuda_fast_math`),
+which an island sets around its breeding from ``engine.device_math``.
 """
 
 from __future__ import annotations
+
+import contextlib
+import contextvars
+import weakref
 
 import numpy as np
 
@@ -45,6 +59,44 @@ def empty(shape, dtype):
     return cuda.device_array(shape, dtype)
 
 
+#: the mutation's device math in this context (thread): see :func:`device_math`
+_DEVICE_MATH = contextvars.ContextVar("device_math", default="exact")
+
+
+@contextlib.contextmanager
+def device_math(mode: str):
+    """Breed with ``mode`` ("exact" or "fast") inside the ``with`` block (this thread only).
+
+    Raises:
+        ValueError: an unknown mode.
+    """
+    from mpievo.kernels.cuda_fast_math import check_device_math
+
+    token = _DEVICE_MATH.set(check_device_math(mode))
+    try:
+        yield
+    finally:
+        _DEVICE_MATH.reset(token)
+
+
+#: id of a children array -> (weak reference to it, its breeding workspace); the entry
+#: goes with the array (device arrays are not all hashable: no WeakKeyDictionary)
+_WORKSPACES: dict = {}
+
+
+def workspace(children):
+    """The :class:`~mpievo.kernels.cuda_workspace.BreedWorkspace` of device ``children``
+    (made on first use, remade if the array's rows or dtype no longer fit)."""
+    from mpievo.kernels.cuda_workspace import BreedWorkspace
+
+    key, (n, dtype) = id(children), (children.shape[0], children.dtype)
+    ref, found = _WORKSPACES.get(key, (None, None))
+    if ref is None or ref() is not children or not found.fits(n, dtype):
+        found = BreedWorkspace(n, dtype)
+        _WORKSPACES[key] = (weakref.ref(children, lambda _, key=key: _WORKSPACES.pop(key, None)), found)
+    return found
+
+
 def _output(out, n, genomes):
     if out is None:
         return empty((n, genomes.shape[1]), genomes.dtype)
@@ -54,7 +106,9 @@ def _output(out, n, genomes):
     return out
 
 
-def _vary(x, rng, lower, upper, *, rate, steps, scale, code, parents=None) -> np.ndarray:
+def _vary(x, rng, lower, upper, *, rate, steps, scale, code, parents=None, persistent=True) -> np.ndarray:
+    """Interpolation (``parents``) and mutation of ``x``; ``persistent``: ``x`` is the
+    caller's children array, bred through its workspace."""
     n, dim = x.shape
     interpolate = parents is not None
     if not interpolate:
@@ -62,25 +116,33 @@ def _vary(x, rng, lower, upper, *, rate, steps, scale, code, parents=None) -> np
     plan = host.vary_plan(rng, n, dim, rate, code)
     return _kernels().vary(*parents, interpolate, x, host.steps_array(steps, n, x.dtype), scale,
                            lower, upper, code, plan.threshold, plan.inv_log_q, plan.dense,
-                           plan.key, plan.base)
+                           plan.key, plan.base, workspace=workspace(x) if persistent and n else None,
+                           math=_DEVICE_MATH.get())
 
 
 def _cross(genomes, idx_a, idx_b, rng, out, kind, *, swap_threshold=0, alpha=0.0, eta=0.0):
+    """Crossover ``kind`` into ``out`` (None: new children; given: the caller's children
+    array, its indices uploaded through its workspace)."""
     from mpievo.kernels import counter_operators
 
+    persistent = out is not None
+    out = _output(out, len(idx_a), genomes)
     key, base = counter_blocks(rng, counter_operators.gene_blocks(*out.shape))
     dtype = np.dtype(genomes.dtype).type
     _kernels().cross(genomes, idx_a, idx_b, kind, swap_threshold, dtype(alpha), dtype(1 + 2 * alpha),
-                     float(eta), host.key_words(key), base, out)
+                     float(eta), host.key_words(key), base, out,
+                     workspace=workspace(out) if persistent and out.shape[0] else None)
     return out
 
 
 def interpolate_crossover(genomes, idx_a, idx_b, rng, lower, upper, out=None, *, omega=None):
     """As :func:`.operators.interpolate_crossover`, on the device."""
+    persistent = out is not None
     out = _output(out, len(idx_a), genomes)
     w = draw_omega(rng, len(idx_a), omega, genomes.dtype)
     _vary(out, rng, lower, upper, rate=0.0, steps=0.0, scale=lower, code=host.kernels.BOUND_CLIP,
-          parents=(genomes, np.asarray(idx_a, np.int64), np.asarray(idx_b, np.int64), w))
+          parents=(genomes, np.asarray(idx_a, np.int64), np.asarray(idx_b, np.int64), w),
+          persistent=persistent)
     return out
 
 
@@ -88,7 +150,6 @@ def uniform_crossover(genomes, idx_a, idx_b, rng, lower, upper, out=None, *, swa
     """As :func:`.operators.uniform_crossover` (counter-based draws), on the device."""
     from mpievo.kernels import counter_operators
 
-    out = _output(out, len(idx_a), genomes)
     return _cross(genomes, idx_a, idx_b, rng, out, counter_operators.CROSS_UNIFORM,
                   swap_threshold=counter_operators.rate_threshold(swap_prob))
 
@@ -97,7 +158,6 @@ def blend_crossover(genomes, idx_a, idx_b, rng, lower, upper, out=None, *, alpha
     """As :func:`.operators.blend_crossover` (counter-based draws), on the device."""
     from mpievo.kernels import counter_operators
 
-    out = _output(out, len(idx_a), genomes)
     return _cross(genomes, idx_a, idx_b, rng, out, counter_operators.CROSS_BLEND, alpha=alpha)
 
 
@@ -105,7 +165,6 @@ def sbx_crossover(genomes, idx_a, idx_b, rng, lower, upper, out=None, *, eta=15.
     """As :func:`.operators.sbx_crossover` (counter-based draws), on the device."""
     from mpievo.kernels import counter_operators
 
-    out = _output(out, len(idx_a), genomes)
     return _cross(genomes, idx_a, idx_b, rng, out, counter_operators.CROSS_SBX, eta=eta)
 
 
@@ -121,10 +180,12 @@ def breed(genomes, idx_a, idx_b, rng, lower, upper, out=None, *, omega=None, rat
     """As :func:`.operators.breed`, on the device: (children, host per-row counts)."""
     code = host.bound_code(bounds)
     n = len(idx_a)
+    persistent = out is not None
     out = _output(out, n, genomes)
     w = draw_omega(rng, n, omega, genomes.dtype)
     counts = _vary(out, rng, lower, upper, rate=rate, steps=steps, scale=scale, code=code,
-                   parents=(genomes, np.asarray(idx_a, np.int64), np.asarray(idx_b, np.int64), w))
+                   parents=(genomes, np.asarray(idx_a, np.int64), np.asarray(idx_b, np.int64), w),
+                   persistent=persistent)
     return out, counts
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..kernels.cuda_fast_math import DEVICE_MATH
 from ..schema import ConfigError, Settings, boolean, choice, integer, number, optional, setting
 from .algorithms.base import algorithm_classes
 from .algorithms.ga import STEP_ADAPTATIONS
@@ -68,6 +69,10 @@ class EngineConfig(Settings):
                            "where the island's genomes live and breed: cpu, cuda (the rank's GPU; GA "
                            "only) or auto (cuda when the rank has a GPU, the algorithm is the GA and "
                            "the problem evaluates on the device)")
+    device_math: Any = _setting("exact", choice(DEVICE_MATH),
+                                "device islands' mutation arithmetic: exact (the host's bits, products "
+                                "rounded one by one) or fast (hardware log/sin/cos normals and FMA: "
+                                "repeatable on one GPU model, not the host's bits; see the GPU guide)")
     unique: Any = _setting(False, boolean, "refuse genomes the archive already holds")
     genome: Any = _setting("dense", choice(GENOMES),
                            "genome encoding: dense (every gene a row entry), delta (rows are differences "

@@ -231,8 +231,14 @@ class Island:
         if generation <= self.generation:
             raise RuntimeError(f"island {self.index}: expected a generation > {self.generation}, got {generation}")
         keys = StreamKeys(self.seed, self.index, generation, "breed")
-        genomes = self.algorithm.ask(keys if getattr(self.algorithm, "takes_stream_keys", False)
-                                     else keys.generator())
+        rng = keys if getattr(self.algorithm, "takes_stream_keys", False) else keys.generator()
+        if self.on_device:
+            from .device_operators import device_math
+
+            with device_math(self.config.device_math):
+                genomes = self.algorithm.ask(rng)
+        else:
+            genomes = self.algorithm.ask(rng)
         genomes = self._check_batch(genomes)
         self._pending = (generation, genomes)
         return genomes

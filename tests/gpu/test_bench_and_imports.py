@@ -94,10 +94,13 @@ def test_bench_check_runs_every_section_and_times_nothing(tmp_path):
     assert all(("direct" in row["paths"]) == direct and {"staged", "host"} <= set(row["paths"])
                for row in results["allreduce"])
     assert [row["dim"] for row in results["island"]["rows"]] == [24]
-    assert [row["mode"] for row in results["breeding"]["rows"]] == ["dense", "sparse"]
-    dense = results["breeding"]["rows"][0]
-    assert dense["mutated"] == dense["dim"] * dense["batch"]
-    assert sum("checked" in line for line in body) == 2 + 2 + 2 + 1 + 2
+    assert [(row["mode"], row["math"]) for row in results["breeding"]["rows"]] == [
+        ("dense", "exact"), ("dense", "fast"), ("sparse", "exact")]
+    for dense in results["breeding"]["rows"][:2]:
+        assert dense["mutated"] == dense["dim"] * dense["batch"]
+    assert results["breeding"]["rows"][1]["normals_checked"] > 0
+    assert results["startup"]["cold"]["generation"] == 1
+    assert sum("checked" in line for line in body) == 2 + 2 + 2 + 1 + 3 + 1
 
 
 def test_bench_rejects_bad_sizes():
@@ -140,3 +143,27 @@ def test_building_the_command_line_loads_neither_cuda_nor_mpi():
     done = _run([sys.executable, "-c", code], NUMBA_ENABLE_CUDASIM="1", timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_the_startup_section_reports_cold_and_warm_processes(monkeypatch):
+    """The timed branch's bookkeeping and report (processes stubbed: timing needs a GPU)."""
+    from types import SimpleNamespace
+
+    from mpievo.bench import gpu_startup
+
+    runs = iter([dict(seconds=9.5, generation=1, evaluations=32, compiled=14, loaded=0),
+                 dict(seconds=2.25, generation=1, evaluations=32, compiled=0, loaded=14)])
+    dirs = []
+
+    def child(cache_dir, dim):
+        dirs.append(cache_dir)
+        return next(runs)
+
+    monkeypatch.setattr(gpu_startup, "_run_child", child)
+    row = gpu_startup.startup_section(SimpleNamespace(check=False))
+    assert dirs[0] is not None and dirs == dirs[:1] * 2   # one fresh cache, shared by both
+    assert row["cold"]["first_generation_s"] == 9.5 and row["warm"]["first_generation_s"] == 2.25
+    assert row["met"] is True
+    line, = gpu_startup.startup_lines({"check": False, "startup": row})
+    assert "cold 9.50 s (14 kernels compiled" in line and "warm 2.25 s (0 compiled, 14 loaded" in line
+    assert line.endswith("met)")
