@@ -35,20 +35,25 @@ def comm():
     c.free()
 
 
-@pytest.fixture
-def paths(monkeypatch):
-    """Whether each shm call read its peers' inputs in place (True) or staged them."""
+def _record(monkeypatch, keyword: str, drivers) -> list:
+    """Whether each shm call of the ``drivers`` got peers' arrays as ``keyword``."""
     seen = []
     real = shm_collectives.reduce_steps
 
-    def spy(*args, sources=None, **kwargs):
-        seen.append(sources is not None)
-        return real(*args, sources=sources, **kwargs)
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get(keyword) is not None)
+        return real(*args, **kwargs)
 
-    from mpievo.comm import allreduce, reduce_scatter
-    monkeypatch.setattr(allreduce, "reduce_steps", spy)
-    monkeypatch.setattr(reduce_scatter, "reduce_steps", spy)
+    for driver in drivers:
+        monkeypatch.setattr(driver, "reduce_steps", spy)
     return seen
+
+
+@pytest.fixture
+def paths(monkeypatch):
+    """Whether each shm call read its peers' inputs in place (True) or staged them."""
+    from mpievo.comm import allreduce, reduce_scatter
+    return _record(monkeypatch, "sources", (allreduce, reduce_scatter))
 
 
 def _shared_input(comm, seed, n, dtype, op, nan):
@@ -114,16 +119,8 @@ def test_a_rank_without_a_shared_array_makes_every_rank_stage(comm, world, paths
 @pytest.fixture
 def fused(monkeypatch):
     """Whether each shm all-reduce wrote its peers' outputs directly (True) or gathered."""
-    seen = []
-    real = shm_collectives.reduce_steps
-
-    def spy(*args, targets=None, **kwargs):
-        seen.append(targets is not None)
-        return real(*args, targets=targets, **kwargs)
-
     from mpievo.comm import allreduce
-    monkeypatch.setattr(allreduce, "reduce_steps", spy)
-    return seen
+    return _record(monkeypatch, "targets", (allreduce,))
 
 
 @pytest.mark.parametrize("dtype, op, nan", [(np.float32, "sum", False), (np.float32, "max", True),
