@@ -134,7 +134,7 @@ class Case:
     """
 
     def __init__(self, comm: Communicator, native: MPI.Intracomm, collective: str, nbytes: int,
-                 dtype, op: str | None, algorithm: str | None, shared=None):
+                 dtype, op: str | None, algorithm: str | None, shared=None, shared_outputs=None):
         p, r = comm.size, comm.rank
         dtype = np.dtype(dtype)
         n = max(p, nbytes // dtype.itemsize)
@@ -146,7 +146,10 @@ class Case:
         t, mpiop = NATIVE_TYPES[dtype], _NATIVE_OPS.get(op)
         if collective == "allreduce":
             send = _input(shared, rank_input(r, 0, n, dtype, op))
-            self.outputs = ours, theirs = np.empty(n, dtype), np.empty(n, dtype)
+            if shared_outputs is None:
+                self.outputs = ours, theirs = np.empty(n, dtype), np.empty(n, dtype)
+            else:
+                self.outputs = ours, theirs = _outputs(shared_outputs, n, dtype)
             self.ours = lambda: comm.allreduce(send, ours, op, algorithm=algorithm)
             self.native = lambda: native.Allreduce([send, t], [theirs, t], mpiop)
         elif collective == "reduce_scatter":
@@ -189,6 +192,12 @@ def _input(shared, data: np.ndarray) -> np.ndarray:
     send = shared[:data.nbytes].view(data.dtype)
     send[:] = data
     return send
+
+
+def _outputs(shared, n: int, dtype) -> tuple[np.ndarray, np.ndarray]:
+    """Two outputs of ``n`` elements in the ``shared`` array (mpievo's, native's)."""
+    half = shared.nbytes // 2
+    return tuple(shared[k * half:k * half + n * dtype.itemsize].view(dtype) for k in range(2))
 
 
 def check_outputs(native: MPI.Intracomm, case: Case, where: str, with_native: bool = True) -> None:
@@ -243,7 +252,9 @@ def run_collectives(sizes=None, collectives=COLLECTIVES, malloc_modes=("default"
         algorithm: force one mpievo algorithm (default: automatic selection).
         cases: (dtype, op) pairs (see ``cases_for``); None for DEFAULT_CASES.
         shared: all-reduce and reduce-scatter inputs in the node's shared memory
-            (``Communicator.shared_empty``; the native call reads the same arrays).
+            (``Communicator.shared_empty``; the native call reads the same arrays);
+            all-reduce then runs twice: outputs private, then outputs in shared
+            arrays too (both sides), which the ``shm`` path writes directly (fused).
         report: called with each formatted line on rank 0.
 
     Raises:
@@ -255,14 +266,17 @@ def run_collectives(sizes=None, collectives=COLLECTIVES, malloc_modes=("default"
     comm = Communicator()
     native = MPI.COMM_WORLD.Dup()
     try:
-        pool = comm.shared_empty(max(sizes) + 64, np.uint8) if shared else None
-        return _run(comm, native, sizes, plan, malloc_modes, algorithm, target_s, report, pool)
+        pool = outputs = None
+        if shared:
+            pool = comm.shared_empty(max(sizes) + 64, np.uint8)
+            outputs = comm.shared_empty(2 * (max(sizes) + 64), np.uint8)
+        return _run(comm, native, sizes, plan, malloc_modes, algorithm, target_s, report, pool, outputs)
     finally:
         native.Free()
         comm.free()
 
 
-def _run(comm, native, sizes, plan, malloc_modes, algorithm, target_s, report, pool) -> dict:
+def _run(comm, native, sizes, plan, malloc_modes, algorithm, target_s, report, pool, outputs) -> dict:
     p, rank = comm.size, comm.rank
     out = {"nranks": p, "mpi": MPI.Get_library_version().strip("\x00 \n").splitlines()[0], "rows": []}
     probe = min(max(sizes), 256 << 20)
@@ -271,7 +285,8 @@ def _run(comm, native, sizes, plan, malloc_modes, algorithm, target_s, report, p
     out["shm_copy_GBps"] = shm_copy_bandwidth(native, probe)
     say = report if rank == 0 else (lambda *_: None)
     say(f"# mpievo collectives benchmark: {p} ranks on {len(comm.nodes)} node(s), {out['mpi']}"
-        + ("; all-reduce and reduce-scatter inputs in shared arrays (both sides)" if pool is not None else ""))
+        + ("; all-reduce and reduce-scatter inputs in shared arrays (both sides); all-reduce "
+           "again with outputs in shared arrays too ('shared out')" if pool is not None else ""))
     say(f"# single-core memcpy: {out['memcpy_GBps']:.2f} GB/s; shared-memory copy (rank 1 from "
         f"rank 0's window): {out['shm_copy_GBps']:.2f} GB/s; every result checked against numpy")
     for mode in malloc_modes:
@@ -286,25 +301,29 @@ def _run(comm, native, sizes, plan, malloc_modes, algorithm, target_s, report, p
         say(f"{'collective':<15}{'dtype:op':<13}{'bytes':>11} {'algorithm':<19}{'mpievo ms':>11}"
             f"{'busbw GB/s':>11}{'native ms':>11}{'busbw GB/s':>11}{'ratio':>7}{'x memcpy':>9}")
         for collective, (dtype, op) in plan:
-            for nbytes in sizes:
-                row = _measure(comm, native, collective, nbytes, dtype, op, algorithm, target_s, mode, pool)
-                out["rows"].append(row)
-                say(_format_row(row, out["memcpy_GBps"]))
+            for where in ([None, outputs] if outputs is not None and collective == "allreduce" else [None]):
+                for nbytes in sizes:
+                    row = _measure(comm, native, collective, nbytes, dtype, op, algorithm, target_s,
+                                   mode, pool, where)
+                    out["rows"].append(row)
+                    say(_format_row(row, out["memcpy_GBps"]))
     return out
 
 
 def _format_row(row: dict, memcpy_gbps: float) -> str:
     what = row["dtype"] if row["op"] is None else f"{row['dtype']}:{row['op']}"
-    return (f"{row['collective']:<15}{what:<13}{row['bytes']:>11} {row['algorithm']:<19}"
+    algorithm = row["algorithm"] + (" (shared out)" if row["outputs"] == "shared" else "")
+    return (f"{row['collective']:<15}{what:<13}{row['bytes']:>11} {algorithm:<19}"
             f"{row['time_s'] * 1e3:>11.3f}{row['busbw'] / 1e9:>11.2f}{row['native_time_s'] * 1e3:>11.3f}"
             f"{row['native_busbw'] / 1e9:>11.2f}{row['native_time_s'] / row['time_s']:>7.2f}"
             f"{row['busbw'] / 1e9 / memcpy_gbps:>9.2f}")
 
 
-def _measure(comm, native, collective, nbytes, dtype, op, algorithm, target_s, mode, pool=None) -> dict:
+def _measure(comm, native, collective, nbytes, dtype, op, algorithm, target_s, mode, pool=None,
+             outputs=None) -> dict:
     if algorithm not in selection.ALGORITHMS[collective]:
         algorithm = None  # a forced name this collective does not have (e.g. ring for broadcast)
-    case = Case(comm, native, collective, nbytes, dtype, op, algorithm, pool)
+    case = Case(comm, native, collective, nbytes, dtype, op, algorithm, pool, outputs)
     chosen = comm.algorithm_for(collective, case.nbytes, dtype, op, algorithm=algorithm)
     t_ours, t_native = time_pair(native, case.ours, case.native, target_s=target_s)
     check_outputs(native, case, f"{case.spec.label()} ({chosen}, malloc {mode})")
@@ -312,5 +331,6 @@ def _measure(comm, native, collective, nbytes, dtype, op, algorithm, target_s, m
     return {"collective": collective, "dtype": str(case.spec.dtype), "op": op, "algorithm": chosen,
             "nranks": comm.size, "bytes": case.nbytes, "malloc": mode,
             "inputs": "shared" if pool is not None and collective in SHARED_INPUTS else "private",
+            "outputs": "private" if outputs is None else "shared",
             "time_s": t_ours, "busbw": case.nbytes / t_ours * factor,
             "native_time_s": t_native, "native_busbw": case.nbytes / t_native * factor}

@@ -74,9 +74,10 @@ def _steps(core, src, dst, dtype, op, algorithm, wire, blocking):
             counts = even_counts(src.size, core.size)
             core.count(2 * src.nbytes * (core.size - 1) // core.size)
             arena = yield from core.arena_steps()
-            sources = yield from core.shared_sources_steps(src)
+            sources, targets = yield from core.shared_views_steps([(src, False), (dst, True)])
             yield from reduce_steps(arena, src, counts, displacements(counts), op, dst=dst,
-                                    divisor=core.size if mean else 0, sources=sources)
+                                    divisor=core.size if mean else 0, sources=sources,
+                                    targets=targets)
         elif algorithm == "hierarchical":
             yield from hierarchical.allreduce_steps(core, ctx, src, dst, op, wire)
         elif algorithm == "recursive_doubling":

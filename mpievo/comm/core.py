@@ -190,20 +190,32 @@ class CommCore:
 
     def shared_sources_steps(self, src: np.ndarray):
         """(collective generator over the node) Every local rank's ``src`` as this rank
-        sees it, when each is an array of one window made by :meth:`shared_empty`;
-        None otherwise (then the collective copies inputs into its scratch window).
-        Nothing is exchanged while no rank made a shared array."""
+        sees it (read-only), when each is an array of one window made by
+        :meth:`shared_empty`; None otherwise (then the collective copies inputs into its
+        scratch window). Nothing is exchanged while no rank made a shared array."""
+        views = yield from self.shared_views_steps([(src, False)])
+        return views[0]
+
+    def shared_views_steps(self, arrays):
+        """(collective generator over the node) For each ``(array, writable)``: every
+        local rank's array as this rank sees it, when each is an array of one window made
+        by :meth:`shared_empty`, else None. One exchange for all of them; none while no
+        rank made a shared array."""
         if not self.shared.count:      # equal on every rank: each allocation is collective
-            return None
+            return [None] * len(arrays)
         node = self.layout.node
-        where = np.array([*self.shared.locate(src, node.Get_rank()), src.size], np.int64)
-        everyone = np.empty((node.Get_size(), 3), np.int64)
+        where = np.array([[*self.shared.locate(a, node.Get_rank()), a.size] for a, _ in arrays], np.int64)
+        everyone = np.empty((node.Get_size(),) + where.shape, np.int64)
         yield [Pending(node.Iallgather([where, MPI.INT64_T], [everyone, MPI.INT64_T]), -1, "from")]
-        windows = set(everyone[:, 0].tolist())
-        if len(windows) != 1 or -1 in windows:
-            return None
-        return [self.shared.view(int(w), q, int(offset), src.dtype, int(n))
-                for q, (w, offset, n) in enumerate(everyone)]
+        found = []
+        for i, (arr, writable) in enumerate(arrays):
+            windows = set(everyone[:, i, 0].tolist())
+            if len(windows) != 1 or -1 in windows:
+                found.append(None)
+                continue
+            found.append([self.shared.view(int(w), q, int(offset), arr.dtype, int(n), writable=writable)
+                          for q, (w, offset, n) in enumerate(everyone[:, i])])
+        return found
 
     def signature_steps(self, kind: str, count: int, dtype, op, root: int, counts):
         """In validate mode, compare the call with every rank's (a collective generator)."""

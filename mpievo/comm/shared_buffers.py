@@ -56,13 +56,14 @@ class SharedBuffers:
                 return index, start - base
         return -1, -1
 
-    def view(self, index: int, q: int, offset: int, dtype, count: int) -> np.ndarray:
+    def view(self, index: int, q: int, offset: int, dtype, count: int,
+             writable: bool = False) -> np.ndarray:
         """``count`` elements of ``dtype`` at byte ``offset`` of rank ``q``'s part of
-        window ``index``, read-only (a peer's input)."""
+        window ``index``; read-only (a peer's input) unless ``writable`` (a peer's output)."""
         part = self._windows[index][1][q]
         itemsize = np.dtype(dtype).itemsize
         view = part[offset:offset + count * itemsize].view(dtype)
-        view.flags.writeable = False
+        view.flags.writeable = writable
         return view
 
     def free(self) -> None:

@@ -8,6 +8,11 @@ piece k of every block, through slot ``k % 2`` of each rank's window part:
   the owner of a block reduces its own input with the peers' staged pieces, read in
   place (each byte is read once and the result written once), straight into the
   output (reduce-scatter) or into its own slot for everyone to copy (all-reduce).
+  Where every rank's input is in a shared array, nothing is staged: owners read
+  their peers' arrays. Where every rank's all-reduce output is in a shared array too
+  (fused), the owner writes its reduced piece straight into every rank's output, so
+  a rank reads each input byte once and writes each output byte once, like a memcpy;
+  block b of any rank's arrays is only ever touched by b's owner, so in place is safe.
 * all-gather: each rank stages its own piece; everyone copies every piece out.
 * broadcast: the root stages; everyone else copies out.
 
@@ -43,7 +48,7 @@ def _span(k: int, piece: int, count: int) -> tuple[int, int]:
 
 
 def reduce_steps(arena: Arena, src: np.ndarray, counts, displs, op: str, *, out=None,
-                 dst=None, offsets=None, divisor: int = 0, sources=None):
+                 dst=None, offsets=None, divisor: int = 0, sources=None, targets=None):
     """Reduce-scatter (``out`` given) or all-reduce (``dst`` given) over the node.
 
     Args:
@@ -53,6 +58,9 @@ def reduce_steps(arena: Arena, src: np.ndarray, counts, displs, op: str, *, out=
             peers reduce straight from them, nothing is staged, and a rank returns
             only once its peers have read its input.
         counts, displs: elements and offsets in ``src`` of each local rank's block.
+        targets: every local rank's ``dst`` as this rank sees it (writable), where they
+            are all in shared windows: owners write their blocks into every rank's
+            output, nothing is gathered, and a rank returns once its peers wrote it.
         out: where this rank's reduced block goes (``counts[rank]`` elements).
         dst: where every reduced block goes, block q at ``offsets[q]`` (default
             ``displs``).
@@ -86,6 +94,8 @@ def reduce_steps(arena: Arena, src: np.ndarray, counts, displs, op: str, *, out=
         a, z = _span(k, piece, counts[me])
         if dst is None:
             result = out[a:z]
+        elif targets is not None:
+            result = targets[me][offsets[me] + a:offsets[me] + z]
         else:
             if k >= 2:  # our result of step k-2 is in this slot: every peer must have copied it
                 yield arena.wait(CONSUMED, base + k - 1)
@@ -99,6 +109,10 @@ def reduce_steps(arena: Arena, src: np.ndarray, counts, displs, op: str, *, out=
             host.reduce_all(result, operands, op)
             if divisor:
                 host.divide_into(result, divisor)
+            if targets is not None:   # the piece is in cache: copy it to every peer's output
+                for q in range(size):
+                    if q != me:
+                        np.copyto(targets[q][offsets[me] + a:offsets[me] + z], result)
         arena.publish(REDUCED, base + k + 1)
 
     def gather(k):
@@ -116,9 +130,11 @@ def reduce_steps(arena: Arena, src: np.ndarray, counts, displs, op: str, *, out=
         yield from reduce(k)
         if k + 1 < steps:
             yield from stage(k + 1)
-        if dst is not None:
+        if dst is not None and targets is None:
             yield from gather(k)
-    if sources is not None:   # the caller may write its input again once every peer read it
+    if sources is not None or targets is not None:
+        # the caller may write its input again once every peer read it, and read its
+        # output once every peer wrote its blocks there
         yield arena.wait(REDUCED, base + steps)
     arena.finish(steps)
 

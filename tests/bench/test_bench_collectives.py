@@ -6,6 +6,7 @@ target times; the reference checks themselves are tested without MPI.
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 import sys
@@ -80,19 +81,27 @@ def test_shared_inputs_are_read_in_place_and_checked(monkeypatch):
     from mpievo.comm import allreduce as allreduce_driver
     from mpievo.comm import reduce_scatter as reduce_scatter_driver
 
-    in_place = []
+    in_place, fused = [], []
     for driver in (allreduce_driver, reduce_scatter_driver):
         real = driver.reduce_steps
-        monkeypatch.setattr(driver, "reduce_steps",
-                            lambda *a, _real=real, **k: in_place.append(k.get("sources") is not None) or _real(*a, **k))
+
+        def spy(*a, _real=real, **k):
+            in_place.append(k.get("sources") is not None)
+            fused.append(k.get("targets") is not None)
+            return _real(*a, **k)
+        monkeypatch.setattr(driver, "reduce_steps", spy)
     lines = []
     out = run_collectives(collectives=["allreduce", "reduce_scatter", "broadcast"], cases=[("float32", "sum")],
                           algorithm="shm", shared=True, report=lines.append, **dict(TINY, sizes=[8192, 1 << 16]))
-    assert [(r["collective"], r["inputs"]) for r in out["rows"]] == [
-        ("allreduce", "shared")] * 2 + [("reduce_scatter", "shared")] * 2 + [("broadcast", "private")] * 2
+    assert [(r["collective"], r["inputs"], r["outputs"]) for r in out["rows"]] == (
+        [("allreduce", "shared", "private")] * 2 + [("allreduce", "shared", "shared")] * 2
+        + [("reduce_scatter", "shared", "private")] * 2 + [("broadcast", "private", "private")] * 2)
     assert (bool(in_place) and all(in_place)) if P > 1 else not in_place   # one rank: a copy
+    # all-reduce with private outputs gathers, with shared outputs writes them directly; reduce-scatter
+    assert [k for k, _ in itertools.groupby(fused)] == ([False, True, False] if P > 1 else [])
     if MPI.COMM_WORLD.Get_rank() == 0:
         assert "inputs in shared arrays (both sides)" in lines[0]
+        assert sum("shm (shared out)" in line for line in lines) == 2
 
 
 def _corrupting(original, rank: int):

@@ -35,20 +35,25 @@ def comm():
     c.free()
 
 
-@pytest.fixture
-def paths(monkeypatch):
-    """Whether each shm call read its peers' inputs in place (True) or staged them."""
+def _record(monkeypatch, keyword: str, drivers) -> list:
+    """Whether each shm call of the ``drivers`` got peers' arrays as ``keyword``."""
     seen = []
     real = shm_collectives.reduce_steps
 
-    def spy(*args, sources=None, **kwargs):
-        seen.append(sources is not None)
-        return real(*args, sources=sources, **kwargs)
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get(keyword) is not None)
+        return real(*args, **kwargs)
 
-    from mpievo.comm import allreduce, reduce_scatter
-    monkeypatch.setattr(allreduce, "reduce_steps", spy)
-    monkeypatch.setattr(reduce_scatter, "reduce_steps", spy)
+    for driver in drivers:
+        monkeypatch.setattr(driver, "reduce_steps", spy)
     return seen
+
+
+@pytest.fixture
+def paths(monkeypatch):
+    """Whether each shm call read its peers' inputs in place (True) or staged them."""
+    from mpievo.comm import allreduce, reduce_scatter
+    return _record(monkeypatch, "sources", (allreduce, reduce_scatter))
 
 
 def _shared_input(comm, seed, n, dtype, op, nan):
@@ -109,6 +114,56 @@ def test_a_rank_without_a_shared_array_makes_every_rank_stage(comm, world, paths
     out = comm.allreduce(mine, None, "sum", algorithm="shm")
     ok, why = matches(out, reference(seed, n, dtype, "sum", False, P), dtype, "sum", P)
     all_ranks_agree(world, ok and paths == [False] * len(IN_PLACE), f"{why}; in place per call: {paths}")
+
+
+@pytest.fixture
+def fused(monkeypatch):
+    """Whether each shm all-reduce wrote its peers' outputs directly (True) or gathered."""
+    from mpievo.comm import allreduce
+    return _record(monkeypatch, "targets", (allreduce,))
+
+
+@pytest.mark.parametrize("dtype, op, nan", [(np.float32, "sum", False), (np.float32, "max", True),
+                                            (np.float64, "min", True), (np.int32, "prod", False),
+                                            (np.uint8, "sum", False), (np.float16, "mean", False)])
+@pytest.mark.parametrize("shared_input", [False, True])
+def test_allreduce_into_shared_outputs_writes_every_rank_and_matches_the_staged_bits(
+        comm, world, fused, dtype, op, nan, shared_input):
+    """Outputs in shared arrays: owners write their blocks into every rank's output
+    (fused); the bits are those of the gathered path (same order of reduction)."""
+    n, seed = 70_001, 13
+    dtype = np.dtype(dtype)
+    data = rank_input(seed, comm.rank, n, dtype, op, nan)
+    x = _shared_input(comm, seed, n, dtype, op, nan) if shared_input else data.copy()
+    out = comm.shared_empty(n, dtype)
+    out[:] = 0
+    got = comm.allreduce(x, out, op, algorithm="shm")
+    staged = comm.allreduce(data, None, op, algorithm="shm")
+    ok, why = matches(got, reference(seed, n, dtype, op, nan, P), dtype, op, P)
+    same = np.array_equal(got.view(np.uint8), staged.view(np.uint8))
+    ok = ok and got is out and same and np.array_equal(x, data, equal_nan=nan)
+    all_ranks_agree(world, ok and fused == IN_PLACE + [False] * len(IN_PLACE),
+                    f"{why}; same bits as staged: {same}; fused per call: {fused}")
+
+
+@pytest.mark.parametrize("in_place", [True, False])
+def test_fused_calls_in_a_row_return_only_once_peers_wrote_the_output(comm, world, fused, in_place):
+    """Shared outputs (in place, or beside a private input), read and rewritten right
+    after each call, one rank late to every other call: a rank that returned before its
+    peers wrote its output (or before they read its input) would see or leave stale
+    values. Tiny pieces: many steps, and the last is the one a race would miss."""
+    n, dtype = 1 << 19, np.dtype(np.float64)
+    out = comm.shared_empty(n, dtype)
+    x = out if in_place else np.empty(n, dtype)
+    good = True
+    for step in range(8):
+        x[:] = comm.rank + 10.0 * step
+        if comm.rank == 0 and step % 2:
+            time.sleep(0.02)
+        got = comm.allreduce(x, out, "sum", algorithm="shm")
+        good &= bool(np.all(got == P * 10.0 * step + P * (P - 1) / 2))
+        out[:] = np.nan            # what a peer still reading would see, and stale output
+    all_ranks_agree(world, good and fused == IN_PLACE * 8, f"fused per call: {fused}")
 
 
 def test_shared_arrays_are_writable_views_of_the_asked_shape():
