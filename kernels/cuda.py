@@ -394,3 +394,8 @@ def device_divide_into(dst, n: int, *, dtype=None, stream=0) -> None:
     blocks, threads = launch_dims(dst.shape[0])
     if blocks:
         kernel[blocks, threads, stream](kernel_view(dst, dtype), divisor_for(dtype, n))
+
+
+def is_device(arr) -> bool:
+    """True for a Numba device array (or any object with ``__cuda_ndarray__``)."""
+    return bool(getattr(arr, "__cuda_ndarray__", False))

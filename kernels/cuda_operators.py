@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .cuda import launch_dims, simulator_enabled
+from .cuda import is_device, launch_dims, simulator_enabled
+from .cuda_workspace import zeroed_counter
 from .cuda_operator_kernels import (bound_rows_kernel, interpolate_kernel, mutate_rng_kernel,
                                     mutate_sparse_kernel, uniform_kernel)
 from .operators import BOUND_CLIP, BOUND_MODES, BOUND_REFLECT, BOUND_RESAMPLE
@@ -48,10 +49,6 @@ def launch_dims_2d(rows: int, cols: int) -> tuple[tuple[int, int], tuple[int, in
         threads, cap = THREADS_2D, MAX_BLOCKS_2D
     blocks = (max(1, min(-(-cols // threads[0]), cap[0])), max(1, min(-(-rows // threads[1]), cap[1])))
     return blocks, threads
-
-
-def is_device(arr) -> bool:
-    return bool(getattr(arr, "__cuda_ndarray__", False))
 
 
 def require_device(arr, name: str):
@@ -243,8 +240,6 @@ def bound_rows(x, lower, upper, mode, *, stream=0) -> int:
     lower, upper = _box(lower, upper, x.shape[1], dtype, stream)
     if not (x.shape[0] and x.shape[1]):
         return 0
-    from .cuda_workspace import zeroed_counter   # here: cuda_workspace imports this module
-
     moved = zeroed_counter("bounded genes", stream)
     blocks, threads = launch_dims_2d(x.shape[0], x.shape[1])
     bound_rows_kernel(dtype)[blocks, threads, stream](x, lower, upper, code, moved)
