@@ -246,6 +246,9 @@ class Island:
     def _check_batch(self, genomes) -> np.ndarray:
         if not self.on_device:
             genomes = np.asarray(genomes)
+            if (genomes.dtype == self.archive.dtype and genomes.ndim == 2 and genomes.shape[0]
+                    and genomes.shape[1] == self.problem.dim):
+                return genomes    # host rows as the archive stores them (the GA's own buffer)
         shape = tuple(genomes.shape)
         if len(shape) != 2 or shape[1] != self.problem.dim or shape[0] < 1:
             raise ValueError(f"expected algorithm {self.algorithm.name!r} to ask for genomes of shape "
