@@ -21,6 +21,8 @@ Kernels (all row-vectorised, no Python loop per child or gene):
 * :func:`hash_rows` -- a 64-bit hash of each row's values (uniqueness checks).
 * :func:`kth_smallest` -- quickselect (compiles in a fraction of ``np.partition``'s time).
 * :func:`survivors` -- the archive merge: which candidates enter, into which slots.
+* :func:`merge_children` -- the merge of an island's own children, rows and columns
+  written, in one call.
 * :func:`copy_rows`, :func:`retain_rows` -- archive row moves without a temporary
   copy of the rows moved (genomes may be tens of megabytes each).
 * :func:`centroid_distances` -- each row's scaled distance to the rows' centroid
@@ -309,6 +311,36 @@ def survivors(member_fitness, candidate_fitness, capacity):
 def _copy_row(src, i, dst, k):
     for j in range(dst.shape[1]):
         dst[k, j] = src[i, j]
+
+
+@numba.njit(**_JIT)
+def merge_children(children, child_fitness, rows, fitness, ids, origins, births, size, limit, first_id,
+                   origin, birth):
+    """The archive merge of one island's own children in one call: :func:`survivors`
+    of the ``size`` members' ``fitness`` and ``child_fitness`` (no NaN), then each entering
+    child's row copied into ``rows`` and its columns written in place: fitness, id
+    ``first_id + its index``, ``origin``, ``birth``.
+
+    Returns:
+        (children entered, the new size, the members' best before, their best after).
+    """
+    before = np.inf
+    for i in range(size):
+        before = min(before, fitness[i])
+    entered, slots = survivors(fitness[:size], child_fitness, limit)
+    for k in range(entered.shape[0]):
+        c = entered[k]
+        s = slots[k]
+        _copy_row(children, c, rows, s)
+        fitness[s] = child_fitness[c]
+        ids[s] = first_id + c
+        origins[s] = origin
+        births[s] = birth
+        size = max(size, s + 1)
+    after = np.inf
+    for i in range(size):
+        after = min(after, fitness[i])
+    return entered.shape[0], size, before, after
 
 
 @numba.njit(**_JIT)

@@ -39,15 +39,20 @@ def _moved(genomes: np.ndarray) -> np.ndarray:
 ID_STRIDE = 2**40
 
 
-def make_ids(island_index: int, start: int, count: int) -> np.ndarray:
-    """Ids ``island_index * 2**40 + [start, start + count)``.
+def first_id(island_index: int, start: int, count: int) -> int:
+    """The first of the ids ``island_index * 2**40 + [start, start + count)``.
 
     Raises:
         OverflowError: the island's counter would pass 2**40.
     """
     if start + count > ID_STRIDE:
         raise OverflowError(f"expected fewer than {ID_STRIDE} genomes per island, got {start + count}")
-    return np.arange(start, start + count, dtype=np.int64) + np.int64(island_index) * ID_STRIDE
+    return island_index * ID_STRIDE + start
+
+
+def make_ids(island_index: int, start: int, count: int) -> np.ndarray:
+    """Ids ``island_index * 2**40 + [start, start + count)`` (raises as :func:`first_id`)."""
+    return np.arange(count, dtype=np.int64) + np.int64(first_id(island_index, start, count))
 
 
 def sanitize_fitness(fitness) -> tuple[np.ndarray, int]:
@@ -121,6 +126,11 @@ class Archive:
         self.limit = self.capacity
         if limit is not None:
             self.set_limit(limit)
+        # own children merge in one compiled call where merge, writes and row moves are this
+        # class's (a subclass that changes one of them, or unique, takes insert_rows)
+        cls = type(self)
+        self.merges_in_one_call = not self.unique and all(
+            getattr(cls, name) is getattr(Archive, name) for name in ("_merge_slots", "_write", "_copy_rows"))
 
     # --- views -------------------------------------------------------------------
     @property
@@ -295,6 +305,22 @@ class Archive:
                         pick(births), hashes[entered] if self.unique else None)
             self.size = max(self.size, int(slots.max()) + 1)
         return Insertion(entered, slots, duplicates)
+
+    def insert_children(self, genomes, fitness, first: int, birth: int) -> tuple[int, float, float]:
+        """:meth:`insert_rows` of this island's own children, validated already, with ids
+        ``first, first + 1, ...``, origin ``island`` and birth ``birth``, in one compiled
+        call (only where ``merges_in_one_call``).
+
+        Returns:
+            (children entered, the members' best fitness before, after).
+        """
+        if not self.merges_in_one_call:
+            raise TypeError(f"expected an archive that merges in one call, got {type(self).__name__} "
+                            f"(unique={self.unique})")
+        entered, self.size, before, after = kernels.merge_children(
+            _moved(genomes), fitness, _moved(self._genomes), self._fitness, self._ids, self._origins,
+            self._births, self.size, self.limit, first, self.island, birth)
+        return entered, before, after
 
     def _merge_slots(self, candidate_fitness: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Which candidates enter (indices into ``candidate_fitness``) and their slots."""

@@ -36,7 +36,7 @@ from mpievo.kernels import operators as kernels
 from .algorithms.base import make_algorithm
 from .algorithms.cmaes_core import default_popsize
 from . import device, genomes, half
-from .archive import Archive, make_ids
+from .archive import Archive, first_id, make_ids
 from .engine_config import EngineConfig
 from .migration_policy import Migrants, admit, choose_emigrants
 from .moo.archive import ParetoArchive
@@ -246,6 +246,9 @@ class Island:
     def _check_batch(self, genomes) -> np.ndarray:
         if not self.on_device:
             genomes = np.asarray(genomes)
+            if (genomes.dtype == self.archive.dtype and genomes.ndim == 2 and genomes.shape[0]
+                    and genomes.shape[1] == self.problem.dim):
+                return genomes    # host rows as the archive stores them (the GA's own buffer)
         shape = tuple(genomes.shape)
         if len(shape) != 2 or shape[1] != self.problem.dim or shape[0] < 1:
             raise ValueError(f"expected algorithm {self.algorithm.name!r} to ask for genomes of shape "
@@ -277,13 +280,19 @@ class Island:
         self.nonfinite += bad
         told = fitness if n == size else np.concatenate([fitness, np.full((size - n,) + fitness.shape[1:], np.inf)])
         self.algorithm.tell(genomes, told)
-        before = self.best_internal()
         # validated once: the rows by ask, the fitness above
-        result = self.archive.insert_rows(genomes[:n], fitness, self._new_ids(n), self.index, generation)
-        self.stalled = 0 if self.best_internal() < before else self.stalled + 1
-        self.children_accepted += len(result.entered)
+        if self.archive.merges_in_one_call:
+            entered, before, after = self.archive.insert_children(
+                genomes[:n], fitness, first_id(self.index, self._next_id, n), generation)
+            self._next_id += n
+        else:
+            before = self.best_internal()
+            result = self.archive.insert_rows(genomes[:n], fitness, self._new_ids(n), self.index, generation)
+            entered, after = len(result.entered), self.best_internal()
+        self.stalled = 0 if after < before else self.stalled + 1
+        self.children_accepted += entered
         self.generation = generation
-        return len(result.entered)
+        return entered
 
     def step(self, generation: int, limit: int | None = None) -> int:
         """Breed, evaluate and select one generation; returns the children accepted.

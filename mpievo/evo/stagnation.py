@@ -79,10 +79,11 @@ class StagnationMonitor:
         if self.scale == UNKNOWN and math.isfinite(spread):
             self.scale = max(spread, 0.0)   # a best above the median: no spread
         progress = False
-        if _improved(best, self.best, self.step):
+        step = self.step
+        if _improved(best, self.best, step):
             self.best = best
             progress = True
-        if _improved(median, self.median, self.step):
+        if _improved(median, self.median, step):
             self.median = median
             progress = True
         self.stalled = 0 if progress else self.stalled + 1

@@ -118,6 +118,12 @@ def counter_key(seed: int, island: int, generation: int,
     return _fold(key[0]), _fold(key[1]), _fold(counter[2]), _fold(counter[3])
 
 
+def generation_word(generation: int) -> int:
+    """The generation's word of :func:`counter_key` (validated as there), for a caller
+    that keeps the other three of a stream it keys every generation."""
+    return _fold(_word(generation, "generation"))
+
+
 def counter_blocks(rng: np.random.Generator, blocks: int) -> tuple[tuple[int, int, int, int], int]:
     """Take the next ``blocks`` counter blocks of ``rng``'s stream for a counter-based kernel.
 

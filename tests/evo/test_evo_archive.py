@@ -130,3 +130,33 @@ def test_row_hashes_tell_apart_rows_that_differ_in_high_bits_only():
         assert len(set(hashes.tolist())) == len(rows), dtype
     same = row_hashes(np.array([[0.0, 1.0], [-0.0, 1.0]]))
     assert same[0] == same[1]   # -0.0 and 0.0 hash alike
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32", "bfloat16"])
+def test_children_merged_in_one_call_equal_insert_rows(dtype):
+    rng = np.random.default_rng(5)
+    one, rows = (Archive(6, 3, dtype, limit=5, island=2) for _ in range(2))
+    assert one.merges_in_one_call and not Archive(6, 3, unique=True).merges_in_one_call
+    next_id = 0
+    for birth in range(1, 8):
+        n = int(rng.integers(1, 5))
+        genomes = one.as_rows(rng.normal(size=(n, 3)))
+        fitness = np.round(rng.normal(size=n), 1)       # ties with members and each other
+        best = rows.fitness.min() if rows.size else np.inf
+        expected = rows.insert_rows(genomes, fitness, make_ids(2, next_id, n), 2, birth)
+        entered, before, after = one.insert_children(genomes, fitness, 2 * ID_STRIDE + next_id, birth)
+        next_id += n
+        assert entered == len(expected.entered) and before == best and after == rows.fitness.min()
+        for column in ("genomes", "fitness", "ids", "origins", "births"):
+            assert np.array_equal(getattr(one, column).view(np.uint8), getattr(rows, column).view(np.uint8))
+
+
+def test_children_of_a_subclass_or_unique_archive_take_insert_rows():
+    class Other(Archive):
+        def _write(self, *args):
+            super()._write(*args)
+
+    for archive in (Other(4, 2), Archive(4, 2, unique=True)):
+        assert not archive.merges_in_one_call
+        with pytest.raises(TypeError, match="expected an archive that merges in one call"):
+            archive.insert_children(np.zeros((1, 2), np.float32), np.zeros(1), 0, 1)

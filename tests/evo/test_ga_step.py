@@ -146,3 +146,15 @@ def test_stream_keys_start_where_a_fresh_stream_would():
         assert as_generator(keys).random() == stream(*keys).random()
     rng = stream(1, 2, 3)
     assert as_generator(rng) is rng
+
+
+def test_the_compiled_step_keys_each_call_by_its_own_stream():
+    from mpievo.evo.streams import StreamKeys
+
+    island = Island(0, make_problem("sphere", 20), EngineConfig(capacity=16, batch_size=8), seed=1)
+    island.initialize()
+    step, out = island.algorithm._step, np.empty((8, 20), np.float32)
+    for keys in (StreamKeys(1, 0, 3), StreamKeys(1, 0, 4), StreamKeys(2, 0, 4), StreamKeys(2, 5, 4, "init")):
+        children = step.breed(keys, out, None)[0].copy()
+        fresh = step.breed(keys.generator(), out, None)[0]    # keyed from a numpy stream's state
+        np.testing.assert_array_equal(children, fresh)
