@@ -1,47 +1,48 @@
-"""The simulator's shared arrays under fine thread interleaving (conftest patch).
+"""The simulator's shared arrays under thread interleaving (the conftest patch).
 
-Without ``_atomic_shared_arrays`` two threads of a block can get two different
-``cuda.shared.array`` objects, and a block's reduction then misses values. A switch
-interval of 1 us makes that interleaving common (about 2 % of launches unpatched);
-the patch must keep every sum right.
+Unpatched, ``FakeCUDAShared.array`` looks the block's array up, allocates one if it is
+missing, then stores it: a thread switch inside the allocation lets a second thread of
+the block miss too, and the two threads then write different arrays (a block reduction
+loses values). Here the allocation itself yields the GIL (a shape whose ``__index__``
+sleeps), so every thread switches exactly there: unpatched the threads get different
+arrays every time; patched they share one.
 """
 
 from __future__ import annotations
 
-import sys
+import threading
+import time
 
 import numpy as np
 import pytest
-from numba import cuda, float64
 
 from conftest import SIMULATOR
 
 pytestmark = pytest.mark.skipif(not SIMULATOR, reason="a check of the CUDA simulator's patch")
 
 
-def test_every_thread_of_a_block_shares_one_array_under_fine_interleaving():
-    @cuda.jit  # the simulator swaps the kernel's global ``cuda``: imported at module level
-    def block_sums(out):
-        a = cuda.shared.array(8, float64)
-        b = cuda.shared.array(8, float64)
-        t = cuda.threadIdx.x
-        a[t] = t + 1.0
-        b[t] = 2.0 * (t + 1.0)
-        cuda.syncthreads()
-        if t == 0:
-            s = 0.0
-            for i in range(8):
-                s += a[i] + b[i]
-            out[cuda.blockIdx.x] = s
+class _SlowLength:
+    """An array length whose conversion sleeps, so the allocating thread lets others run."""
 
-    before = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
-        sums = []
-        for _ in range(400):  # about 2 % of launches went wrong unpatched (8 of 400)
-            out = np.zeros(2)
-            block_sums[2, 8](out)
-            sums.append(out)
-    finally:
-        sys.setswitchinterval(before)
-    assert np.all(np.array(sums) == 3 * 36.0)
+    def __index__(self):
+        time.sleep(0.01)
+        return 8
+
+
+def test_the_threads_of_a_block_share_one_shared_array_when_they_interleave():
+    from numba.cuda.simulator.kernelapi import FakeCUDAShared
+
+    shared = FakeCUDAShared(0)
+    start = threading.Barrier(4)
+    got = []
+
+    def thread():
+        start.wait()
+        got.append(shared.array(_SlowLength(), np.float64))  # one line: one array per block
+
+    threads = [threading.Thread(target=thread) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(got) == 4 and all(a is got[0] for a in got)
