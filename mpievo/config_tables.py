@@ -165,7 +165,7 @@ class ProblemConfig(Settings):
     TABLE = "problem"
 
     name: str = setting("rastrigin", text, "built-in name, 'module:function' or 'module:object' "
-                                         "(a Problem: it brings dim, lower, upper, maximize)")
+                                         "(a Problem: it brings dim, lower, upper, maximize, n_obj)")
     dim: int = setting(100, integer(1), "genes per genome")
     shift: bool = setting(False, boolean, "built-ins: move the optimum (drawn from problem.seed)")
     rotate: bool = setting(False, boolean, "built-ins: rotate the function (drawn from problem.seed)")
@@ -282,7 +282,8 @@ class ProblemConfig(Settings):
 def with_problem_object(raw, problems: list[str]):
     """The ``[problem]`` table ``raw``, completed from the Problem object its name names
     (``"module:object"``: e.g. a RecipeProblem), which brings its own ``dim``, ``lower``,
-    ``upper`` and ``maximize``: those the table leaves out are the object's, those it
+    ``upper``, ``maximize`` and ``n_obj`` (and ``reference_point`` where it has one):
+    those the table leaves out are the object's, those it
     gives must be the object's (else a problem "expected ..., got ..." is added). Any
     other table or name: ``raw`` as it is (its own checks report what is wrong)."""
     from .evo.problems import Problem, load_object
@@ -296,7 +297,9 @@ def with_problem_object(raw, problems: list[str]):
     if not isinstance(obj, Problem):
         return raw
     own = {"dim": obj.dim, "lower": _bound_setting(obj.lower), "upper": _bound_setting(obj.upper),
-           "maximize": obj.maximize}
+           "maximize": obj.maximize, "n_obj": getattr(obj, "n_obj", 1)}
+    if getattr(obj, "reference_point", None) is not None:
+        own["reference_point"] = [float(v) for v in obj.reference_point]
     filled = dict(raw)
     for key, value in own.items():
         if key not in raw:

@@ -2,6 +2,7 @@
 
 import json
 
+import numpy as np
 import pytest
 from mpi4py import MPI
 
@@ -189,3 +190,22 @@ def test_a_problem_object_brings_its_dim_bounds_and_sense(tmp_path, monkeypatch,
     err = capsys.readouterr().err
     assert "problem.dim: expected 3 (what 'objmod:problem' brings) or no dim, got int 4" in err
     assert "problem.lower: expected [-1.0, -2.0, -3.0] (what 'objmod:problem' brings) or no lower, got " in err
+
+
+def test_a_multi_objective_problem_object_brings_its_objectives(tmp_path, monkeypatch, capsys):
+    (tmp_path / "moomod.py").write_text(
+        "import numpy as np\n"
+        "from mpievo.evo.moo.problems import MultiObjectiveProblem\n"
+        "problem = MultiObjectiveProblem(lambda X: np.stack([X[:, 0], 1 - X[:, 0] + X[:, 1:].sum(1)], 1),\n"
+        "                                3, 0.0, 1.0, n_obj=2, reference_point=[1.5, 2.5])\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "job.toml").write_text('[problem]\nname = "moomod:problem"\n[engine]\nalgorithm = "nsga2"\n')
+    out = tmp_path / "run"
+    assert _run(tmp_path / "job.toml", "--generations", 2, "--out", out, "--progress", "none",
+                "--set", "engine.capacity=8", "--set", "engine.batch_size=8") == 0, capsys.readouterr().err
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["config"]["problem"]["n_obj"], summary["config"]["problem"]["reference_point"]) == (2, [1.5, 2.5])
+    assert np.asarray(summary["front"]["objectives"]).shape[1] == 2
+    capsys.readouterr()
+    assert _run(tmp_path / "job.toml", "--set", "problem.n_obj=3", "--out", tmp_path / "x") == 2
+    assert "problem.n_obj: expected 2 (what 'moomod:problem' brings) or no n_obj, got int 3" in capsys.readouterr().err
