@@ -163,10 +163,22 @@ def test_hypervolume_survival_removes_the_least_contributor_then_recomputes():
     # (0.6, 0.6) is dominated: it goes first; then (0.51, 0.49) adds 0.0049 < 0.005
     assert list(hypervolume_survivors(f, 4)) == [0, 1, 2, 3]
     assert list(hypervolume_survivors(f, 3)) == [0, 1, 3]
-    # then, to the reference (2, 2), the middle adds 0.25 and each extreme 0.5: the middle goes
-    assert list(hypervolume_survivors(f, 2)) == [0, 3]
+    # then, to the reference (1.1, 1.1), the middle adds 0.25 and each extreme 0.05: the newer extreme goes
+    assert list(hypervolume_survivors(f, 2)) == [0, 1]
     same = np.array([[0.0, 1.0], [0.5, 0.5], [0.5, 0.5], [1.0, 0.0]])
     assert list(hypervolume_survivors(same, 3)) == [0, 1, 3]       # equal contributions: the newer leaves
+
+
+def test_hypervolume_survival_does_not_depend_on_the_objectives_scales():
+    pytest.importorskip("moocore")
+    rng = np.random.default_rng(3)
+    t = np.sort(rng.random(12))
+    f = np.column_stack([t, (1.0 - np.sqrt(t)) * (1.0 + rng.random(12) * 0.01)])
+    f = f[nondominated(f)]
+    kept = hypervolume_survivors(f, 5)
+    assert len(kept) == 5
+    for scale, shift in [((1000.0, 1.0), (0.0, 5.0)), ((1e-3, 250.0), (-2.0, 0.0))]:
+        assert np.array_equal(hypervolume_survivors(f * scale + shift, 5), kept)
 
 
 def test_variation_stays_in_the_box_and_keeps_pairs_centred():
