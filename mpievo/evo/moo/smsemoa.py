@@ -12,10 +12,9 @@ Like :mod:`.nsga2` it breeds with SBX and polynomial mutation from the island's
 The contributions are measured on that front normalised per objective to [0, 1] (its
 own best and worst), to the reference point ``1 + REFERENCE_OFFSET`` in every
 objective, as pymoo's SMS-EMOA does, so survival does not depend on the objectives'
-scales. (A reference of the worst point + 1 in raw units made the extremes of a front
-whose objectives span hundreds, early on DTLZ1 and ZDT4, contribute almost nothing, so
-they left: on DTLZ1 two runs of six stayed on a local front, none with the
-normalisation; ``docs/benchmarks/moo.md``.)
+units. (The worst point + 1 in raw units made the extremes of a front whose objectives
+span hundreds, early on DTLZ1 and ZDT4, contribute almost nothing, and the same run in
+other units a different run; ``docs/benchmarks/moo.md`` has the grid before and after.)
 
 ``batch_size`` 1 is the original steady-state algorithm; larger batches remove several
 members per generation one at a time. Needs moocore (``pip install 'mpievo[moo]'``).
