@@ -102,14 +102,16 @@ def run_island(generations, seed=3, state=None, start=0, algorithm="nsga2"):
     return island
 
 
-@pytest.mark.parametrize("algorithm", ["nsga2", "smsemoa"])
+@pytest.mark.parametrize("algorithm", ["nsga2", "smsemoa", "moead"])
 def test_islands_converge_and_are_deterministic_and_resume(algorithm):
     moocore = pytest.importorskip("moocore")
     run = partial(run_island, algorithm=algorithm)
     start, later = run(0), run(60)
     ref = moo_problem("zdt1", dim=8).reference_point
     hv = [moocore.hypervolume(i.archive.objectives[i.archive.front()], ref=ref) for i in (start, later)]
-    assert hv[1] > hv[0] + 0.2 and hv[1] > 0.75        # the true front's is 0.87 (ref 1.1, 1.1)
+    # the true front's is 0.87 (ref 1.1, 1.1); MOEA/D's batch of 24 breeds from the solutions
+    # before it (one child at a time reached 0.83 on seeds 1-3, a batch 0.64-0.83)
+    assert hv[1] > hv[0] + 0.2 and hv[1] > (0.6 if algorithm == "moead" else 0.75)
     again = run(60)
     assert np.array_equal(again.archive.genomes, later.archive.genomes)
     half = run(30)
@@ -199,3 +201,24 @@ def test_variation_stays_in_the_box_and_keeps_pairs_centred():
     assert np.array_equal(kept, x)
     bounded_polynomial_mutation(x, rng, lower, upper, rate=1.0, eta=20.0)
     assert ((x >= 0) & (x <= 1)).all() and not np.array_equal(kept, x)
+
+
+def test_moead_weights_replacement_limit_and_state():
+    from mpievo.evo.moo.moead import REPLACEMENT_LIMIT, weight_vectors
+
+    assert np.allclose(weight_vectors(5, 2), [[0, 1], [0.25, 0.75], [0.5, 0.5], [0.75, 0.25], [1, 0]])
+    w = weight_vectors(30, 3)
+    assert np.allclose(w.sum(axis=1), 1.0) and (w >= 0).all() and np.array_equal(w[:3], np.eye(3))
+    assert len(np.unique(w.round(12), axis=0)) == 30
+    with pytest.raises(ValueError, match="expected a population of at least 3"):
+        weight_vectors(2, 3)
+    island = Island(0, moo_problem("zdt1", dim=8), EngineConfig(algorithm="moead", capacity=12, batch_size=12), seed=1)
+    island.initialize()
+    moead = island.algorithm
+    assert np.array_equal(moead.objectives, island.archive.objectives)
+    best = moead.objectives.min(axis=0) - 0.5           # better than every solution on every subproblem
+    moead.ideal = np.minimum(moead.ideal, best)
+    moead._offer(np.zeros(8), best, np.arange(12))
+    assert np.all(moead.objectives == best, axis=1).sum() == REPLACEMENT_LIMIT
+    with pytest.raises(ValueError, match="expected a moead state with shapes"):
+        moead.load_state_dict({"solutions": np.zeros((3, 8)), "objectives": np.zeros((12, 2))})
