@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import operators as ops
+from .nsga2 import ParetoAlgorithm
 from .variation import bounded_polynomial_mutation
 
 #: pygmo moead's defaults: DE's F and CR, the chance of mating in the neighbourhood, and
@@ -74,11 +74,10 @@ def tchebycheff(objectives: np.ndarray, weights: np.ndarray, ideal: np.ndarray) 
     return np.max(np.maximum(weights, MIN_WEIGHT) * np.abs(objectives - ideal), axis=-1)
 
 
-class MOEAD:
+class MOEAD(ParetoAlgorithm):
     """MOEA/D island algorithm (see the module docstring)."""
 
     name = "moead"
-    multi_objective = True
 
     def __init__(self, *, batch_size: int = 100, neighbours: int = 20, pm_eta: float = 20.0,
                  mutation_rate: float | None = None):
@@ -97,12 +96,7 @@ class MOEAD:
 
     def init(self, problem, archive, rng) -> None:
         """Subproblem ``i`` starts with the archive's member ``i`` (the initial population)."""
-        if getattr(archive, "n_obj", 1) < 2:
-            raise ValueError(f"expected a problem with several objectives for moead, got {problem!r}")
-        self.archive = archive
-        box = ops.box_arrays(problem.lower, problem.upper, archive.dtype)
-        self.lower, self.upper = (np.asarray(b, dtype=np.float64) for b in box)
-        self.rate = 1.0 / archive.dim if self.mutation_rate is None else float(self.mutation_rate)
+        self.attach(problem, archive)
         self.solutions = archive.genomes.astype(np.float64)
         self.objectives = archive.objectives.copy()
         self.weights = weight_vectors(len(self.solutions), archive.n_obj)
@@ -175,10 +169,6 @@ class MOEAD:
         taken = candidates[better][:REPLACEMENT_LIMIT]
         self.solutions[taken] = genome
         self.objectives[taken] = objectives
-
-    def best(self) -> tuple[np.ndarray, float]:
-        i = self.archive.best_index()
-        return self.archive.row(i), float(self.archive.fitness[i])
 
     def state_dict(self) -> dict:
         return {"solutions": self.solutions.copy(), "objectives": self.objectives.copy()}
