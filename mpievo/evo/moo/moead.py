@@ -11,8 +11,9 @@ Per generation, ``batch_size`` children, subproblems taken in a shuffled order:
 1. mating pool: subproblem ``i``'s neighbourhood with probability ``NEIGHBOURHOOD_MATING``
    (else every subproblem);
 2. DE/rand/1: ``x_i + F (x_r1 - x_r2)``, r1 != r2 from the pool, binomial crossover with
-   ``CR`` (one gene always from the mutant), clipped to the box; polynomial mutation
-   (``pm_eta``, per gene with probability ``mutation_rate``, None: 1/dim);
+   ``CR`` (one gene always from the mutant), a gene beyond the box drawn between the
+   bound and ``x_i``'s gene (pygmo's repair); polynomial mutation (``pm_eta``, per gene
+   with probability ``mutation_rate``, None: 1/dim);
 3. on :meth:`tell`, in the order asked: ``z`` takes the child's objectives, and the child
    replaces the solution of at most ``REPLACEMENT_LIMIT`` subproblems of its pool whose
    ``g`` it lowers, offered its own subproblem first, then the others in a drawn order.
