@@ -19,8 +19,8 @@ from state_trees import through_hdf5, trees_equal
 
 # a heterogeneous ring (NSGA-II, SMS-EMOA and MOEA/D islands, per-island settings): everything that draws
 MOO = {"problem": {"name": "zdt1", "dim": 8, "n_obj": 2, "shift": False, "rotate": False, "seed": 0},
-       "engine": {"algorithm": ["nsga2", "smsemoa", "moead", "smsemoa"], "capacity": 16, "batch_size": 12, "sbx_eta": "5 + 10*i",
-                  "pm_eta": [10, 20, 30, 40]},
+       "engine": {"algorithm": ["nsga2", "smsemoa", "moead", "smsemoa"], "capacity": 16, "batch_size": 12,
+                  "sbx_eta": "5 + 10*i", "pm_eta": [10, 20, 30, 40]},
        "run": {"generations": 12},
        "migration": {"interval": 3, "emigrants": 3}}
 

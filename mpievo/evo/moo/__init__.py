@@ -28,6 +28,7 @@ from .moead import MOEAD
 from .pareto import crowding_distances, dominance, front_ranks, nondominated, survivor_order
 from .problems import BUILTIN_MOO, MultiObjectiveProblem, moo_problem
 
-__all__ = ["ParetoArchive", "hypervolume", "merged_front", "NSGA2", "SMSEMOA", "MOEAD", "crowding_distances", "dominance",
+__all__ = ["ParetoArchive", "hypervolume", "merged_front", "NSGA2", "SMSEMOA", "MOEAD", "crowding_distances",
+           "dominance",
            "front_ranks", "nondominated", "survivor_order", "BUILTIN_MOO", "MultiObjectiveProblem",
            "moo_problem"]
