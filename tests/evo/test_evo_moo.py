@@ -63,19 +63,23 @@ def test_builtins_match_pymoo(name, n_obj):
     assert np.allclose(ours.reference_point, 1.1 * nadir(name, n_obj))
 
 
-def test_user_problem_bad_objectives_and_nan_accounting():
+@pytest.mark.parametrize("algorithm", ["nsga2", "smsemoa", "moead"])
+def test_user_problem_bad_objectives_and_nan_accounting(algorithm):
     def two(x):
         f = np.column_stack([x[:, 0], 1 - x[:, 0]])
         f[0, 1] = np.nan                      # one objective of one genome
         return f
 
     problem = MultiObjectiveProblem(two, dim=3, lower=0, upper=1, n_obj=2, name="two")
-    island = Island(0, problem, EngineConfig(algorithm="nsga2", capacity=8, batch_size=4), seed=1)
+    island = Island(0, problem, EngineConfig(algorithm=algorithm, capacity=8, batch_size=4), seed=1)
     island.initialize()
     assert island.nonfinite == 1 and island.evaluations == 8
     assert np.isinf(island.archive.objectives).all(axis=1).sum() <= 1
     island.step(1)
     assert island.nonfinite == 2 and island.evaluations == 12
+    island.step(2, limit=3)                   # a budget's last, partial batch: its rest never counts
+    assert island.nonfinite == 3 and island.evaluations == 15
+    assert np.isfinite(island.archive.objectives[island.archive.front()]).all()
 
     wrong = MultiObjectiveProblem(lambda x: x[:, :3], dim=3, lower=0, upper=1, n_obj=2, name="wrong")
     with pytest.raises(ValueError, match=r"expected objectives of shape \(8, 2\) from 'wrong'.*shape \(8, 3\)"):
