@@ -155,8 +155,8 @@ def minimize(problem: Problem | Callable | str | None = None, *,
             minimising), one generation after the one that reached it.
         generations: the most generations (default 200 without a budget, none with one).
         islands: number of islands (default: the config's, else 4).
-        algorithm: every island's algorithm: "ga", "de", "cmaes", "shade", "nsga2" or
-            "smsemoa" (a problem with several objectives, e.g. a MultiObjectiveProblem) or
+        algorithm: every island's algorithm: "ga", "de", "cmaes", "shade", "nsga2",
+            "smsemoa" or "moead" (a problem with several objectives, e.g. a MultiObjectiveProblem) or
             "module:Class" (per-island lists go in ``config["engine"]``).
         seed: seed of every random stream (default: the config's, else 0).
         config: a job config as a dict (``{"engine": {...}, "migration": {...}}``) or a

@@ -280,7 +280,7 @@ def _check_evaluation(run: RunConfig, engines, problems: list[str]) -> None:
 
 def _check_objectives(problem, run: RunConfig, engines, migration: MigrationConfig, problems: list[str]) -> None:
     """Several objectives (problem.n_obj >= 2) take multi-objective algorithms (nsga2,
-    smsemoa or a user class), the island scheme and a replacement that compares fronts."""
+    smsemoa, moead or a user class), the island scheme and a replacement that compares fronts."""
     n_obj = getattr(problem, "n_obj", 1)
     several = n_obj > 1
     wrong = sorted({e.algorithm for e in engines if isinstance(e.algorithm, str) and ":" not in e.algorithm

@@ -25,7 +25,7 @@ SCHEMES = ("island", "hybrid", "centralized", "replicated", "master_worker")
 #: the schemes that run as one group of every rank (rank 0 holds the islands or speaks for them)
 ONE_GROUP_SCHEMES = ("centralized", "replicated", "master_worker")
 #: built-in algorithms for problems with several objectives (problem.n_obj >= 2)
-MULTI_OBJECTIVE_ALGORITHMS = ("nsga2", "smsemoa")
+MULTI_OBJECTIVE_ALGORITHMS = ("nsga2", "smsemoa", "moead")
 #: the most islands a job may ask for (a typo of an extra 000 fails at validation)
 MAX_ISLANDS = 1_000_000
 #: run.generations without a budget, when not given
@@ -180,7 +180,7 @@ class ProblemConfig(Settings):
                                      "how the limit is enforced (see mpievo.evo.problem_wrappers)")
     n_obj: int = setting(1, integer(1), "objectives per genome: 1, or >= 2 for a multi-objective problem "
                          "(built-ins zdt1-4, zdt6, dtlz1-7; a user function then returns (n, n_obj); "
-                         "engine.algorithm nsga2 or smsemoa)")
+                         "engine.algorithm nsga2, smsemoa or moead)")
     reference_point: Any = setting(None, optional(list_of(number(-1e300, 1e300))),
                                    "several objectives: the point hypervolumes are measured to (n_obj "
                                    "numbers); default: a built-in's, none for a user function")

@@ -7,11 +7,12 @@ members each, initial populations included, migration on a ring every ``interval
 generations (``emigrants`` per edge; a migrant replaces a resident only when that
 resident does not dominate it):
 
-* mpievo: each of ``algorithms`` (``nsga2``, ``smsemoa``) on every island, capacity =
-  batch = ``population``, the run's budget split equally over the islands
+* mpievo: each of ``algorithms`` (``nsga2``, ``smsemoa``, ``moead``) on every island,
+  capacity = batch = ``population``, the run's budget split equally over the islands
   (:func:`mpievo.parallel.run_job`), with pygmo ``nsga2``'s variation settings
   (:data:`LIKE_PYGMO`: crossover 0.95, eta_c 10, eta_m 50, mutation 0.01 per gene), so
-  that the two NSGA-II differ in their code, not their parameters;
+  that the two NSGA-II differ in their code, not their parameters; ``moead`` with pygmo
+  ``moead``'s (:data:`LIKE_PYGMO_MOEAD`);
 * pygmo ``nsga2`` and ``moead`` (Tchebycheff, 20 neighbours; grid weights for 2
   objectives, low-discrepancy ones for more): one population per island, evolved
   ``interval`` generations at a time in this process (its ``archipelago`` would run a
@@ -46,6 +47,8 @@ PEERS = ("nsga2", "moead")
 LIKE_PYGMO = {"sbx_prob": 0.95, "sbx_eta": 10.0, "pm_eta": 50.0, "mutation_rate": 0.01}
 #: pygmo moead's default neighbourhood (fewer for populations below 21)
 MOEAD_NEIGHBOURS = 20
+#: mpievo's moead settings equal to pygmo moead's defaults (eta_m, mutation 1/dim, neighbours)
+LIKE_PYGMO_MOEAD = {"pm_eta": 20.0, "mutation_rate": None, "moead_neighbours": MOEAD_NEIGHBOURS}
 
 
 class MooCheckError(RuntimeError):
@@ -108,7 +111,8 @@ def run_mpievo(comm, problem, name: str, n_obj: int, seed: int, options: MooBenc
                             "log_every": 1 << 30},
                     "problem": {"name": name, "dim": problem.dim, "n_obj": n_obj},
                     "engine": {"algorithm": algorithm, "capacity": options.population,
-                               "batch_size": options.population, **LIKE_PYGMO},
+                               "batch_size": options.population,
+                               **(LIKE_PYGMO_MOEAD if algorithm == "moead" else LIKE_PYGMO)},
                     "migration": {"interval": options.interval, "emigrants": options.emigrants}}, comm.size)
     result = run_job(job, comm)
     front = result.front

@@ -354,7 +354,7 @@ def _add_moo_arguments(sub) -> None:
                      help="comma-separated, e.g. zdt1,dtlz2:3 (default: ZDT1-4, ZDT6, DTLZ 2 and 3 objectives)")
     moo.add_argument("--seeds", type=_numbers(int), help="seeds of every problem (default 0,1,2)")
     moo.add_argument("--algorithms", type=lambda text: tuple(a.strip() for a in text.split(",") if a.strip()),
-                     help="mpievo's island algorithms, e.g. nsga2,smsemoa (default nsga2)")
+                     help="mpievo's island algorithms, e.g. nsga2,smsemoa,moead (default nsga2)")
     moo.add_argument("--budget", type=_numbers(int, one=True), help="evaluations per run (default 40000)")
     moo.add_argument("--islands", type=_numbers(int, one=True), help="islands of every solver (default 4)")
     moo.add_argument("--population", type=_numbers(int, one=True), help="members per island (default 100)")

@@ -58,8 +58,8 @@ class EngineConfig(Settings):
 
     algorithm: Any = _setting("ga", choice(algorithm_classes, extra=" or 'module:Class'",
                                            also=_user_class),
-                              "island algorithm: ga, de (jde), shade, cmaes, nsga2 or smsemoa (several objectives) "
-                              "or 'module:Class'")
+                              "island algorithm: ga, de (jde), shade, cmaes, nsga2, smsemoa or moead "
+                              "(several objectives) or 'module:Class'")
     capacity: Any = _setting(64, integer(2, MAX_MEMBERS), "archive capacity (members kept per island)")
     batch_size: Any = _setting(128, integer(1, MAX_MEMBERS), "GA children per generation")
     dtype: Any = _setting("float32", choice(GENOME_DTYPES),
@@ -101,9 +101,10 @@ class EngineConfig(Settings):
     sbx_eta: Any = _setting(15.0, number(0.0, 1e6), "SBX distribution index")
     sbx_prob: Any = _setting(0.9, number(0.0, 1.0), "nsga2, smsemoa: probability that a child is an SBX crossover "
                              "(else a copy of its first parent)")
-    pm_eta: Any = _setting(20.0, number(0.0, 1e6), "nsga2, smsemoa: polynomial mutation distribution index")
+    pm_eta: Any = _setting(20.0, number(0.0, 1e6), "nsga2, smsemoa, moead: polynomial mutation distribution index")
     mutation_rate: Any = _setting(None, optional(number(0.0, 1.0)),
-                                  "per-gene mutation probability; None: min(1, 10/dim) (nsga2, smsemoa: 1/dim)")
+                                  "per-gene mutation probability; None: min(1, 10/dim) (nsga2, smsemoa, moead: 1/dim)")
+    moead_neighbours: Any = _setting(20, integer(2), "moead: subproblems in a neighbourhood (pygmo's default 20)")
     mutation_sigma: Any = _setting(0.1, number(0.0, 1.0, open_low=True),
                                    "initial mutation step, relative to the box width")
     step_adaptation: Any = _setting("success", choice(STEP_ADAPTATIONS),

@@ -10,8 +10,8 @@ from mpievo.cli.main import main as cli_main  # noqa: E402
 from mpievo.comm.protocol import SelfComm  # noqa: E402
 from mpievo.evo.moo.problems import moo_problem  # noqa: E402
 
-TINY = dict(problems=("zdt1", "dtlz2:3"), seeds=(0,), algorithms=("nsga2", "smsemoa"), budget=192, islands=2, population=8, interval=2,
-            emigrants=2)
+TINY = dict(problems=("zdt1", "dtlz2:3"), seeds=(0,), algorithms=("nsga2", "smsemoa", "moead"), budget=192,
+            islands=2, population=8, interval=2, emigrants=2)
 
 
 def test_tiny_grid_rows_and_table():
@@ -21,7 +21,7 @@ def test_tiny_grid_rows_and_table():
         pygmo = None
     options = bm.MooBenchOptions(**TINY)
     rows = bm.bench_moo(SelfComm(), options, pygmo, log=lambda text: None)
-    solvers = {"mpievo nsga2", "mpievo smsemoa"} | ({"pygmo nsga2", "pygmo moead"} if pygmo else set())
+    solvers = {"mpievo nsga2", "mpievo smsemoa", "mpievo moead"} | ({"pygmo nsga2", "pygmo moead"} if pygmo else set())
     assert {r["solver"] for r in rows} == solvers and len(rows) == 2 * len(solvers)
     for row in rows:
         assert 0 <= row["hypervolume"] < np.prod(row["reference_point"])

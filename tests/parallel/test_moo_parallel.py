@@ -17,10 +17,10 @@ from mpievo.parallel import build_scheme, run_job
 from mpievo.parallel.output import OutputWriter
 from state_trees import through_hdf5, trees_equal
 
-# a heterogeneous ring (NSGA-II and SMS-EMOA islands, per-island settings): everything that draws
+# a heterogeneous ring (NSGA-II, SMS-EMOA and MOEA/D islands, per-island settings): everything that draws
 MOO = {"problem": {"name": "zdt1", "dim": 8, "n_obj": 2, "shift": False, "rotate": False, "seed": 0},
-       "engine": {"algorithm": ["nsga2", "smsemoa", "nsga2", "smsemoa"], "capacity": 16, "batch_size": 12, "sbx_eta": "5 + 10*i",
-                  "pm_eta": [10, 20, 30, 40]},
+       "engine": {"algorithm": ["nsga2", "smsemoa", "moead", "smsemoa"], "capacity": 16, "batch_size": 12,
+                  "sbx_eta": "5 + 10*i", "pm_eta": [10, 20, 30, 40]},
        "run": {"generations": 12},
        "migration": {"interval": 3, "emigrants": 3}}
 
@@ -86,7 +86,7 @@ def test_pareto_islands_give_the_serial_result_bit_for_bit(world):
 
 
 @pytest.mark.parametrize("extra,message", [
-    ({"engine": {"algorithm": "ga"}}, r"engine.algorithm: expected \['nsga2', 'smsemoa'\].*got \['ga'\]"),
+    ({"engine": {"algorithm": "ga"}}, r"engine.algorithm: expected \['nsga2', 'smsemoa', 'moead'\].*got \['ga'\]"),
     ({"run": {"scheme": "master_worker"}}, "run.scheme: expected 'island' with several objectives"),
     ({"migration": {"replacement": "fair"}}, "migration.replacement: expected 'better' or 'worst'"),
     ({"problem": {"n_obj": 1}}, "problem.n_obj: expected >= 2 for zdt1, got 1"),

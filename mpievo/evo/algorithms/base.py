@@ -80,17 +80,18 @@ def algorithm_classes() -> dict:
     from .ga import GeneticAlgorithm
     from .shade import SHADE
     from ..moo.nsga2 import NSGA2
+    from ..moo.moead import MOEAD
     from ..moo.smsemoa import SMSEMOA
 
     return {"ga": GeneticAlgorithm, "de": JDE, "jde": JDE, "cmaes": CMAES, "shade": SHADE, "nsga2": NSGA2,
-            "smsemoa": SMSEMOA}
+            "smsemoa": SMSEMOA, "moead": MOEAD}
 
 
 def make_algorithm(spec, config=None):
     """Build an island algorithm.
 
     Args:
-        spec: a built-in name ("ga", "de"/"jde", "cmaes", "shade", "nsga2", "smsemoa"), a ``"module:Class"``
+        spec: a built-in name ("ga", "de"/"jde", "cmaes", "shade", "nsga2", "smsemoa", "moead"), a ``"module:Class"``
             string, a class, or an instance (returned as is).
         config: a resolved :class:`~mpievo.evo.engine_config.EngineConfig` for ``from_config``.
 

@@ -7,6 +7,7 @@
   environmental selection (the population of a Pareto island).
 * :mod:`.nsga2` -- the ``nsga2`` island algorithm (tournaments, SBX, polynomial mutation).
 * :mod:`.smsemoa` -- the ``smsemoa`` island algorithm (hypervolume survival, moocore's).
+* :mod:`.moead` -- the ``moead`` island algorithm (Tchebycheff subproblems, DE, as pygmo's).
 * :mod:`.indicators` -- hypervolume (moocore) and the merge of several fronts.
 
 Example::
@@ -23,9 +24,11 @@ from .archive import ParetoArchive
 from .indicators import hypervolume, merged_front
 from .nsga2 import NSGA2
 from .smsemoa import SMSEMOA
+from .moead import MOEAD
 from .pareto import crowding_distances, dominance, front_ranks, nondominated, survivor_order
 from .problems import BUILTIN_MOO, MultiObjectiveProblem, moo_problem
 
-__all__ = ["ParetoArchive", "hypervolume", "merged_front", "NSGA2", "SMSEMOA", "crowding_distances", "dominance",
+__all__ = ["ParetoArchive", "hypervolume", "merged_front", "NSGA2", "SMSEMOA", "MOEAD", "crowding_distances",
+           "dominance",
            "front_ranks", "nondominated", "survivor_order", "BUILTIN_MOO", "MultiObjectiveProblem",
            "moo_problem"]

@@ -35,11 +35,32 @@ def tournament_winners(order_rank: np.ndarray, count: int, rng: np.random.Genera
     return np.where(first_wins, pairs[:, 0], pairs[:, 1])
 
 
-class NSGA2:
+class ParetoAlgorithm:
+    """What the Pareto island algorithms share: the archive, the box, the mutation rate
+    (``mutation_rate``, None: 1/dim) and :meth:`best`."""
+
+    name = "pareto"
+    multi_objective = True
+    mutation_rate = None
+
+    def attach(self, problem, archive) -> None:
+        if getattr(archive, "n_obj", 1) < 2:
+            raise ValueError(f"expected a problem with several objectives for {self.name}, got {problem!r}")
+        self.archive = archive
+        # the box in the archive's dtype, rounded inwards: clipped children stay inside once cast
+        box = ops.box_arrays(problem.lower, problem.upper, archive.dtype)
+        self.lower, self.upper = (np.asarray(b, dtype=np.float64) for b in box)
+        self.rate = 1.0 / archive.dim if self.mutation_rate is None else float(self.mutation_rate)
+
+    def best(self) -> tuple[np.ndarray, float]:
+        i = self.archive.best_index()
+        return self.archive.row(i), float(self.archive.fitness[i])
+
+
+class NSGA2(ParetoAlgorithm):
     """NSGA-II island algorithm (see the module docstring)."""
 
     name = "nsga2"
-    multi_objective = True
 
     def __init__(self, *, batch_size: int = 100, sbx_eta: float = 15.0, sbx_prob: float = 0.9,
                  pm_eta: float = 20.0, mutation_rate: float | None = None):
@@ -58,13 +79,7 @@ class NSGA2:
                    pm_eta=config.pm_eta, mutation_rate=config.mutation_rate)
 
     def init(self, problem, archive, rng) -> None:
-        if getattr(archive, "n_obj", 1) < 2:
-            raise ValueError(f"expected a problem with several objectives for nsga2, got {problem!r}")
-        self.archive = archive
-        # the box in the archive's dtype, rounded inwards: clipped children stay inside once cast
-        box = ops.box_arrays(problem.lower, problem.upper, archive.dtype)
-        self.lower, self.upper = (np.asarray(b, dtype=np.float64) for b in box)
-        self.rate = 1.0 / archive.dim if self.mutation_rate is None else float(self.mutation_rate)
+        self.attach(problem, archive)
 
     def parents(self, rng: np.random.Generator, count: int) -> tuple[np.ndarray, np.ndarray]:
         """Draws: binary tournaments for parents a, then b (:func:`tournament_winners`)."""
@@ -90,10 +105,6 @@ class NSGA2:
 
     def tell(self, genomes: np.ndarray, fitness: np.ndarray) -> None:
         """Nothing to learn: survival is the archive's merge."""
-
-    def best(self) -> tuple[np.ndarray, float]:
-        i = self.archive.best_index()
-        return self.archive.row(i), float(self.archive.fitness[i])
 
     def state_dict(self) -> dict:
         return {}

@@ -61,7 +61,7 @@ def check_algorithm_objectives(algorithm, problem, n_obj: int) -> None:
     """Raise ValueError unless ``algorithm`` handles ``n_obj`` objectives (a multi-objective
     algorithm has ``multi_objective = True``)."""
     if bool(getattr(algorithm, "multi_objective", False)) != (n_obj > 1):
-        wanted = "a multi-objective algorithm (nsga2, smsemoa)" if n_obj > 1 else "one objective"
+        wanted = "a multi-objective algorithm (nsga2, smsemoa, moead)" if n_obj > 1 else "one objective"
         raise ValueError(f"expected {wanted} for algorithm {algorithm.name!r} and problem {problem.name!r}, "
                          f"got {n_obj} objective(s)")
 

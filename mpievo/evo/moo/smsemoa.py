@@ -6,9 +6,15 @@ Like :mod:`.nsga2` it breeds with SBX and polynomial mutation from the island's
 * parents are drawn uniformly from the members (no tournament), and
 * survival is by hypervolume: whole fronts are kept while they fit; from the front that
   does not fit, the member with the smallest hypervolume contribution (moocore's
-  ``hv_contributions``, to the front's worst point + 1 in every objective) leaves, the
-  contributions are computed again, and so on until the population fits. Equal
-  contributions: the newer row leaves first.
+  ``hv_contributions``) leaves, the contributions are computed again, and so on until
+  the population fits. Equal contributions: the newer row leaves first.
+
+The contributions are measured on that front normalised per objective to [0, 1] (its
+own best and worst), to the reference point ``1 + REFERENCE_OFFSET`` in every
+objective, as pymoo's SMS-EMOA does, so survival does not depend on the objectives'
+units. (The worst point + 1 in raw units made the extremes of a front whose objectives
+span hundreds, early on DTLZ1 and ZDT4, contribute almost nothing, and the same run in
+other units a different run; ``docs/benchmarks/moo.md`` has the grid before and after.)
 
 ``batch_size`` 1 is the original steady-state algorithm; larger batches remove several
 members per generation one at a time. Needs moocore (``pip install 'mpievo[moo]'``).
@@ -20,6 +26,10 @@ import numpy as np
 
 from .nsga2 import NSGA2
 from .pareto import front_ranks
+
+#: the reference point's margin beyond the worst point, in units of the front's range
+#: per objective: nadir + 10 %, the margin of the usual 1.1 x nadir for fronts from 0
+REFERENCE_OFFSET = 0.1
 
 
 def hypervolume_survivors(objectives: np.ndarray, limit: int) -> np.ndarray:
@@ -45,12 +55,20 @@ def _reduce_front(moocore, objectives: np.ndarray, front: np.ndarray, room: int)
     front = front.copy()
     if not np.all(np.isfinite(objectives[front])):    # the invalid rows' front: keep the oldest
         return front[:room]
-    reference = objectives[front].max(axis=0) + 1.0
+    points = normalized(objectives[front])
+    reference = np.full(objectives.shape[1], 1.0 + REFERENCE_OFFSET)
     while len(front) > room:
-        contributions = moocore.hv_contributions(objectives[front], ref=reference)
+        contributions = moocore.hv_contributions(points, ref=reference)
         leaving = np.lexsort((-front, contributions))[0]
-        front = np.delete(front, leaving)
+        front, points = np.delete(front, leaving), np.delete(points, leaving, axis=0)
     return front
+
+
+def normalized(points: np.ndarray) -> np.ndarray:
+    """``points`` scaled per objective to [0, 1] by their own minimum and maximum (an
+    objective with one value: 0)."""
+    low, high = points.min(axis=0), points.max(axis=0)
+    return (points - low) / np.where(high > low, high - low, 1.0)
 
 
 class SMSEMOA(NSGA2):

@@ -1,0 +1,183 @@
+"""MOEA/D (Zhang and Li 2007) with DE variation (Li and Zhang 2009), as pygmo's ``moead``.
+
+The objectives are decomposed into ``N`` Tchebycheff subproblems ``g(f | w, z) =
+max_k w_k |f_k - z_k|``, one per weight vector ``w`` (``N`` = the initial population;
+2 objectives: an even grid, more: the corners, then a Halton sequence mapped onto the
+simplex), ``z`` the best value of every objective seen. Subproblem ``i`` holds one
+solution; its neighbourhood is the ``neighbours`` subproblems of the closest weights.
+
+Per generation, ``batch_size`` children, subproblems taken in a shuffled order:
+
+1. mating pool: subproblem ``i``'s neighbourhood with probability ``NEIGHBOURHOOD_MATING``
+   (else every subproblem);
+2. DE/rand/1: ``x_i + F (x_r1 - x_r2)``, r1 != r2 from the pool, binomial crossover with
+   ``CR`` (one gene always from the mutant), a gene beyond the box drawn between the
+   bound and ``x_i``'s gene (pygmo's repair); polynomial mutation (``pm_eta``, per gene
+   with probability ``mutation_rate``, None: 1/dim);
+3. on :meth:`tell`, in the order asked: ``z`` takes the child's objectives, and the child
+   replaces the solution of at most ``REPLACEMENT_LIMIT`` subproblems of its pool whose
+   ``g`` it lowers, offered its own subproblem first, then the others in a drawn order.
+
+Unlike pygmo, whose later children of a generation breed from its earlier replacements,
+a generation's children all breed from the subproblems' solutions before it (one batch
+to evaluate). The island's :class:`~.archive.ParetoArchive` takes every child through
+NSGA-II's environmental selection, as for :mod:`.nsga2`: it is the island's front for
+output and migration, the subproblems' solutions live in the algorithm's state.
+Immigrants that enter the archive are offered to the subproblems as children of the
+subproblem they improve most. Draws come from the generation's ``breed`` stream only.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .nsga2 import ParetoAlgorithm
+from .variation import bounded_polynomial_mutation
+
+#: pygmo moead's defaults: DE's F and CR, the chance of mating in the neighbourhood, and
+#: the most subproblems one child may take over ("preserve diversity")
+DE_F, DE_CR, NEIGHBOURHOOD_MATING, REPLACEMENT_LIMIT = 0.5, 1.0, 0.9, 2
+#: a zero weight counts as this much (Tchebycheff would ignore that objective)
+MIN_WEIGHT = 1e-6
+
+
+def halton(count: int, dims: int) -> np.ndarray:
+    """The first ``count`` points (from index 1) of the Halton sequence in ``dims`` dimensions."""
+    primes = [2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47][:dims]
+    if len(primes) < dims:
+        raise ValueError(f"expected at most 15 Halton dimensions, got {dims}")
+    out = np.zeros((count, dims))
+    for d, base in enumerate(primes):
+        index = np.arange(1, count + 1)
+        scale = 1.0
+        while np.any(index > 0):
+            scale /= base
+            out[:, d] += scale * (index % base)
+            index //= base
+    return out
+
+
+def weight_vectors(count: int, n_obj: int) -> np.ndarray:
+    """``count`` weight vectors on the unit simplex (rows sum to 1), deterministic."""
+    if count < n_obj:
+        raise ValueError(f"expected a population of at least {n_obj} for moead's weights, got {count}")
+    if n_obj == 2:
+        t = np.linspace(0.0, 1.0, count)
+        return np.column_stack([t, 1.0 - t])
+    # sorted coordinates of a point in the cube cut [0, 1] into n_obj spacings: the simplex
+    cuts = np.sort(halton(count - n_obj, n_obj - 1), axis=1)
+    inner = np.diff(np.hstack([np.zeros((len(cuts), 1)), cuts, np.ones((len(cuts), 1))]), axis=1)
+    return np.vstack([np.eye(n_obj), inner])
+
+
+def tchebycheff(objectives: np.ndarray, weights: np.ndarray, ideal: np.ndarray) -> np.ndarray:
+    """``g`` of each row of ``objectives`` under the same row of ``weights`` (or one row)."""
+    return np.max(np.maximum(weights, MIN_WEIGHT) * np.abs(objectives - ideal), axis=-1)
+
+
+class MOEAD(ParetoAlgorithm):
+    """MOEA/D island algorithm (see the module docstring)."""
+
+    name = "moead"
+
+    def __init__(self, *, batch_size: int = 100, neighbours: int = 20, pm_eta: float = 20.0,
+                 mutation_rate: float | None = None):
+        for label, value, low in (("batch_size", batch_size, 1), ("neighbours", neighbours, 2)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+                raise ValueError(f"expected {label} to be an int >= {low}, got {value!r}")
+        self.batch_size, self.neighbours = int(batch_size), int(neighbours)
+        self.pm_eta, self.mutation_rate = float(pm_eta), mutation_rate
+        self.archive = None
+        self._asked = None
+
+    @classmethod
+    def from_config(cls, config) -> "MOEAD":
+        return cls(batch_size=config.batch_size, neighbours=config.moead_neighbours, pm_eta=config.pm_eta,
+                   mutation_rate=config.mutation_rate)
+
+    def init(self, problem, archive, rng) -> None:
+        """Subproblem ``i`` starts with the archive's member ``i`` (the initial population)."""
+        self.attach(problem, archive)
+        self.solutions = archive.genomes.astype(np.float64)
+        self.objectives = archive.objectives.copy()
+        self.weights = weight_vectors(len(self.solutions), archive.n_obj)
+        distance = np.linalg.norm(self.weights[:, None] - self.weights[None], axis=2)
+        #: every subproblem's subproblems, closest weights first (itself first)
+        self.closest = np.argsort(distance, axis=1, kind="stable")
+        self.pool_size = min(self.neighbours, len(self.weights))
+        # the best of every objective seen is in the archive (its extremes have infinite
+        # crowding), so the ideal point needs no place in the state
+        objectives = archive.objectives[np.all(np.isfinite(archive.objectives), axis=1)]
+        self.ideal = objectives.min(axis=0) if len(objectives) else np.full(archive.n_obj, np.inf)
+
+    def ask(self, rng: np.random.Generator) -> np.ndarray:
+        """Draw order: subproblem permutations (enough for the batch), mating in the
+        neighbourhood (n,), the two DE partners (n,) and (n,), crossover (n, dim), the
+        forced gene (n,), the repair (n, dim), the mutation
+        (:func:`~.variation.bounded_polynomial_mutation`), the replacement order (n, N)."""
+        n, count, dim = self.batch_size, len(self.weights), self.archive.dim
+        order = np.concatenate([rng.permutation(count) for _ in range(-(-n // count))])[:n]
+        local = rng.random(n) < NEIGHBOURHOOD_MATING
+        pool = np.where(local, self.pool_size, count)
+        first = (rng.random(n) * pool).astype(np.int64)
+        second = (rng.random(n) * (pool - 1)).astype(np.int64)
+        second += second >= first                              # distinct from the first
+        partners = self.closest[order[:, None], np.column_stack([first, second])]
+        x = self.solutions
+        mutant = x[order] + DE_F * (x[partners[:, 0]] - x[partners[:, 1]])
+        cross = rng.random((n, dim)) < DE_CR
+        cross[np.arange(n), rng.integers(0, dim, n)] = True
+        # a gene beyond the box lands between the bound and the base's gene (pygmo's repair)
+        base, step = x[order], rng.random((n, dim))
+        mutant = np.where(mutant < self.lower, self.lower + step * (base - self.lower), mutant)
+        mutant = np.where(mutant > self.upper, self.upper - step * (self.upper - base), mutant)
+        children = np.clip(np.where(cross, mutant, base), self.lower, self.upper)
+        bounded_polynomial_mutation(children, rng, self.lower, self.upper, rate=self.rate, eta=self.pm_eta)
+        # the order in which each child's pool is offered it: its own subproblem, then the
+        # others at random (by random keys over each pool)
+        keys = rng.random((n, count))
+        keys[:, 0] = -1.0
+        keys[np.arange(count)[None, :] >= pool[:, None]] = np.inf
+        self._asked = (order, pool, np.argsort(keys, axis=1, kind="stable"))
+        return children.astype(self.archive.dtype)
+
+    def tell(self, genomes: np.ndarray, fitness: np.ndarray) -> None:
+        """Update the ideal point, then let each child replace up to REPLACEMENT_LIMIT
+        solutions of its pool, in the order asked."""
+        order, pool, offered = self._asked
+        self._asked = None
+        fitness = np.asarray(fitness, dtype=np.float64)
+        valid = np.all(np.isfinite(fitness), axis=1)
+        if valid.any():
+            self.ideal = np.minimum(self.ideal, fitness[valid].min(axis=0))
+        for i in np.flatnonzero(valid):
+            self._offer(genomes[i], fitness[i], self.closest[order[i], offered[i, :pool[i]]])
+
+    def migrate_in(self, genomes, fitness) -> None:
+        """Immigrants (already in the archive) are children of the subproblem they improve most."""
+        fitness = np.asarray(fitness, dtype=np.float64).reshape(len(genomes), -1)
+        for genome, f in zip(np.asarray(genomes), fitness):
+            if not np.all(np.isfinite(f)):
+                continue
+            self.ideal = np.minimum(self.ideal, f)
+            gain = tchebycheff(f, self.weights, self.ideal) - tchebycheff(self.objectives, self.weights, self.ideal)
+            self._offer(genome, f, self.closest[int(np.argmin(gain)), :self.pool_size])
+
+    def _offer(self, genome, objectives, candidates: np.ndarray) -> None:
+        weights = self.weights[candidates]
+        better = (tchebycheff(objectives, weights, self.ideal)
+                  < tchebycheff(self.objectives[candidates], weights, self.ideal))
+        taken = candidates[better][:REPLACEMENT_LIMIT]
+        self.solutions[taken] = genome
+        self.objectives[taken] = objectives
+
+    def state_dict(self) -> dict:
+        return {"solutions": self.solutions.copy(), "objectives": self.objectives.copy()}
+
+    def load_state_dict(self, state: dict) -> None:
+        expected = {"solutions": self.solutions.shape, "objectives": self.objectives.shape}
+        got = {key: np.shape(state.get(key)) for key in expected}
+        if set(state) != set(expected) or got != expected:
+            raise ValueError(f"expected a moead state with shapes {expected}, got {got}")
+        self.solutions = np.array(state["solutions"], dtype=np.float64)
+        self.objectives = np.array(state["objectives"], dtype=np.float64)
