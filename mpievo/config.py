@@ -315,7 +315,7 @@ def _check_leader_rate(run: RunConfig, problems: list[str]) -> None:
 
 
 def _check_budget(budget: int, engines, problems: list[str]) -> None:
-    from .evo.island import initial_population
+    from .evo.island_sizes import initial_population
     from .rules.budget import smallest_budget
 
     minimum = smallest_budget([initial_population(e) for e in engines])

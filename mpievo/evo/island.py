@@ -13,9 +13,9 @@ The parallel layer drives islands through this API only::
     state = island.state_dict()               # a tree of numpy arrays and plain scalars
 
 Budgets: ``island.step(g, limit=k)`` evaluates at most ``k`` children (the last,
-partial batch of an evaluation budget); :func:`initial_population` and
-:func:`planned_batch` tell from the settings alone how many evaluations an island
-starts with and takes per step, so every rank can plan every island's share.
+partial batch of an evaluation budget); :mod:`.island_sizes` tells from the settings
+alone how many evaluations an island starts with and takes per step, so every rank can
+plan every island's share.
 
 Determinism: generation ``g`` of island ``i`` draws only from
 ``stream(seed, i, g, purpose)``, so a run's result depends on the seed, the
@@ -34,10 +34,10 @@ import numpy as np
 
 from mpievo.kernels import operators as kernels
 from .algorithms.base import make_algorithm
-from .algorithms.cmaes_core import default_popsize
 from . import device, genomes, half
 from .archive import Archive, first_id, make_ids
 from .engine_config import EngineConfig
+from .island_sizes import initial_population
 from .migration_policy import Migrants, admit, choose_emigrants
 from .moo.archive import ParetoArchive
 from .moo.indicators import hypervolume
@@ -47,27 +47,6 @@ from .problems import Problem, make_problem
 from .streams import StreamKeys, stream
 
 STATE_FORMAT = 1
-
-
-def initial_population(config: EngineConfig) -> int:
-    """Genomes evaluated by :meth:`Island.initialize` (the archive's first limit):
-    ``population``, capped at ``capacity`` (None: ``capacity``)."""
-    return min(config.population or config.capacity, config.capacity)
-
-
-def planned_batch(config: EngineConfig, dim: int) -> int:
-    """Children per step of an island at the start: ``de_population`` for DE,
-    ``cma_popsize`` (None: ``4 + floor(3 ln dim)``) for CMA-ES, SHADE's first
-    population, ``batch_size`` for the GA and user algorithms. CMA-ES restarts may
-    grow it later, L-SHADE shrinks it.
-    """
-    if config.algorithm in ("de", "jde"):
-        return config.de_population
-    if config.algorithm == "cmaes":
-        return config.cma_popsize or default_popsize(dim)
-    if config.algorithm == "shade":
-        return make_algorithm("shade", config).start_size(dim)
-    return config.batch_size
 
 
 def _algorithm_name(spec) -> str | None:

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ..evo.engine_config import EngineConfig
-from ..evo.island import initial_population, planned_batch
+from ..evo.island_sizes import initial_population, planned_batch
 
 
 @dataclass(frozen=True)

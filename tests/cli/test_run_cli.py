@@ -173,16 +173,23 @@ def test_nan_fitness_is_counted_logged_and_warned(tmp_path, capsys, monkeypatch)
     assert err.strip().splitlines()[-1].startswith("mpievo run: no island ever saw a finite fitness in 3 generations")
 
 
-def test_a_problem_object_brings_its_dim_bounds_and_sense(tmp_path, monkeypatch, capsys):
-    (tmp_path / "objmod.py").write_text(
-        "from mpievo.evo import Problem\n"
-        "problem = Problem(lambda X: -(X * X).sum(axis=1), 3, [-1.0, -2.0, -3.0], 2.0, maximize=True)\n")
+def _run_problem_object(tmp_path, monkeypatch, capsys, module: str, source: str, engine: str = "") -> dict:
+    """Run a 2-generation job whose ``[problem]`` names ``module:problem`` (written from
+    ``source``) in ``tmp_path/job.toml``; returns its summary."""
+    (tmp_path / f"{module}.py").write_text(source)
     monkeypatch.syspath_prepend(str(tmp_path))
-    (tmp_path / "job.toml").write_text('[problem]\nname = "objmod:problem"\n')
+    (tmp_path / "job.toml").write_text(f'[problem]\nname = "{module}:problem"\n{engine}')
     out = tmp_path / "run"
     assert _run(tmp_path / "job.toml", "--generations", 2, "--out", out, "--progress", "none",
                 "--set", "engine.capacity=8", "--set", "engine.batch_size=8") == 0, capsys.readouterr().err
-    table = json.loads((out / "summary.json").read_text())["config"]["problem"]
+    return json.loads((out / "summary.json").read_text())
+
+
+def test_a_problem_object_brings_its_dim_bounds_and_sense(tmp_path, monkeypatch, capsys):
+    summary = _run_problem_object(tmp_path, monkeypatch, capsys, "objmod", (
+        "from mpievo.evo import Problem\n"
+        "problem = Problem(lambda X: -(X * X).sum(axis=1), 3, [-1.0, -2.0, -3.0], 2.0, maximize=True)\n"))
+    table = summary["config"]["problem"]
     assert (table["dim"], table["lower"], table["upper"], table["maximize"]) == (3, [-1.0, -2.0, -3.0], 2.0, True)
     assert _run(tmp_path / "job.toml", "--dim", 3, "--upper", 2, "--show-config") == 0     # the same: taken
     capsys.readouterr()
@@ -193,17 +200,12 @@ def test_a_problem_object_brings_its_dim_bounds_and_sense(tmp_path, monkeypatch,
 
 
 def test_a_multi_objective_problem_object_brings_its_objectives(tmp_path, monkeypatch, capsys):
-    (tmp_path / "moomod.py").write_text(
+    summary = _run_problem_object(tmp_path, monkeypatch, capsys, "moomod", (
         "import numpy as np\n"
         "from mpievo.evo.moo.problems import MultiObjectiveProblem\n"
         "problem = MultiObjectiveProblem(lambda X: np.stack([X[:, 0], 1 - X[:, 0] + X[:, 1:].sum(1)], 1),\n"
-        "                                3, 0.0, 1.0, n_obj=2, reference_point=[1.5, 2.5])\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    (tmp_path / "job.toml").write_text('[problem]\nname = "moomod:problem"\n[engine]\nalgorithm = "nsga2"\n')
-    out = tmp_path / "run"
-    assert _run(tmp_path / "job.toml", "--generations", 2, "--out", out, "--progress", "none",
-                "--set", "engine.capacity=8", "--set", "engine.batch_size=8") == 0, capsys.readouterr().err
-    summary = json.loads((out / "summary.json").read_text())
+        "                                3, 0.0, 1.0, n_obj=2, reference_point=[1.5, 2.5])\n"),
+        engine='[engine]\nalgorithm = "nsga2"\n')
     assert (summary["config"]["problem"]["n_obj"], summary["config"]["problem"]["reference_point"]) == (2, [1.5, 2.5])
     assert np.asarray(summary["front"]["objectives"]).shape[1] == 2
     capsys.readouterr()
