@@ -56,16 +56,16 @@ class MooCheckError(RuntimeError):
 
 
 def parse_problem(spec: str) -> tuple[str, int]:
-    """``"dtlz2:3"`` -> ("dtlz2", 3); ``"zdt1"`` -> ("zdt1", 2).
+    """``"dtlz2:3"`` -> ("dtlz2", 3); ``"zdt1"`` -> ("zdt1", 2); ``"wfg4:3"`` as DTLZ.
 
     Raises:
         ValueError: an unknown problem or a bad objective count.
     """
     name, _, count = spec.partition(":")
     if name not in BUILTIN_MOO:
-        raise ValueError(f"expected a problem among {sorted(BUILTIN_MOO)} (':m' for DTLZ objectives), got {spec!r}")
-    if count and not (count.isdigit() and int(count) >= 2 and (name.startswith("dtlz") or count == "2")):
-        raise ValueError(f"expected ':2' or more objectives for a DTLZ (ZDT: 2 only), got {spec!r}")
+        raise ValueError(f"expected a problem among {sorted(BUILTIN_MOO)} (':m' for DTLZ and WFG objectives), got {spec!r}")
+    if count and not (count.isdigit() and int(count) >= 2 and (not name.startswith("zdt") or count == "2")):
+        raise ValueError(f"expected ':2' or more objectives for a DTLZ or WFG (ZDT: 2 only), got {spec!r}")
     return name, int(count or 2)
 
 

@@ -49,7 +49,7 @@ def test_check_refuses_wrong_points_and_budgets():
 def test_options_are_refused_with_what_was_expected(capsys):
     assert cli_main(["bench", "moo", "--problems", "zdt1:3", "--population", "10", "--no-peers"]) == 2
     err = capsys.readouterr().err
-    assert "expected ':2' or more objectives for a DTLZ (ZDT: 2 only), got 'zdt1:3'" in err
+    assert "expected ':2' or more objectives for a DTLZ or WFG (ZDT: 2 only), got 'zdt1:3'" in err
     assert "population: expected a multiple of 4" in err
     with pytest.raises(ValueError, match="expected a problem among"):
         bm.parse_problem("sphere")

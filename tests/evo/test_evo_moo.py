@@ -49,7 +49,8 @@ def test_crowding_and_survivor_order():
     assert list(order) == [0, 4, 1, 3, 2, 5]   # ties in crowding: the lower row first
 
 
-@pytest.mark.parametrize("name,n_obj", [(n, 2) for n in BUILTIN_MOO] + [(n, 3) for n in BUILTIN_MOO if "dtlz" in n])
+@pytest.mark.parametrize("name,n_obj", [(n, 2) for n in BUILTIN_MOO if "wfg" not in n]
+                         + [(n, 3) for n in BUILTIN_MOO if "dtlz" in n])
 def test_builtins_match_pymoo(name, n_obj):
     get_problem = pytest.importorskip("pymoo.problems").get_problem
     ours = moo_problem(name, n_obj=n_obj)
@@ -226,3 +227,26 @@ def test_moead_weights_replacement_limit_and_state():
     assert np.all(moead.objectives == best, axis=1).sum() == REPLACEMENT_LIMIT
     with pytest.raises(ValueError, match="expected a moead state with shapes"):
         moead.load_state_dict({"solutions": np.zeros((3, 8)), "objectives": np.zeros((12, 2))})
+
+
+@pytest.mark.parametrize("n_obj", [2, 3])
+@pytest.mark.parametrize("name", [f"wfg{i}" for i in range(1, 10)])
+def test_wfg_problems_are_pymoo_s_with_a_reference_point_beyond_their_fronts(name, n_obj):
+    get_problem = pytest.importorskip("pymoo.problems").get_problem
+    ours = moo_problem(name, n_obj=n_obj)
+    theirs = get_problem(name, n_var=ours.dim, n_obj=n_obj, k=4)
+    assert ours.dim == 24 and np.allclose(ours.lower, theirs.xl) and np.allclose(ours.upper, theirs.xu)
+    x = np.random.default_rng(7).uniform(theirs.xl, theirs.xu, (40, ours.dim))
+    assert np.array_equal(ours(x), theirs.evaluate(x))
+    assert np.allclose(ours.reference_point, 1.1 * 2.0 * np.arange(1, n_obj + 1))
+    front = theirs.pareto_front()             # computed by pymoo, no download
+    assert np.all(front < ours.reference_point) and np.any(front.max(axis=0) > 0.95 * ours.reference_point / 1.1)
+
+
+def test_wfg_dims_that_make_no_problem_are_refused():
+    with pytest.raises(ValueError, match=r"expected an even number of distance genes \(dim - 4\) for wfg2, got dim 23"):
+        moo_problem("wfg2", 23)
+    with pytest.raises(ValueError, match="expected dim to be an int > 4 for wfg1 with 2 objectives"):
+        moo_problem("wfg1", 4)
+    with pytest.raises(ValueError, match="expected n_obj to be an int >= 2 for wfg5, got 1"):
+        moo_problem("wfg5", n_obj=1)

@@ -8,8 +8,9 @@ single-objective problem) and ranked below every valid row.
 
 Built-ins (:data:`BUILTIN_MOO`, vectorised numpy, the definitions of Zitzler, Deb and
 Thiele 2000 and Deb, Thiele, Laumanns and Zitzler 2002, as pymoo states them): ZDT1-4
-and ZDT6 (two objectives) and DTLZ1-7 (``n_obj`` >= 2). Each carries a
-``reference_point`` for the hypervolume: 1.1 times the nadir of its true front.
+and ZDT6 (two objectives) and DTLZ1-7 (``n_obj`` >= 2); WFG1-9 (``n_obj`` >= 2) are
+pymoo's (:mod:`.wfg`). Each carries a ``reference_point`` for the hypervolume: 1.1 times
+the nadir of its true front (WFG: 1.1 times the toolkit's objective scales).
 
 Example::
 
@@ -25,6 +26,7 @@ import numpy as np
 from ..archive import sanitize_fitness
 from ..problems import Problem, check_fitness
 from .archive import sanitize_objectives
+from .wfg import WFG, wfg_box, wfg_function, wfg_scales
 
 #: margin of the built-ins' reference point over the nadir of the true front
 REFERENCE_MARGIN = 1.1
@@ -213,13 +215,13 @@ _DTLZ = {"dtlz1": (_dtlz1, 5), "dtlz2": (_dtlz2, 10), "dtlz3": (_dtlz3, 10), "dt
 _ZDT = {"zdt1": (zdt1, 30), "zdt2": (zdt2, 30), "zdt3": (zdt3, 30), "zdt4": (zdt4, 10), "zdt6": (zdt6, 10)}
 #: built-in multi-objective problems (name -> default number of genes for 2 objectives)
 BUILTIN_MOO = ({name: dim for name, (_, dim) in _ZDT.items()}
-               | {name: k + 1 for name, (_, k) in _DTLZ.items()})
+               | {name: k + 1 for name, (_, k) in _DTLZ.items()} | WFG)
 #: the DTLZ7 front's largest value of its first m - 1 objectives (the last is at most 2m)
 _DTLZ7_EDGE = 0.8594
 
 
 def nadir(name: str, n_obj: int) -> np.ndarray:
-    """The nadir point (worst value of each objective over the true front) of a built-in."""
+    """The nadir point (worst value of each objective over the true front) of a ZDT or DTLZ."""
     if name in ("zdt1", "zdt2", "zdt4"):
         return np.array([1.0, 1.0])
     if name == "zdt3":
@@ -241,7 +243,8 @@ def moo_problem(name: str, dim: int | None = None, n_obj: int = 2) -> MultiObjec
     Args:
         name: one of :data:`BUILTIN_MOO`.
         dim: genes; None: pymoo's default (ZDT 30, ZDT4/6 10, DTLZ ``n_obj - 1 + k`` with
-            k = 5 for DTLZ1, 20 for DTLZ7, 10 for the others).
+            k = 5 for DTLZ1, 20 for DTLZ7, 10 for the others; WFG 20 distance genes
+            after its position genes).
         n_obj: objectives (ZDT: 2 only).
 
     Raises:
@@ -266,10 +269,15 @@ def moo_problem(name: str, dim: int | None = None, n_obj: int = 2) -> MultiObjec
             return rule(np.asarray(x, dtype=np.float64), m)
         func.__name__ = name
         lower, upper = 0.0, 1.0
+    elif name in WFG:
+        func, dim = wfg_function(name, dim, n_obj)      # checks dim and n_obj
+        lower, upper = wfg_box(dim)
+        least = 2
     else:
         raise ValueError(f"expected a multi-objective problem among {sorted(BUILTIN_MOO)}, got {name!r}")
     if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim < least:
         raise ValueError(f"expected dim to be an int >= {least} for {name}, got {dim!r}")
     return MultiObjectiveProblem(lambda x, f=func: f(np.asarray(x, dtype=np.float64)), int(dim),
                                  lower, upper, n_obj=n_obj, name=name,
-                                 reference_point=REFERENCE_MARGIN * nadir(name, n_obj))
+                                 reference_point=REFERENCE_MARGIN * (wfg_scales(n_obj) if name in WFG
+                                                                     else nadir(name, n_obj)))
