@@ -179,7 +179,7 @@ class ProblemConfig(Settings):
     time_limit_method: str = setting("process", choice(_time_limit_methods),
                                      "how the limit is enforced (see mpievo.evo.problem_wrappers)")
     n_obj: int = setting(1, integer(1), "objectives per genome: 1, or >= 2 for a multi-objective problem "
-                         "(built-ins zdt1-4, zdt6, dtlz1-7; a user function then returns (n, n_obj); "
+                         "(built-ins zdt1-4, zdt6, dtlz1-7, wfg1-9; a user function then returns (n, n_obj); "
                          "engine.algorithm nsga2, smsemoa or moead)")
     reference_point: Any = setting(None, optional(list_of(number(-1e300, 1e300))),
                                    "several objectives: the point hypervolumes are measured to (n_obj "

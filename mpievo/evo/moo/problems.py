@@ -250,6 +250,8 @@ def moo_problem(name: str, dim: int | None = None, n_obj: int = 2) -> MultiObjec
     Raises:
         ValueError: unknown name, or a dim or n_obj the problem does not take.
     """
+    if name not in BUILTIN_MOO:
+        raise ValueError(f"expected a multi-objective problem among {sorted(BUILTIN_MOO)}, got {name!r}")
     if name in _ZDT:
         func, default = _ZDT[name]
         if n_obj != 2:
@@ -258,10 +260,10 @@ def moo_problem(name: str, dim: int | None = None, n_obj: int = 2) -> MultiObjec
         lower = np.zeros(dim) if name != "zdt4" else np.append(0.0, np.full(dim - 1, -5.0))
         upper = np.ones(dim) if name != "zdt4" else np.append(1.0, np.full(dim - 1, 5.0))
         least = 2
+    elif isinstance(n_obj, bool) or not isinstance(n_obj, (int, np.integer)) or n_obj < 2:
+        raise ValueError(f"expected n_obj to be an int >= 2 for {name}, got {n_obj!r}")
     elif name in _DTLZ:
         rule, k = _DTLZ[name]
-        if isinstance(n_obj, bool) or not isinstance(n_obj, (int, np.integer)) or n_obj < 2:
-            raise ValueError(f"expected n_obj to be an int >= 2 for {name}, got {n_obj!r}")
         dim = n_obj - 1 + k if dim is None else dim
         least = n_obj
 
@@ -269,12 +271,10 @@ def moo_problem(name: str, dim: int | None = None, n_obj: int = 2) -> MultiObjec
             return rule(np.asarray(x, dtype=np.float64), m)
         func.__name__ = name
         lower, upper = 0.0, 1.0
-    elif name in WFG:
-        func, dim = wfg_function(name, dim, n_obj)      # checks dim and n_obj
+    else:
+        func, dim = wfg_function(name, dim, int(n_obj))      # checks dim
         lower, upper = wfg_box(dim)
         least = 2
-    else:
-        raise ValueError(f"expected a multi-objective problem among {sorted(BUILTIN_MOO)}, got {name!r}")
     if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim < least:
         raise ValueError(f"expected dim to be an int >= {least} for {name}, got {dim!r}")
     return MultiObjectiveProblem(lambda x, f=func: f(np.asarray(x, dtype=np.float64)), int(dim),

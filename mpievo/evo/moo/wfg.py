@@ -23,10 +23,8 @@ def position_genes(n_obj: int) -> int:
     return 4 if n_obj == 2 else 2 * (n_obj - 1)
 
 
-def _check(name: str, dim: int, n_obj: int) -> None:
-    if isinstance(n_obj, bool) or not isinstance(n_obj, (int, np.integer)) or n_obj < 2:
-        raise ValueError(f"expected n_obj to be an int >= 2 for {name}, got {n_obj!r}")
-    k = position_genes(int(n_obj))
+def _check_dim(name: str, dim: int, n_obj: int) -> None:
+    k = position_genes(n_obj)
     if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim <= k:
         raise ValueError(f"expected dim to be an int > {k} for {name} with {n_obj} objectives "
                          f"({k} position genes and at least one distance gene), got {dim!r}")
@@ -37,20 +35,20 @@ def _check(name: str, dim: int, n_obj: int) -> None:
 
 def wfg_function(name: str, dim: int | None, n_obj: int):
     """``(f, dim)``: ``f(X) -> (n, n_obj)`` of pymoo's ``name`` on ``dim`` genes (None:
-    20 distance genes after the position genes).
+    20 distance genes after the position genes); ``n_obj`` an int >= 2.
 
     Raises:
-        ValueError: n_obj < 2, or a dim that makes no WFG problem.
+        ValueError: a dim that makes no WFG problem.
         ImportError: pymoo is not installed.
     """
-    if dim is None and isinstance(n_obj, (int, np.integer)) and not isinstance(n_obj, bool) and n_obj >= 2:
-        dim = 20 + position_genes(int(n_obj))
-    _check(name, dim, n_obj)
+    if dim is None:
+        dim = 20 + position_genes(n_obj)
+    _check_dim(name, dim, n_obj)
     try:
         from pymoo.problems import get_problem
     except ImportError as err:
         raise ImportError(f"expected pymoo for {name} (pip install 'mpievo[moo]'), got: {err}") from None
-    problem = get_problem(name, n_var=int(dim), n_obj=int(n_obj), k=position_genes(int(n_obj)))
+    problem = get_problem(name, n_var=int(dim), n_obj=n_obj, k=position_genes(n_obj))
 
     def evaluate(x):
         return problem.evaluate(np.asarray(x, dtype=np.float64), return_values_of=["F"])
