@@ -172,6 +172,31 @@ class StreamKeys(NamedTuple):
         return counter_key(*self), 1
 
 
+class CounterStart:
+    """Where a compiled step's counter-based draws start, as its kernel takes them: the
+    stream key as four uint64 words and the first block as a uint64.
+
+    ``rng`` is :class:`StreamKeys` (then only the generation's word is computed anew while
+    seed, island and purpose stay those of the last call: a step pays no key derivation
+    per generation) or a Generator, whose next ``blocks`` blocks it takes
+    (:func:`counter_blocks`)."""
+
+    def __init__(self):
+        self._fixed, self._words = None, None
+
+    def __call__(self, rng, blocks: int) -> tuple[tuple, np.uint64]:
+        if not isinstance(rng, StreamKeys):
+            key, base = counter_blocks(rng, blocks)
+            return tuple(np.uint64(k) for k in key), np.uint64(base)
+        fixed = (rng.seed, rng.island, rng.purpose)
+        if fixed != self._fixed:
+            key, base = rng.counter_start()
+            self._fixed, self._words = fixed, (np.uint64(key[0]), np.uint64(key[1]), np.uint64(key[3]),
+                                               np.uint64(base))
+        k0, k1, k3, base = self._words
+        return (k0, k1, np.uint64(generation_word(rng.generation)), k3), base
+
+
 def as_generator(rng) -> np.random.Generator:
     """``rng`` itself, or the generator of :class:`StreamKeys`."""
     return rng.generator() if isinstance(rng, StreamKeys) else rng

@@ -13,7 +13,9 @@ from mpievo.config import parse_toml, validate
 from mpievo.evo import EngineConfig, Island, Problem, make_problem, stream
 from mpievo.evo.algorithms import SHADE
 from mpievo.evo.algorithms import shade as sh
+from mpievo.kernels import de_step
 from mpievo.schema import ConfigError
+from de_reference import shade_reference
 from state_trees import through_hdf5, trees_equal
 
 
@@ -36,12 +38,13 @@ def test_memory_update_is_the_weighted_lehmer_and_arithmetic_mean():
     f = np.array([0.2, 0.6, 1.0])
     cr = np.array([0.1, 0.5, 0.9])
     gains = np.array([1.0, 2.0, 1.0])                       # weights 1/4, 1/2, 1/4
-    new_f, new_cr = sh.memory_update(f, cr, gains)
+    new_f, new_cr = de_step.memory_update(f, cr, gains, 3)
     assert new_f == pytest.approx(0.44 / 0.6)               # (.01 + .18 + .25) / (.05 + .3 + .25)
     assert new_cr == pytest.approx(0.5)                     # .025 + .25 + .225
-    assert sh.lehmer_mean(np.array([0.5, 0.5]), np.array([0.3, 0.7])) == pytest.approx(0.5)
+    assert de_step.memory_update(np.array([0.5, 0.5]), cr, np.array([0.3, 0.7]), 2)[0] == pytest.approx(0.5)
     # scaling the gains changes nothing: only their proportions weigh
-    assert sh.memory_update(f, cr, gains * 1e-9) == pytest.approx((new_f, new_cr))
+    assert de_step.memory_update(f, cr, gains * 1e-9, 3) == pytest.approx((new_f, new_cr))
+    assert de_step.memory_update(f, cr, gains, 1) == pytest.approx((0.2, 0.1))   # only the first count
 
 
 def controlled_tell(algo: SHADE, rng_seed: int, better: np.ndarray):
@@ -60,7 +63,7 @@ def test_tell_writes_the_memory_slot_in_turn_and_skips_generations_without_succe
     isl = shade_island(shade_population=10, shade_memory=2, capacity=10).run(0)
     algo = isl.algorithm
     f, cr, gains = controlled_tell(algo, 1, np.array([1, 4, 7]))
-    expected = sh.memory_update(f[[1, 4, 7]], cr[[1, 4, 7]], gains)
+    expected = de_step.memory_update(f[[1, 4, 7]], cr[[1, 4, 7]], gains, 3)
     assert (algo.memory_f[0], algo.memory_cr[0]) == pytest.approx(expected)
     assert algo.memory_f[1] == algo.memory_cr[1] == 0.5 and algo.memory_index == 1
     controlled_tell(algo, 2, np.array([], int))                # nothing improved: no update
@@ -97,56 +100,65 @@ def test_trials_are_current_to_pbest_1_with_the_archive_crossed_binomially():
     isl = shade_island(shade_population=20, capacity=20, dim=8).run(6)
     algo = isl.algorithm
     assert len(algo.external) > 0
-    x, pool = algo.x.copy(), np.concatenate([algo.x, algo.external])
-    trial = algo.ask(np.random.default_rng(21))
-    rng = np.random.default_rng(21)                   # replay the documented draws
-    n, dim = x.shape
-    slots = rng.integers(0, 6, n)
-    cr = sh.sample_cr(algo.memory_cr[slots], rng)
-    f = sh.sample_f(algo.memory_f[slots], rng)[:, None]
-    top = np.argsort(algo.fitness, kind="stable")[:2]  # max(2, round(0.11 * 20))
-    pbest = top[rng.integers(0, 2, n)]
-    r1, r2 = sh.partners(n, len(pool), rng)
-    mutant = x + f * (x[pbest] - x) + f * (x[r1] - pool[r2])
-    cross = rng.random((n, dim)) < cr[:, None]
-    cross[np.arange(n), rng.integers(0, dim, n)] = True
-    expected = np.where(cross, mutant, x)
-    sh.midpoint_bounds(expected, x, algo.lower, algo.upper)
-    assert np.any(r2 >= n) and np.any(~cross)
-    assert np.array_equal(trial, expected)
+    x, external = algo.x.copy(), algo.external.copy()
+    trial = algo.ask(np.random.default_rng(21)).copy()
+    f, cr, keys = algo._pending
+    # replay the documented mapping: the key and first block a Generator gives
+    from mpievo.evo.streams import counter_blocks
+    key, base = counter_blocks(np.random.default_rng(21), 1)
+    expected = shade_reference(x, external, algo.fitness, algo.memory_f, algo.memory_cr, 0.11,
+                               algo.lower, algo.upper, key, base)
+    assert np.array_equal(f, expected["f"]) and np.array_equal(cr, expected["cr"])
+    assert np.array_equal(keys, expected["keys"])
+    assert np.any(expected["r2"] >= len(x)) and np.any(~expected["cross"])
+    assert np.array_equal(trial, expected["trial"])
 
 
 # --- sampling, partners, bounds ---------------------------------------------------------
+
+def shade_draws(n: int, memory_f: float, memory_cr: float, archived: int = 0, seed: int = 5):
+    """F and CR of ``n`` trials from the compiled step (both memories one value)."""
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(-1, 1, (n, 2))
+    f, cr, trial = np.empty(n), np.empty(n), np.empty_like(x)
+    key = tuple(np.uint64(k) for k in rng.integers(0, 2**32, 4))
+    de_step.shade_trials(x, np.zeros((archived, 2)), archived, np.array([0, 1]), np.array([memory_f]),
+                         np.array([memory_cr]), np.full(2, -1.0), np.full(2, 1.0), key, np.uint64(3),
+                         trial, f, cr, np.empty(archived + n))
+    return f, cr
+
 
 def test_f_is_cauchy_redrawn_while_not_positive_and_truncated_at_1():
     def cauchy_cdf(x, loc=0.3):
         return 0.5 + math.atan((x - loc) / 0.1) / math.pi
 
-    f = sh.sample_f(np.full(20000, 0.3), np.random.default_rng(5))
+    f, _ = shade_draws(20000, 0.3, 0.5)
     assert f.min() > 0.0 and f.max() == 1.0
     positive = 1.0 - cauchy_cdf(0.0)          # redrawn while <= 0: the law given > 0
-    for q in (0.2, 0.3, 0.5, 0.9):
+    for q in (0.01, 0.2, 0.3, 0.5, 0.9):
         expected = (cauchy_cdf(q) - cauchy_cdf(0.0)) / positive
         assert np.mean(f < q) == pytest.approx(expected, abs=0.012), q
     assert np.mean(f == 1.0) == pytest.approx((1.0 - cauchy_cdf(1.0)) / positive, abs=0.006)
-    assert sh.sample_f(np.full(2000, -0.2), np.random.default_rng(6)).min() > 0.0
+    # the extreme words: still in (0, 1]
+    for loc in (1e-3, 0.3, 1.0):
+        assert 0.0 < de_step.truncated_cauchy(loc, np.uint64(0)) < 1e-6
+        assert de_step.truncated_cauchy(loc, np.uint64(2**32 - 1)) == 1.0
 
 
 def test_cr_is_normal_clipped_to_0_1():
-    rng = np.random.default_rng(7)
-    cr = sh.sample_cr(np.full(20000, 0.5), rng)
+    _, cr = shade_draws(20000, 0.5, 0.5)
     assert (np.mean(cr), np.std(cr)) == pytest.approx((0.5, 0.1), abs=0.003)
-    high = sh.sample_cr(np.full(20000, 0.95), rng)
+    _, high = shade_draws(20000, 0.5, 0.95, seed=6)
     assert high.max() == 1.0 and np.mean(high == 1.0) == pytest.approx(0.3085, abs=0.012)  # P(N > 0.5 sd)
-    assert sh.sample_cr(np.full(100, 0.02), rng).min() == 0.0
+    assert shade_draws(100, 0.5, 0.02)[1].min() == 0.0
 
 
 @pytest.mark.parametrize("n, pool", [(4, 4), (5, 12), (30, 40)])
 def test_partners_are_distinct_and_cover_the_archive(n, pool):
-    rng = np.random.default_rng(n)
+    from de_reference import partner_draws
     seen = np.zeros((n, pool), int)
-    for _ in range(400):
-        r1, r2 = sh.partners(n, pool, rng)
+    for s in range(400):
+        r1, r2 = partner_draws(n, pool, np.uint64(s))
         i = np.arange(n)
         assert np.all(r1 != i) and np.all(r2 != i) and np.all(r2 != r1)
         assert r1.max() < n and r2.max() < pool and r1.min() >= 0 and r2.min() >= 0
@@ -156,11 +168,22 @@ def test_partners_are_distinct_and_cover_the_archive(n, pool):
 
 
 def test_out_of_box_genes_go_halfway_to_the_bound():
+    # F = 1 (memory 1, the Cauchy truncated at 1 almost always), CR = 1: every gene is the mutant
+    x = np.array([[0.5, -0.5, 1.0], [0.9, -0.9, 1.9], [-0.9, 0.9, 0.1], [0.0, 0.0, 1.0]])
     lower, upper = np.array([-1.0, -1.0, 0.0]), np.array([1.0, 1.0, 2.0])
-    parent = np.array([[0.5, -0.5, 1.0]])
-    trial = np.array([[3.0, -7.0, 1.5]])
-    sh.midpoint_bounds(trial, parent, lower, upper)
-    assert trial.tolist() == [[0.75, -0.75, 1.5]]
+    key = (np.uint64(1), np.uint64(2), np.uint64(3), np.uint64(4))
+    trial, f, cr = np.empty_like(x), np.empty(4), np.empty(4)
+    de_step.shade_trials(x, np.zeros((0, 3)), 0, np.array([1, 2]), np.array([5.0]), np.array([5.0]),
+                         lower, upper, key, np.uint64(0), trial, f, cr, np.empty(4))
+    assert np.all(cr == 1.0)
+    from de_reference import shade_reference
+    fitness = np.array([1.0, 0.0, 0.5, 2.0])     # ranks: 1, 2 are the p-best candidates
+    expected = shade_reference(x, np.zeros((0, 3)), fitness, np.array([5.0]), np.array([5.0]), 0.11,
+                               lower, upper, key, 0)
+    raw = expected["mutant"]
+    assert np.any((raw < lower) | (raw > upper))                # the rule is exercised
+    halfway = np.where(raw < lower, (lower + x) / 2, np.where(raw > upper, (upper + x) / 2, raw))
+    assert np.array_equal(trial, halfway)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])

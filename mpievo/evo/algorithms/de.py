@@ -6,6 +6,10 @@ with probability ``tau_f`` a trial's F is renewed to U(0.1, 1.0) and with probab
 distinct and different from i) is crossed binomially with ``x_i`` and put back in the
 box. A trial replaces its target when not worse, and then keeps its F and CR.
 
+A generation is one compiled step (:func:`mpievo.kernels.de_step.jde_trials`, whose
+docstring maps its counter-based draws) and the selection another
+(:func:`~mpievo.kernels.de_step.jde_select`).
+
 The population is the algorithm's own (the island's archive is its elite memory): it
 starts from the best archive members (random genomes with +inf fitness fill the rest)
 and takes in immigrants through :meth:`JDE.migrate_in`.
@@ -15,24 +19,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from mpievo.kernels import de_step
+
 from .. import operators as ops
-
-F_LOWER, F_SPAN = 0.1, 0.9
-
-
-def distinct_others(n: int, k: int, rng: np.random.Generator) -> np.ndarray:
-    """(n, k) indices in [0, n), distinct in each row and never equal to the row index.
-
-    Draws: an (n, n) uniform array.
-    """
-    if n < k + 1:
-        raise ValueError(f"expected a population of at least {k + 1}, got {n}")
-    keys = rng.random((n, n))
-    np.fill_diagonal(keys, 2.0)
-    picks = np.argpartition(keys, k - 1, axis=1)[:, :k]
-    # argpartition leaves the first k in no particular order: sort them by key.
-    order = np.argsort(np.take_along_axis(keys, picks, axis=1), axis=1)
-    return np.take_along_axis(picks, order, axis=1)
+from ..streams import CounterStart
 
 
 def seed_population(archive, n: int, rng: np.random.Generator, lower, upper) -> tuple[np.ndarray, np.ndarray]:
@@ -53,6 +43,7 @@ class JDE:
     """jDE island algorithm (see the module docstring)."""
 
     name = "de"
+    takes_stream_keys = True   # ask() gets StreamKeys: the compiled step needs no numpy generator
 
     def __init__(self, *, population: int = 32, tau_f: float = 0.1, tau_cr: float = 0.1,
                  bounds: str = "clip"):
@@ -74,32 +65,30 @@ class JDE:
         n = self.population
         self.f_scale = np.full(n, 0.5)
         self.cr = np.full(n, 0.9)
+        self._setup_step(self.x)
 
-    def ask(self, rng: np.random.Generator) -> np.ndarray:
-        """Draw order: F renewals (2n), CR renewals (2n), partners, crossover mask, jrand, box."""
+    def _setup_step(self, x: np.ndarray) -> None:
+        """What the compiled step takes besides the state: the box as contiguous arrays, the
+        box mode's code, the trial buffers (allocated once)."""
+        self._lower, self._upper = (np.ascontiguousarray(a) for a in (self.lower, self.upper))
+        self._mode = ops.bound_code(self.bounds)
+        self._trial = np.empty_like(x)
+        self._trial_f, self._trial_cr = np.empty(len(x)), np.empty(len(x))
+        self._start = CounterStart()
+
+    def ask(self, rng) -> np.ndarray:
+        """The generation's trials (``rng``: StreamKeys or a Generator, whose counter
+        blocks it takes); the array is reused by the next ask."""
         n, dim = self.x.shape
-        renew_f = rng.random(n) < self.tau_f
-        new_f = F_LOWER + F_SPAN * rng.random(n)
-        renew_cr = rng.random(n) < self.tau_cr
-        new_cr = rng.random(n)
-        self._trial_f = np.where(renew_f, new_f, self.f_scale)
-        self._trial_cr = np.where(renew_cr, new_cr, self.cr)
-        r = distinct_others(n, 3, rng)
-        x = self.x
-        f = self._trial_f.astype(x.dtype)[:, None]
-        mutant = x[r[:, 0]] + f * (x[r[:, 1]] - x[r[:, 2]])
-        cross = rng.random((n, dim)) < self._trial_cr[:, None]
-        cross[np.arange(n), rng.integers(0, dim, n)] = True
-        trial = np.where(cross, mutant, x)
-        ops.apply_bounds(trial, self.lower, self.upper, rng, mode=self.bounds)
-        return trial
+        key, base = self._start(rng, de_step.jde_blocks(n, dim))
+        de_step.jde_trials(self.x, self.f_scale, self.cr, self.tau_f, self.tau_cr, self._lower, self._upper,
+                           self._mode, key, base, self._trial, self._trial_f, self._trial_cr)
+        return self._trial
 
     def tell(self, genomes: np.ndarray, fitness: np.ndarray) -> None:
-        better = fitness <= self.fitness
-        self.x[better] = genomes[better]
-        self.fitness[better] = fitness[better]
-        self.f_scale[better] = self._trial_f[better]
-        self.cr[better] = self._trial_cr[better]
+        genomes, fitness = np.asarray(genomes, self.x.dtype), np.asarray(fitness, np.float64)
+        de_step.jde_select(genomes, fitness, self._trial_f, self._trial_cr, self.x, self.fitness,
+                           self.f_scale, self.cr)
 
     def migrate_in(self, genomes: np.ndarray, fitness: np.ndarray) -> None:
         """Immigrants replace the worst members they beat (best immigrant vs worst member)."""

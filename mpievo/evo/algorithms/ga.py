@@ -84,7 +84,7 @@ from mpievo.kernels.counter_operators import rate_threshold
 from .. import half
 from .. import operators as ops
 from ..stagnation import StagnationMonitor
-from ..streams import StreamKeys, as_generator, counter_blocks, generation_word
+from ..streams import CounterStart, as_generator
 
 STEP_ADAPTATIONS = ("success", "self")
 GENES_PER_CHILD = 10.0  # default mutation rate: min(1, GENES_PER_CHILD / dim)
@@ -385,30 +385,14 @@ class _CompiledStep:
         self.omegas, self.steps = np.empty(n, compute), np.empty(n, compute)
         self.counts = np.empty(n, np.int64)
         self.everyone = np.empty(0, np.int64)
-        self._fixed_keys, self._fixed_words = None, None
-
-    def _key_words(self, keys: StreamKeys) -> tuple:
-        """``keys.counter_start()`` as the kernel takes it (uint64 words, uint64 block);
-        only the generation's word is computed anew while seed, island and purpose stay
-        those of the last call."""
-        fixed = (keys.seed, keys.island, keys.purpose)
-        if fixed != self._fixed_keys:
-            key, base = keys.counter_start()
-            k0, k1, _, k3 = ops.key_words(key)
-            self._fixed_keys, self._fixed_words = fixed, (k0, k1, k3, np.uint64(base))
-        k0, k1, k3, base = self._fixed_words
-        return (k0, k1, np.uint64(generation_word(keys.generation)), k3), base
+        self._start = CounterStart()
 
     def breed(self, rng, out: np.ndarray, pool) -> tuple:
         """Breed ``out`` from the archive's members (``rng``: StreamKeys or a Generator,
         whose counter blocks it takes; ``pool``: the slots parents may come from, None:
         all); returns (children, steps, counts)."""
         ga, archive = self.ga, self.archive
-        if isinstance(rng, StreamKeys):
-            key, base = self._key_words(rng)
-        else:
-            key, base = counter_blocks(rng, self.blocks)
-            key, base = ops.key_words(key), np.uint64(base)
+        key, base = self._start(rng, self.blocks)
         tau = ga.tau if ga.step_adaptation == "self" else 0.0
         pool = self.everyone if pool is None else pool
         plan = (self.lower, self.upper, self.scale, self.uniform, self.mode, self.threshold, self.inv_log_q,

@@ -35,6 +35,12 @@ that converges in an open-ended island run). ``H = 6``, ``p = 0.11`` and
 ``archive_rate = 2.6`` are L-SHADE's tuned values. The memory update is SHADE's; the
 L-SHADE extensions of it (Lehmer mean and a terminal value for CR) are not used.
 
+A generation is one compiled step (:func:`mpievo.kernels.de_step.shade_trials`, whose
+docstring maps its counter-based draws: F is drawn from the truncated Cauchy by inversion,
+which has the law of redrawing while <= 0) and the selection another
+(:func:`~mpievo.kernels.de_step.shade_select`, which also files the beaten parents in A;
+A's row order is not kept, partners are drawn uniformly from it).
+
 Like jDE the population is the algorithm's own: it starts from the best archive
 members (random genomes with +inf fitness fill the rest) and takes immigrants through
 :meth:`SHADE.migrate_in`. All randomness comes from the ``rng`` given to ``ask``;
@@ -45,58 +51,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from mpievo.kernels import de_step
+from mpievo.kernels.de_step import SCALE  # spread of the F (Cauchy) and CR (normal) samples
+
 from .. import operators as ops
+from ..streams import CounterStart
 from .de import JDE, seed_population
 
-SCALE = 0.1              # spread of the F (Cauchy) and CR (normal) samples
 SHADE_POPULATION = 100   # SHADE's N (no budget)
 LSHADE_POPULATION_PER_DIM = 18   # L-SHADE's N_init / dim
-
-
-def lehmer_mean(values: np.ndarray, weights: np.ndarray) -> float:
-    """Weighted Lehmer mean ``sum(w v^2) / sum(w v)`` (SHADE's mean of F)."""
-    return float(np.sum(weights * values * values) / np.sum(weights * values))
-
-
-def memory_update(f_values: np.ndarray, cr_values: np.ndarray, improvements: np.ndarray) -> tuple[float, float]:
-    """(new M_F, new M_CR) from the successful F and CR weighted by their improvements."""
-    weights = improvements / np.sum(improvements)
-    return lehmer_mean(f_values, weights), float(np.sum(weights * cr_values))
-
-
-def sample_cr(means: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """``N(mean, 0.1)`` clipped to [0, 1] (draws: len(means) normals)."""
-    return np.clip(rng.normal(means, SCALE), 0.0, 1.0)
-
-
-def sample_f(means: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """``Cauchy(mean, 0.1)`` truncated to 1, drawn again while <= 0 (draws: one
-    standard Cauchy per value, then one per value still <= 0, round after round)."""
-    f = means + SCALE * rng.standard_cauchy(len(means))
-    bad = np.flatnonzero(f <= 0.0)
-    while len(bad):
-        f[bad] = means[bad] + SCALE * rng.standard_cauchy(len(bad))
-        bad = bad[f[bad] <= 0.0]
-    return np.minimum(f, 1.0)
-
-
-def midpoint_bounds(trial: np.ndarray, parent: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> None:
-    """Genes outside the box go halfway between the parent's gene and the bound, in place."""
-    # genes the first line fixes lie below their parent, so the second leaves them alone
-    np.copyto(trial, (lower + parent) / 2, where=trial < lower)
-    np.copyto(trial, (upper + parent) / 2, where=trial > upper)
-
-
-def partners(n: int, pool: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """r1 in [0, n) other than i, r2 in [0, pool) other than i and r1 (pool >= n >= 2
-    and pool >= 3; draws: n integers for r1, then n for r2)."""
-    i = np.arange(n)
-    r1 = (i + 1 + rng.integers(0, n - 1, n)) % n
-    r2 = rng.integers(0, pool - 2, n)
-    # skip the two excluded indices in increasing order: uniform over the rest
-    r2 += r2 >= np.minimum(i, r1)
-    r2 += r2 >= np.maximum(i, r1)
-    return r1, r2
 
 
 def linear_size(evaluations: int, initial: int, minimum: int, budget: int | None) -> int:
@@ -120,6 +83,7 @@ class SHADE:
     """
 
     name = "shade"
+    takes_stream_keys = True   # ask() gets StreamKeys: the compiled step needs no numpy generator
 
     def __init__(self, *, population: int | None = None, memory: int = 6, pbest: float = 0.11,
                  archive_rate: float = 2.6, min_population: int = 4, max_evaluations: int | None = None):
@@ -161,7 +125,9 @@ class SHADE:
         self.n_init = n
         self.lower, self.upper = ops.box_arrays(problem.lower, problem.upper, archive.dtype)
         self.x, self.fitness = seed_population(archive, n, rng, self.lower, self.upper)
-        self.external = np.empty((0, dim), archive.dtype)
+        self._external, self.archived = np.empty((0, dim), archive.dtype), 0
+        self._lower, self._upper = (np.ascontiguousarray(a) for a in (self.lower, self.upper))
+        self._start = CounterStart()
         self.memory_f = np.full(self.memory, 0.5)
         self.memory_cr = np.full(self.memory, 0.5)
         self.memory_index = 0
@@ -171,27 +137,26 @@ class SHADE:
     def archive_cap(self, n: int) -> int:
         return int(np.rint(self.archive_rate * n))
 
-    def ask(self, rng: np.random.Generator) -> np.ndarray:
-        """Draw order: memory slots (n), CR (n normals), F (Cauchy, with redraws), pbest
-        ranks (n), r1 and r2 (:func:`partners`), crossover (n x dim), j_rand (n), and
-        the archive's survival keys (|A| + n)."""
+    @property
+    def external(self) -> np.ndarray:
+        """The external archive ``A``: the genomes its rows in use hold (a view)."""
+        return self._external[:self.archived]
+
+    def ask(self, rng) -> np.ndarray:
+        """The generation's trials (``rng``: StreamKeys or a Generator, whose counter
+        blocks it takes); the array is reused by the next ask of the same size."""
         x = self.x
         n, dim = x.shape
-        slots = rng.integers(0, self.memory, n)
-        cr = sample_cr(self.memory_cr[slots], rng)
-        f = sample_f(self.memory_f[slots], rng)
+        if getattr(self, "_trial", None) is None or self._trial.shape != x.shape:
+            self._trial = np.empty_like(x)
         top = max(2, int(np.rint(self.pbest * n)))
-        best = np.argsort(self.fitness, kind="stable")[rng.integers(0, top, n)]
-        r1, r2 = partners(n, n + len(self.external), rng)
-        pool = np.concatenate([x, self.external]) if len(self.external) else x
-        step = f.astype(x.dtype)[:, None]
-        mutant = x + step * (x[best] - x) + step * (x[r1] - pool[r2])
-        cross = rng.random((n, dim)) < cr[:, None]
-        cross[np.arange(n), rng.integers(0, dim, n)] = True
-        trial = np.where(cross, mutant, x)
-        midpoint_bounds(trial, x, self.lower, self.upper)
-        self._pending = (f, cr, rng.random(len(self.external) + n))
-        return trial
+        best = np.argsort(self.fitness, kind="stable")[:top]
+        f, cr, keys = np.empty(n), np.empty(n), np.empty(self.archived + n)
+        key, base = self._start(rng, de_step.shade_blocks(n, dim, self.archived))
+        de_step.shade_trials(x, self._external, self.archived, best, self.memory_f, self.memory_cr,
+                             self._lower, self._upper, key, base, self._trial, f, cr, keys)
+        self._pending = (f, cr, keys)
+        return self._trial
 
     def tell(self, genomes: np.ndarray, fitness: np.ndarray) -> None:
         if self._pending is None:
@@ -200,38 +165,35 @@ class SHADE:
         self._pending = None
         if len(fitness) != len(self.fitness):
             raise ValueError(f"expected the {len(self.fitness)} genomes of the last ask, got {len(fitness)}")
-        strict = fitness < self.fitness
-        gain = self.fitness[strict] - fitness[strict]   # +inf where the parent was a filler
-        scored = np.isfinite(gain)
-        success_f, success_cr = f[strict][scored], cr[strict][scored]
-        losers = self.x[strict]
-        loser_keys = keys[len(self.external):][strict]
-        keep = fitness <= self.fitness
-        self.x[keep] = genomes[keep]
-        self.fitness[keep] = fitness[keep]
-        if scored.any():
-            new_f, new_cr = memory_update(success_f, success_cr, gain[scored])
+        genomes, fitness = np.asarray(genomes, self.x.dtype), np.asarray(fitness, np.float64)
+        n = len(fitness)
+        self.evaluations += n
+        size = linear_size(self.evaluations, self.n_init, self.min_population, self.max_evaluations)
+        cap = self.archive_cap(size)
+        self._reserve(max(self.archived, min(cap, self.archived + n)))
+        success_f, success_cr, gains = np.empty(n), np.empty(n), np.empty(n)
+        succeeded, self.archived = de_step.shade_select(genomes, fitness, f, cr, keys, self.x, self.fitness,
+                                                        self._external, self.archived, cap,
+                                                        success_f, success_cr, gains)
+        if succeeded:
+            new_f, new_cr = de_step.memory_update(success_f, success_cr, gains, succeeded)
             self.memory_f[self.memory_index] = new_f
             self.memory_cr[self.memory_index] = new_cr
             self.memory_index = (self.memory_index + 1) % self.memory
-        self.evaluations += len(fitness)
-        self._shrink(linear_size(self.evaluations, self.n_init, self.min_population, self.max_evaluations))
-        self._archive(losers, np.concatenate([keys[:len(self.external)], loser_keys]))
+        self._shrink(size)
+
+    def _reserve(self, rows: int) -> None:
+        """At least ``rows`` rows for A (grown by doubling: no reallocation per generation)."""
+        if rows > len(self._external):
+            grown = np.empty((max(rows, 2 * len(self._external)), self.x.shape[1]), self.x.dtype)
+            grown[:self.archived] = self.external
+            self._external = grown
 
     def _shrink(self, size: int) -> None:
         """Keep the best ``size`` members (in their order); ties: the earlier member."""
         if size < len(self.fitness):
             keep = np.sort(np.argsort(self.fitness, kind="stable")[:size])
             self.x, self.fitness = self.x[keep], self.fitness[keep]
-
-    def _archive(self, losers: np.ndarray, keys: np.ndarray) -> None:
-        """Add the replaced parents to A; if it overflows, the members with the
-        smallest keys stay (a uniformly random subset, in their order)."""
-        candidates = np.concatenate([self.external, losers])
-        cap = self.archive_cap(len(self.fitness))
-        if len(candidates) > cap:
-            candidates = candidates[np.sort(np.argsort(keys, kind="stable")[:cap])]
-        self.external = candidates
 
     def migrate_in(self, genomes: np.ndarray, fitness: np.ndarray) -> None:
         """Immigrants replace the worst members they beat, as in :meth:`JDE.migrate_in`."""
@@ -270,7 +232,8 @@ class SHADE:
         for key in ("memory_f", "memory_cr"):
             if np.shape(state[key]) != (self.memory,):
                 raise ValueError(f"expected {key} of shape ({self.memory},), got {np.shape(state[key])}")
-        self.x, self.fitness, self.external = x.copy(), fitness.copy(), external.copy()
+        self.x, self.fitness = x.copy(), fitness.copy()
+        self._external, self.archived = external.copy(), len(external)
         self.memory_f = np.array(state["memory_f"], np.float64)
         self.memory_cr = np.array(state["memory_cr"], np.float64)
         self.memory_index = int(state["memory_index"])
