@@ -5,7 +5,10 @@ measurements in one run (rank 0 prints them; every rank returns the same dict):
 
 1. One island against pygmo's ``sade``, like for like (same fitness callable, dtype,
    dim and evaluation count), plus mpievo's overhead per evaluation:
-   :func:`mpievo.bench.engine_vs_pygmo.compare`, on rank 0 while the other ranks sleep.
+   :func:`mpievo.bench.engine_vs_pygmo.compare`, on rank 0 while the other ranks sleep;
+   then, algorithm for algorithm, one jDE island against pygmo's jDE (``sade`` variant 7,
+   adaptation 1, both with a population of 20) with the same budget:
+   :func:`mpievo.bench.de_vs_pygmo.compare`, also on rank 0.
 2. Weak scaling with a 5 ms and a 0.5 ms fitness (a sleep-free CPU burn per genome):
    one island per rank, a fixed number of evaluations per island, the full run loop
    (migration along a ring every 3 generations, logging, stop votes), on the first
@@ -31,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import de_vs_pygmo as de_bench
 from . import engine_vs_pygmo as engine_bench
 from ..evo.engine_config import EngineConfig
 from ..evo.migration_policy import MigrationPolicy
@@ -98,6 +102,11 @@ def _on_first(comm, ranks: int, work):
 def single_island_throughput(comm, dim: int = 1000, evaluations: int = 128_000, repeats: int = 3) -> dict:
     """:func:`mpievo.bench.engine_vs_pygmo.compare` on rank 0 (see the module docstring)."""
     return _on_first(comm, 1, lambda _: engine_bench.compare(dim, evaluations, repeats))
+
+
+def de_throughput(comm, dim: int = 1000, evaluations: int = 128_000, repeats: int = 3) -> dict:
+    """:func:`mpievo.bench.de_vs_pygmo.compare` (jDE vs pygmo's jDE) on rank 0."""
+    return _on_first(comm, 1, lambda _: de_bench.compare(dim, evaluations, repeats))
 
 
 # ---------------------------------------------------------------- 2. weak scaling
@@ -201,14 +210,17 @@ def bench_engine(comm, json_path: str | os.PathLike | None = None, *, quick: boo
         quick: much shorter runs (for tests), same keys.
 
     Returns:
-        dict with ``throughput`` (:func:`mpievo.bench.engine_vs_pygmo.compare`), ``weak_scaling``
+        dict with ``throughput`` (:func:`mpievo.bench.engine_vs_pygmo.compare`), ``de_throughput``
+        (:func:`mpievo.bench.de_vs_pygmo.compare`, the same budget and repeats), ``weak_scaling``
         (one :func:`scaling_summary` per fitness cost of :data:`BURN_MS`),
         ``migration`` (one entry per dimension), ``ranks``, ``cores``, ``loadavg``.
     """
     burn_s = 0.05 if quick else BURN_SECONDS
     with contextlib.ExitStack() as stack:
         threads = limit_blas_threads(1, stack)
-        throughput = single_island_throughput(comm, 1000, *((1280, 1) if quick else (128_000, 3)))
+        budget = (1280, 1) if quick else (128_000, 3)   # evaluations per run, repeats
+        throughput = single_island_throughput(comm, 1000, *budget)
+        de = de_throughput(comm, 1000, *budget)
         timed_run(comm, generations=1, ms=0.0, **SCALING)   # load kernels, warm MPI
         scaling = [weak_scaling(comm, ms, repeats=1 if quick else 3,
                                 generations=max(1, round(burn_s / (SCALING["batch"] * ms / 1e3))))
@@ -217,7 +229,7 @@ def bench_engine(comm, json_path: str | os.PathLike | None = None, *, quick: boo
         migrations = [migration_cost(comm, d, repeats=2 if quick else (20 if d <= 1000 else 5)) for d in dims]
     result = {
         "ranks": comm.size, "cores": len(os.sched_getaffinity(0)), "loadavg": list(os.getloadavg()),
-        "blas_threads": threads, "throughput": throughput, "weak_scaling": scaling,
+        "blas_threads": threads, "throughput": throughput, "de_throughput": de, "weak_scaling": scaling,
         "migration": migrations,
     }
     if comm.rank == 0:
@@ -233,6 +245,8 @@ def format_report(result: dict) -> str:
              f"load average {result['loadavg'][0]:.2f}",
              "  one island vs pygmo, like for like:"]
     lines += engine_bench.format_lines(result["throughput"])
+    lines.append("  one jDE island vs pygmo's jDE, algorithm for algorithm:")
+    lines += de_bench.format_lines(result["de_throughput"])
     s = SCALING
     lines.append(f"  weak scaling, one island per rank ({s['dim']}-D, {s['batch']} children per generation, "
                  f"ring migration every {s['interval']} generations; engine = time outside the fitness):")

@@ -86,13 +86,16 @@ def budget(evaluations: int) -> int:
     return max(1, math.ceil(evaluations / step)) * step
 
 
-def mpievo_run(variant: str, dim: int, evaluations: int, seed: int = 0) -> dict:
-    """Time ``evaluations`` evaluations of one island after its (untimed) initial population.
+def mpievo_run(variant: str, dim: int, evaluations: int, seed: int = 0, *,
+               config: EngineConfig | None = None) -> dict:
+    """Time ``evaluations`` evaluations of one island after its (untimed) initial population;
+    ``config`` replaces the variant's (default GA) settings.
 
     Returns:
         dict with seconds, cpu_seconds, evaluations, best.
     """
-    problem, config = _problem(variant, dim)
+    problem, default = _problem(variant, dim)
+    config = default if config is None else config
     Island(0, problem, config, seed=seed + 1).run(2)  # load the kernels outside the timing
     island = Island(0, problem, config, seed=seed)
     island.initialize()
@@ -121,8 +124,9 @@ class _PygmoProblem:
         return ([LOWER] * self.dim, [UPPER] * self.dim)
 
 
-def pygmo_run(dim: int, evaluations: int, seed: int = 0) -> dict | None:
-    """pygmo's ``sade`` (population 20) on :func:`sphere_row`; None without pygmo.
+def pygmo_run(dim: int, evaluations: int, seed: int = 0, **sade_options) -> dict | None:
+    """pygmo's ``sade`` (population 20; its defaults, or ``sade_options``) on :func:`sphere_row`;
+    None without pygmo.
 
     Returns:
         dict as :func:`mpievo_run`, or None when pygmo (the ``bench`` extra) is absent.
@@ -132,7 +136,7 @@ def pygmo_run(dim: int, evaluations: int, seed: int = 0) -> dict | None:
     except ImportError:
         return None
     pop = pygmo.population(pygmo.problem(_PygmoProblem(sphere_row, dim)), PYGMO_POPULATION, seed=seed)
-    algo = pygmo.algorithm(pygmo.sade(gen=evaluations // PYGMO_POPULATION, seed=seed))
+    algo = pygmo.algorithm(pygmo.sade(gen=evaluations // PYGMO_POPULATION, seed=seed, **sade_options))
     start = pop.problem.get_fevals()
     t0, c0 = time.perf_counter(), time.process_time()
     pop = algo.evolve(pop)
@@ -150,11 +154,12 @@ def _seconds_per_call(call, min_seconds: float = 0.1) -> float:
     return elapsed / calls
 
 
-def fitness_cost(variant: str, dim: int, seed: int = 0) -> float:
-    """Seconds per evaluation of the fitness alone, on a batch of mpievo's shape and the
-    variant's dtype: one call per row (``per_row``) or one batched call."""
+def fitness_cost(variant: str, dim: int, seed: int = 0, *, rows: int | None = None) -> float:
+    """Seconds per evaluation of the fitness alone, on a batch of mpievo's shape (``rows``
+    rows; default the GA's batch) and the variant's dtype: one call per row (``per_row``)
+    or one batched call."""
     problem, config = _problem(variant, dim)
-    batch = config.batch_size
+    batch = config.batch_size if rows is None else rows
     genomes = np.random.default_rng(seed).uniform(LOWER, UPPER, (batch, dim)).astype(config.dtype)
     if problem.batched:
         return _seconds_per_call(lambda: problem.func(genomes)) / batch

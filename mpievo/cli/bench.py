@@ -75,7 +75,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="sweeps over every size (candidates interleaved in each); the median wins")
     cal.add_argument("--target-seconds", type=float, default=0.05, help="time per candidate and size")
     cal.add_argument("--json", dest="json_path", default=None, help="write the result here")
-    eng = sub.add_parser("engine", help="one island vs pygmo (like for like), weak scaling, migration cost")
+    eng = sub.add_parser("engine", help="one island vs pygmo (like for like: GA vs sade, jDE vs its jDE), "
+                                        "weak scaling, migration cost")
     eng.add_argument("--json", dest="json_path", default=None, help="write results as JSON here")
     _add_gpu_arguments(sub)
     _add_schemes_arguments(sub)

@@ -49,6 +49,8 @@ def test_bench_engine_quick_run_reports_every_part(world, tmp_path_factory):
     throughput = result["throughput"]
     ok = result["ranks"] == comm.size and throughput["evaluations"] == 1280
     ok = ok and all(side["evaluations"] == 1280 for side in throughput["variants"].values())
+    de = result["de_throughput"]    # jDE vs pygmo's jDE: the same budget, every side
+    ok = ok and de["evaluations"] == 1280 and de["same_budget"] and de["population"] == 20
     ok = ok and [s["fitness_ms"] for s in result["weak_scaling"]] == list(BURN_MS)
     for summary in result["weak_scaling"]:
         rows = summary["rows"]
