@@ -4,8 +4,10 @@ Numba compiles a kernel on its first call, or loads it from its on-disk cache
 (:mod:`mpievo.kernels.numba_cache`). Left to the run, that time lands inside
 generation 0 and the first progress lines report a few evaluations per second.
 :func:`warm_up` breeds two generations of a tiny island of the same engine settings
-on a stand-in problem (a zero fitness, never the user's function) so that every
-host kernel a GA island calls is ready; ``mpievo run`` prints the seconds it took.
+on a stand-in problem (a sphere, never the user's function: children improve on their
+parents, so the kernels of successful steps -- SHADE's memory update -- compile too) so that every
+host kernel a GA, jDE or SHADE island calls is ready; ``mpievo run`` prints the seconds
+it took.
 """
 
 from __future__ import annotations
@@ -21,20 +23,23 @@ from .problems import Problem
 
 #: the stand-in island: as small as the kernels allow
 _CAPACITY, _BATCH = 4, 4
+#: algorithms whose generations are compiled steps (CMA-ES is numpy and LAPACK)
+_COMPILED = ("ga", "de", "shade")
 
 
-def _zeros(genomes: np.ndarray) -> np.ndarray:
-    return np.zeros(len(genomes))
+def _sphere(genomes: np.ndarray) -> np.ndarray:
+    rows = np.asarray(genomes, np.float64)
+    return np.einsum("ij,ij->i", rows, rows)
 
 
 def warms_up(config: EngineConfig) -> bool:
-    """True for the settings :func:`warm_up` compiles for: the GA on host dense rows
-    (other algorithms and device islands compile on first use)."""
-    return config.algorithm == "ga" and config.device == "cpu" and config.genome == "dense"
+    """True for the settings :func:`warm_up` compiles for: the GA, jDE and SHADE on host
+    dense rows (device islands compile on first use)."""
+    return config.algorithm in _COMPILED and config.device == "cpu" and config.genome == "dense"
 
 
 def warm_up(config: EngineConfig, dim: int) -> float:
-    """Compile (or load) the host kernels of a GA island of ``config`` on ``dim`` genes;
+    """Compile (or load) the host kernels of an island of ``config`` on ``dim`` genes;
     returns the seconds it took (0.0 when :func:`warms_up` is False).
 
     Kernels are typed by dtype and path, not size: the stand-in has ``dim`` genes, at
@@ -45,8 +50,10 @@ def warm_up(config: EngineConfig, dim: int) -> float:
     if not warms_up(config):
         return 0.0
     start = time.perf_counter()
-    tiny = dataclasses.replace(config, capacity=_CAPACITY, batch_size=_BATCH, population=None)
-    problem = Problem(_zeros, min(int(dim), COUNTER_DIM), -1.0, 1.0, name="warm-up")
+    tiny = dataclasses.replace(config, capacity=_CAPACITY, batch_size=_BATCH, population=None,
+                               de_population=_BATCH, shade_population=_BATCH, shade_min_population=_BATCH,
+                               shade_max_evaluations=None)
+    problem = Problem(_sphere, min(int(dim), COUNTER_DIM), -1.0, 1.0, name="warm-up")
     island = Island(0, problem, tiny, seed=0)
     island.run(2)
     island.diversity()
