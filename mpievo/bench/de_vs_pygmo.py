@@ -54,13 +54,11 @@ Run: ``python -m mpievo.bench.de_vs_pygmo --dim 1000 --evaluations 20000 --repea
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 
 from ..evo.engine_config import EngineConfig
-from .engine_vs_pygmo import (PYGMO_POPULATION, fitness_cost, mpievo_run, pygmo_run, random_value,
-                              summarize)
+from .engine_vs_pygmo import (PYGMO_POPULATION, against, command_line, fitness_cost, interleaved, mpievo_run,
+                              pygmo_run, random_value, side_line, summarize)
 
 POPULATION = PYGMO_POPULATION   # 20 on both sides
 #: mpievo's side: jDE (DE/rand/1/bin), population 20, starting from 20 random genomes
@@ -108,26 +106,17 @@ def compare(dim: int = 1000, evaluations: int = 20_000, repeats: int = 3, *,
     """
     n = budget(evaluations)
     start_value = random_value(dim)
-    runs, reference_runs = {v: [] for v in VARIANTS}, []
-    for r in range(repeats):   # interleaved, so that machine noise hits every side alike
-        for variant in VARIANTS:
-            runs[variant].append(mpievo_de_run(variant, dim, n, seed + r))
-        ref = reference(dim, n, seed + r)
-        if ref is not None:
-            reference_runs.append(ref)
+    runs, reference_runs = interleaved(VARIANTS, mpievo_de_run, reference, dim, n, repeats, seed)
     pygmo = summarize(reference_runs, start_value) if reference_runs else None
     variants = {}
     for variant in VARIANTS:
-        side = summarize(runs[variant], start_value)
+        variants[variant] = side = summarize(runs[variant], start_value)
         side["fitness_us"] = 1e6 * fitness_cost(variant, dim, rows=POPULATION)
-        side["overhead_us"] = side["us_per_eval"] - side["fitness_us"]
+        side.update(against(side, pygmo))
         paired = list(zip(reference_runs, runs[variant])) if pygmo else []
         side["vs_pygmo_runs"] = [p["seconds"] / m["seconds"] for p, m in paired]
         side["vs_pygmo_cpu_runs"] = [p["cpu_seconds"] / m["cpu_seconds"] for p, m in paired]
-        side["vs_pygmo"] = side["evals_per_s"] / pygmo["evals_per_s"] if pygmo else None
-        side["vs_pygmo_cpu"] = side["evals_per_cpu_s"] / pygmo["evals_per_cpu_s"] if pygmo else None
         side["like_for_like"] = variant == "per_row"
-        variants[variant] = side
     sides = [*variants.values(), *([pygmo] if pygmo else [])]
     return {"dim": dim, "dtype": CONFIG.dtype, "population": POPULATION, "evaluations": n,
             "repeats": repeats, "random_value": start_value, "pygmo": pygmo, "variants": variants,
@@ -136,16 +125,6 @@ def compare(dim: int = 1000, evaluations: int = 20_000, repeats: int = 3, *,
 
 def format_lines(result: dict) -> list[str]:
     """Human-readable lines for a :func:`compare` result."""
-    def side(s, label):
-        verdict = "ok" if s["sane"] else "NOT below half the random value"
-        text = (f"    {label}: {s['evals_per_s']:,.0f} evals/s, {s['us_per_eval']:.2f} µs/eval, "
-                f"best {max(s['best']):.4g} ({verdict})")
-        if "overhead_us" in s:
-            text += f"; overhead {s['overhead_us']:.2f} µs/eval (fitness alone {s['fitness_us']:.2f})"
-        if s.get("vs_pygmo") is not None:
-            text += f"; {s['vs_pygmo']:.2f}x pygmo ({s['vs_pygmo_cpu']:.2f}x per CPU s)"
-        return text
-
     v, pygmo, p = result["variants"], result["pygmo"], result["population"]
     lines = [
         f"  sphere {result['dim']}-D, {result['dtype']} genomes, {result['evaluations']:,} evaluations per run "
@@ -153,28 +132,17 @@ def format_lines(result: dict) -> list[str]:
         f"{result['random_value']:.5g})" + ("" if result["same_budget"] else "; EVALUATION COUNTS DIFFER"),
         f"    both: jDE, DE/rand/1/bin, population {p}, tau_f = tau_cr = 0.1, F in U(0.1, 1), CR in U(0, 1), "
         f"out-of-box genes redrawn; pygmo: sade variant 7, variant_adptv 1",
-        side(pygmo, f"pygmo jDE (pop {p}), per-individual f(x)") if pygmo else
+        side_line(pygmo, f"pygmo jDE (pop {p}), per-individual f(x)") if pygmo else
         "    pygmo jDE: not installed (pip install 'mpievo[bench]')",
-        side(v["per_row"], f"(a) mpievo jDE (pop {p}), same per-individual f(x)"),
-        side(v["batched"], "(b) mpievo jDE, batched numpy F(X) [pygmo has no batch call: vs its (a)]"),
+        side_line(v["per_row"], f"(a) mpievo jDE (pop {p}), same per-individual f(x)"),
+        side_line(v["batched"], "(b) mpievo jDE, batched numpy F(X) [pygmo has no batch call: vs its (a)]"),
     ]
     return lines
 
 
 def main(argv: list[str] | None = None) -> int:
     """Command line: prints the comparison (and writes it as JSON with ``--json``)."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--dim", type=int, default=1000)
-    parser.add_argument("--evaluations", type=int, default=20_000)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--json", dest="json_path", default=None, help="write the result here")
-    args = parser.parse_args(argv)
-    result = compare(args.dim, args.evaluations, args.repeats)
-    print("\n".join(format_lines(result)))
-    if args.json_path:
-        with open(args.json_path, "w") as f:
-            json.dump(result, f, indent=1)
-    return 0
+    return command_line(argv, __doc__.split("\n")[0], compare, format_lines, 20_000)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -241,6 +241,38 @@ def summarize(runs: list[dict], start_value: float) -> dict:
             "best": best, "sane": max(best) < start_value / 2}
 
 
+def interleaved(variants, run, reference, dim: int, n: int, repeats: int, seed: int) -> tuple[dict, list]:
+    """``repeats`` rounds of every variant's ``run`` then the ``reference`` (its None results
+    dropped), so that machine noise hits every side alike; (variant -> runs, reference runs)."""
+    runs, reference_runs = {v: [] for v in variants}, []
+    for r in range(repeats):
+        for variant in variants:
+            runs[variant].append(run(variant, dim, n, seed + r))
+        ref = reference(dim, n, seed + r)
+        if ref is not None:
+            reference_runs.append(ref)
+    return runs, reference_runs
+
+
+def against(side: dict, pygmo: dict | None) -> dict:
+    """A side's overhead per evaluation (given its fitness_us) and speed over pygmo's (or None)."""
+    return {"overhead_us": side["us_per_eval"] - side["fitness_us"],
+            "vs_pygmo": side["evals_per_s"] / pygmo["evals_per_s"] if pygmo else None,
+            "vs_pygmo_cpu": side["evals_per_cpu_s"] / pygmo["evals_per_cpu_s"] if pygmo else None}
+
+
+def side_line(s: dict, label: str) -> str:
+    """One side's line: speed, best (checked) and, where known, overhead and ratio to pygmo."""
+    verdict = "ok" if s["sane"] else "NOT below half the random value"
+    text = (f"    {label}: {s['evals_per_s']:,.0f} evals/s, {s['us_per_eval']:.2f} µs/eval, "
+            f"best {max(s['best']):.4g} ({verdict})")
+    if "overhead_us" in s:
+        text += f"; overhead {s['overhead_us']:.2f} µs/eval (fitness alone {s['fitness_us']:.2f})"
+    if s.get("vs_pygmo") is not None:
+        text += f"; {s['vs_pygmo']:.2f}x pygmo ({s['vs_pygmo_cpu']:.2f}x per CPU s)"
+    return text
+
+
 def compare(dim: int = 1000, evaluations: int = 128_000, repeats: int = 3, *,
             reference=pygmo_run, seed: int = 0) -> dict:
     """The three mpievo variants and the reference, interleaved (see the module docstring).
@@ -261,23 +293,14 @@ def compare(dim: int = 1000, evaluations: int = 128_000, repeats: int = 3, *,
     """
     n = budget(evaluations)
     start_value = random_value(dim)
-    runs, reference_runs = {v: [] for v in VARIANTS}, []
-    for r in range(repeats):   # interleaved, so that machine noise hits every side alike
-        for variant in VARIANTS:
-            runs[variant].append(mpievo_run(variant, dim, n, seed + r))
-        ref = reference(dim, n, seed + r)
-        if ref is not None:
-            reference_runs.append(ref)
+    runs, reference_runs = interleaved(VARIANTS, mpievo_run, reference, dim, n, repeats, seed)
     pygmo = summarize(reference_runs, start_value) if reference_runs else None
     variants = {}
     for variant in VARIANTS:
-        side = summarize(runs[variant], start_value)
+        variants[variant] = side = summarize(runs[variant], start_value)
         side["fitness_us"] = 1e6 * fitness_cost(variant, dim)
-        side["overhead_us"] = side["us_per_eval"] - side["fitness_us"]
-        side["vs_pygmo"] = side["evals_per_s"] / pygmo["evals_per_s"] if pygmo else None
-        side["vs_pygmo_cpu"] = side["evals_per_cpu_s"] / pygmo["evals_per_cpu_s"] if pygmo else None
+        side.update(against(side, pygmo))
         side["like_for_like"] = variant == "per_row"
-        variants[variant] = side
     result = {"dim": dim, "evaluations": n, "repeats": repeats, "random_value": start_value,
               "pygmo": pygmo, "variants": variants, "split_us": overhead_split(dim, n, seed)}
     result["targets"] = targets(result)
@@ -304,16 +327,6 @@ def targets(result: dict) -> dict:
 
 def format_lines(result: dict) -> list[str]:
     """Human-readable lines for a :func:`compare` result."""
-    def side(s, label):
-        verdict = "ok" if s["sane"] else "NOT below half the random value"
-        text = (f"    {label}: {s['evals_per_s']:,.0f} evals/s, {s['us_per_eval']:.2f} µs/eval, "
-                f"best {max(s['best']):.4g} ({verdict})")
-        if "overhead_us" in s:
-            text += f"; overhead {s['overhead_us']:.2f} µs/eval (fitness alone {s['fitness_us']:.2f})"
-        if s.get("vs_pygmo") is not None:
-            text += f"; {s['vs_pygmo']:.2f}x pygmo ({s['vs_pygmo_cpu']:.2f}x per CPU s)"
-        return text
-
     def verdict(t, unit):
         met = {True: "met", False: "MISSED", None: "n/a (no pygmo)"}[t["met"]]
         value = "n/a" if t["value"] is None else f"{t['value']:.2f}{unit}"
@@ -326,11 +339,11 @@ def format_lines(result: dict) -> list[str]:
         f"the initial population, median of {result['repeats']} (random genome: {result['random_value']:.5g})",
         f"    mpievo: GA, archive {DEFAULTS.capacity}, {DEFAULTS.batch_size} children evaluated per generation; "
         f"pygmo: sade, population {PYGMO_POPULATION}, {PYGMO_POPULATION} trial vectors per generation",
-        side(pygmo, f"pygmo sade (pop {PYGMO_POPULATION}), per-individual f(x)") if pygmo else
+        side_line(pygmo, f"pygmo sade (pop {PYGMO_POPULATION}), per-individual f(x)") if pygmo else
         "    pygmo sade: not installed (pip install 'mpievo[bench]')",
-        side(v["per_row"], "(a) mpievo GA, same per-individual f(x)"),
-        side(v["batched"], "(b) mpievo GA, batched numpy F(X) [pygmo has no batch call: vs its (a)]"),
-        side(v["numba_float32"], "(c) NOT like for like: mpievo built-in float32 sphere (Numba kernel)"),
+        side_line(v["per_row"], "(a) mpievo GA, same per-individual f(x)"),
+        side_line(v["batched"], "(b) mpievo GA, batched numpy F(X) [pygmo has no batch call: vs its (a)]"),
+        side_line(v["numba_float32"], "(c) NOT like for like: mpievo built-in float32 sphere (Numba kernel)"),
         f"    targets: per-individual >= {TARGET_RATIO:g}x pygmo: {verdict(t['per_row_vs_pygmo'], 'x')}; "
         f"batched >= {TARGET_BATCHED_RATIO:g}x pygmo: {verdict(t['batched_vs_pygmo'], 'x')}; "
         f"batched overhead <= {TARGET_OVERHEAD_US:g} µs/eval: {verdict(t['batched_overhead_us'], ' µs')}; "
@@ -341,11 +354,12 @@ def format_lines(result: dict) -> list[str]:
     ]
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Command line: prints the comparison (and writes it as JSON with ``--json``)."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def command_line(argv, description: str, compare, format_lines, evaluations: int) -> int:
+    """A comparison's command line (``--dim``, ``--evaluations``, ``--repeats``,
+    ``--json``): prints :func:`compare`'s lines and writes its result as JSON."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--dim", type=int, default=1000)
-    parser.add_argument("--evaluations", type=int, default=128_000)
+    parser.add_argument("--evaluations", type=int, default=evaluations)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", dest="json_path", default=None, help="write the result here")
     args = parser.parse_args(argv)
@@ -355,6 +369,11 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.json_path, "w") as f:
             json.dump(result, f, indent=1)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: prints the comparison (and writes it as JSON with ``--json``)."""
+    return command_line(argv, __doc__.split("\n")[0], compare, format_lines, 128_000)
 
 
 
