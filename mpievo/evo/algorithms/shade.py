@@ -127,7 +127,7 @@ class SHADE:
         self.x, self.fitness = seed_population(archive, n, rng, self.lower, self.upper)
         self._external, self.archived = np.empty((0, dim), archive.dtype), 0
         self._lower, self._upper = (np.ascontiguousarray(a) for a in (self.lower, self.upper))
-        self._start = CounterStart()
+        self._start, self._trial = CounterStart(), None
         self.memory_f = np.full(self.memory, 0.5)
         self.memory_cr = np.full(self.memory, 0.5)
         self.memory_index = 0
@@ -147,7 +147,7 @@ class SHADE:
         blocks it takes); the array is reused by the next ask of the same size."""
         x = self.x
         n, dim = x.shape
-        if getattr(self, "_trial", None) is None or self._trial.shape != x.shape:
+        if self._trial is None or self._trial.shape != x.shape:   # L-SHADE shrinks the population
             self._trial = np.empty_like(x)
         top = max(2, int(np.rint(self.pbest * n)))
         best = np.argsort(self.fitness, kind="stable")[:top]
