@@ -244,14 +244,12 @@ def summarize(runs: list[dict], start_value: float) -> dict:
 def interleaved(variants, run, reference, dim: int, n: int, repeats: int, seed: int) -> tuple[dict, list]:
     """``repeats`` rounds of every variant's ``run`` then the ``reference`` (its None results
     dropped), so that machine noise hits every side alike; (variant -> runs, reference runs)."""
-    runs, reference_runs = {v: [] for v in variants}, []
+    runs, references = {v: [] for v in variants}, []
     for r in range(repeats):
         for variant in variants:
             runs[variant].append(run(variant, dim, n, seed + r))
-        ref = reference(dim, n, seed + r)
-        if ref is not None:
-            reference_runs.append(ref)
-    return runs, reference_runs
+        references.append(reference(dim, n, seed + r))
+    return runs, [ref for ref in references if ref is not None]
 
 
 def against(side: dict, pygmo: dict | None) -> dict:
