@@ -89,6 +89,14 @@ def _own_words(key, base, i):
 
 
 @numba.njit(inline="always")
+def _copy_row(dst, d, src, s):
+    # a loop, not ``dst[d] = src[s]``: slice assignment compiles numpy's broadcasting and its
+    # shape-error messages (seconds of compile time for a row copy)
+    for g in range(dst.shape[1]):
+        dst[d, g] = src[s, g]
+
+
+@numba.njit(inline="always")
 def _pick(trial, x, i, g, half, threshold, j_rand):
     mutant = trial[i, g]
     parent = x[i, g]
@@ -169,7 +177,7 @@ def jde_select(trial, trial_fitness, trial_f, trial_cr, x, fitness, f_scale, cr)
     """Each trial replaces its target when not worse, and then keeps its F and CR."""
     for i in range(x.shape[0]):
         if trial_fitness[i] <= fitness[i]:
-            x[i] = trial[i]
+            _copy_row(x, i, trial, i)
             fitness[i] = trial_fitness[i]
             f_scale[i] = trial_f[i]
             cr[i] = trial_cr[i]
@@ -307,7 +315,7 @@ def shade_select(trial, trial_fitness, trial_f, trial_cr, keys, x, fitness, exte
     for i in range(n):
         if not trial_fitness[i] < fitness[i]:
             if trial_fitness[i] <= fitness[i]:   # equal: replaces, no success
-                x[i] = trial[i]
+                _copy_row(x, i, trial, i)
             continue
         k = keys[archived + i]
         stays = k < cut or (k == cut and ties > 0)
@@ -315,21 +323,21 @@ def shade_select(trial, trial_fitness, trial_f, trial_cr, keys, x, fitness, exte
             ties -= 1
         if stays:
             if filled < freed:
-                external[free[filled]] = x[i]
+                _copy_row(external, free[filled], x, i)
                 filled += 1
             else:
-                external[used] = x[i]
+                _copy_row(external, used, x, i)
                 used += 1
         gain = fitness[i] - trial_fitness[i]
         if math.isfinite(gain):
             success_f[succeeded], success_cr[succeeded], gains[succeeded] = trial_f[i], trial_cr[i], gain
             succeeded += 1
-        x[i] = trial[i]
+        _copy_row(x, i, trial, i)
         fitness[i] = trial_fitness[i]
     # rows freed and not refilled: move the last rows in use into them
     holes = free[filled:freed]
     for h in range(holes.shape[0] - 1, -1, -1):
         used -= 1
         if holes[h] != used:
-            external[holes[h]] = external[used]
+            _copy_row(external, holes[h], external, used)
     return succeeded, used
