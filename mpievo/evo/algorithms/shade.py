@@ -183,9 +183,11 @@ class SHADE:
         self._shrink(size)
 
     def _reserve(self, rows: int) -> None:
-        """At least ``rows`` rows for A (grown by doubling: no reallocation per generation)."""
+        """At least ``rows`` rows for A, grown by doubling (no reallocation per generation) up
+        to the largest A can be (that of the initial population)."""
         if rows > len(self._external):
-            grown = np.empty((max(rows, 2 * len(self._external)), self.x.shape[1]), self.x.dtype)
+            size = min(max(rows, 2 * len(self._external)), max(rows, self.archive_cap(self.n_init)))
+            grown = np.empty((size, self.x.shape[1]), self.x.dtype)
             grown[:self.archived] = self.external
             self._external = grown
 
