@@ -29,7 +29,7 @@ What differs:
 * mpievo's island also keeps its archive (64 members: the elite memory that
   migration and results read) and merges each generation's 20 trials into it; that
   is part of mpievo's time. Both report the best genome ever evaluated;
-* random streams (numpy's Philox streams against pygmo's Mersenne twister): the runs
+* random streams (mpievo's counter-based Philox against pygmo's Mersenne twister): the runs
   are not the same trajectories, only the same algorithm;
 * pygmo evaluates each trial as soon as it is built (a Python call through pybind11);
   mpievo builds the generation's 20 trials, then evaluates them (one call per row, or
