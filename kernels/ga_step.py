@@ -139,32 +139,77 @@ def _draw(fitness, pool, tournament, omega, sigma, tau, key, own, idx_a, idx_b, 
 
 
 @numba.njit(nogil=True)
-def _breed(genomes, idx_a, idx_b, omegas, steps, lower, upper, scale, uniform, mode, threshold, inv_log_q,
-           dense, key, base, out, counts):
+def _breed_dense(genomes, idx_a, idx_b, omegas, steps, lower, upper, scale, mode, threshold, key, base, out,
+                 counts):
+    """Crossover and dense mutation: vary's mask words, tile by tile."""
     n, dim = out.shape
-    if dense:   # vary's mask words, tile by tile
-        pairs = (dim + 1) // 2
-        flags = np.empty(TILE // 2, np.uint32)
-        for c in range(n):
-            total = 0
-            for g0 in range(0, dim, TILE):
-                g1 = min(g0 + TILE, dim)
-                total += _mutate_dense(out, c, g0, g1, steps[c], scale, lower, upper, mode, threshold,
-                                       key, base, pairs, flags, genomes[idx_a[c], g0:g1],
-                                       genomes[idx_b[c], g0:g1], omegas[c], True)
-            counts[c] = total
-        return
+    pairs = (dim + 1) // 2
+    flags = np.empty(TILE // 2, np.uint32)
+    for c in range(n):
+        total = 0
+        for g0 in range(0, dim, TILE):
+            g1 = min(g0 + TILE, dim)
+            total += _mutate_dense(out, c, g0, g1, steps[c], scale, lower, upper, mode, threshold,
+                                   key, base, pairs, flags, genomes[idx_a[c], g0:g1],
+                                   genomes[idx_b[c], g0:g1], omegas[c], True)
+        counts[c] = total
+
+
+@numba.njit(nogil=True)
+def _breed_sparse(genomes, idx_a, idx_b, omegas, steps, lower, upper, scale, uniform, mode, threshold, inv_log_q,
+                  key, base, out, counts):
+    """Interpolation, then sparse mutation by geometric gaps."""
+    n, dim = out.shape
     for c in range(n):
         _interpolate_row(genomes, idx_a[c], idx_b[c], omegas[c], out, c, lower, upper, uniform)
         counts[c] = 0 if threshold == 0 else _mutate_gaps(
             out, c, steps[c], scale, lower, upper, mode, inv_log_q, key, base + _U(c * (dim + 1)))
 
 
+# One compiled entry per mutation path: each compiles only its own (the dense path alone
+# takes most of a cold compile, and a configuration uses one of them).
+
 @numba.njit(**_JIT)
+def generation_dense(genomes, fitness, pool, tournament, omega, sigma, tau, lower, upper, scale, mode, threshold,
+                     key, base, idx_a, idx_b, omegas, steps, out, counts):
+    """:func:`breed_generation` with dense mutation."""
+    n, dim = out.shape
+    _draw(fitness, pool, tournament, omega, sigma, tau, key, base + _U(mutation_span(n, dim, mode, True)),
+          idx_a, idx_b, omegas, steps)
+    _breed_dense(genomes, idx_a, idx_b, omegas, steps, lower, upper, scale, mode, threshold, key, base, out, counts)
+
+
+@numba.njit(**_JIT)
+def generation_sparse(genomes, fitness, pool, tournament, omega, sigma, tau, lower, upper, scale, uniform, mode,
+                      threshold, inv_log_q, key, base, idx_a, idx_b, omegas, steps, out, counts):
+    """:func:`breed_generation` with sparse mutation."""
+    n, dim = out.shape
+    _draw(fitness, pool, tournament, omega, sigma, tau, key, base + _U(mutation_span(n, dim, mode, False)),
+          idx_a, idx_b, omegas, steps)
+    _breed_sparse(genomes, idx_a, idx_b, omegas, steps, lower, upper, scale, uniform, mode, threshold, inv_log_q,
+                  key, base, out, counts)
+
+
+@numba.njit(**_JIT)
+def children_dense(genomes, idx_a, idx_b, omegas, steps, lower, upper, scale, mode, threshold, key, base, out,
+                   counts):
+    """:func:`breed_children` with dense mutation."""
+    _breed_dense(genomes, idx_a, idx_b, omegas, steps, lower, upper, scale, mode, threshold, key, base, out, counts)
+
+
+@numba.njit(**_JIT)
+def children_sparse(genomes, idx_a, idx_b, omegas, steps, lower, upper, scale, uniform, mode, threshold, inv_log_q,
+                    key, base, out, counts):
+    """:func:`breed_children` with sparse mutation."""
+    _breed_sparse(genomes, idx_a, idx_b, omegas, steps, lower, upper, scale, uniform, mode, threshold, inv_log_q,
+                  key, base, out, counts)
+
+
 def breed_generation(genomes, fitness, pool, tournament, omega, sigma, tau, lower, upper, scale, uniform,
                      mode, threshold, inv_log_q, dense, key, base, idx_a, idx_b, omegas, steps, out, counts):
     """Select, draw and breed the ``n = out.shape[0]`` children of a generation in place:
-    :func:`draw_children` then :func:`breed_children`, in one dispatch.
+    :func:`draw_children` then :func:`breed_children`, in one dispatch (of
+    :func:`generation_dense` or :func:`generation_sparse`).
 
     Args:
         genomes, fitness: the members (rows and fitness, no NaN).
@@ -180,11 +225,12 @@ def breed_generation(genomes, fitness, pool, tournament, omega, sigma, tau, lowe
         idx_a, idx_b (int64), omegas, steps (genome dtype): (n,) out, each child's draws.
         out: (n, dim) children; counts: (n,) int64 out, genes mutated per child.
     """
-    n, dim = out.shape
-    own = base + _U(mutation_span(n, dim, mode, dense))
-    _draw(fitness, pool, tournament, omega, sigma, tau, key, own, idx_a, idx_b, omegas, steps)
-    _breed(genomes, idx_a, idx_b, omegas, steps, lower, upper, scale, uniform, mode, threshold, inv_log_q,
-           dense, key, base, out, counts)
+    if dense:
+        generation_dense(genomes, fitness, pool, tournament, omega, sigma, tau, lower, upper, scale, mode, threshold,
+                         key, base, idx_a, idx_b, omegas, steps, out, counts)
+    else:
+        generation_sparse(genomes, fitness, pool, tournament, omega, sigma, tau, lower, upper, scale, uniform, mode,
+                          threshold, inv_log_q, key, base, idx_a, idx_b, omegas, steps, out, counts)
 
 
 @numba.njit(**_JIT)
@@ -197,12 +243,15 @@ def draw_children(fitness, pool, tournament, omega, sigma, tau, dim, mode, dense
     _draw(fitness, pool, tournament, omega, sigma, tau, key, own, idx_a, idx_b, omegas, steps)
 
 
-@numba.njit(**_JIT)
 def breed_children(genomes, idx_a, idx_b, omegas, steps, lower, upper, scale, uniform, mode, threshold,
                    inv_log_q, dense, key, base, out, counts):
     """The second half of :func:`breed_generation`: breed from :func:`draw_children`'s draws."""
-    _breed(genomes, idx_a, idx_b, omegas, steps, lower, upper, scale, uniform, mode, threshold, inv_log_q,
-           dense, key, base, out, counts)
+    if dense:
+        children_dense(genomes, idx_a, idx_b, omegas, steps, lower, upper, scale, mode, threshold, key, base, out,
+                       counts)
+    else:
+        children_sparse(genomes, idx_a, idx_b, omegas, steps, lower, upper, scale, uniform, mode, threshold,
+                        inv_log_q, key, base, out, counts)
 
 
 @numba.njit(**_JIT)

@@ -57,7 +57,7 @@ from mpievo.evo.warmup import warm_up_all
 from mpievo.kernels import de_step, ga_step, operators
 warm_up_all([EngineConfig(dtype="float64"), EngineConfig(dtype="float64"), EngineConfig(algorithm="de"),
              EngineConfig(algorithm="shade", dtype="float64", shade_max_evaluations=900)], 10)
-for kernel in (ga_step.breed_generation, ga_step.adapt_step, operators.survivors, operators.copy_rows):
+for kernel in (ga_step.generation_dense, ga_step.adapt_step, operators.survivors, operators.copy_rows):
     print(kernel.__name__, "float64" in str(kernel.signatures))
 for kernel in (de_step.jde_trials, de_step.jde_select):
     print(kernel.__name__, "float32" in str(kernel.signatures))
@@ -68,7 +68,7 @@ for kernel in (de_step.shade_trials, de_step.shade_select, de_step.memory_update
 
 def test_warm_up_compiles_the_kernels_of_ga_jde_and_shade_islands():
     done = subprocess.run([sys.executable, "-c", _WARM], capture_output=True, text=True, check=True)
-    assert done.stdout.split() == ["breed_generation", "True", "adapt_step", "True", "survivors", "True",
+    assert done.stdout.split() == ["generation_dense", "True", "adapt_step", "True", "survivors", "True",
                                    "copy_rows", "True", "jde_trials", "True", "jde_select", "True",
                                    "shade_trials", "True", "shade_select", "True", "memory_update", "True"]
     assert warms_up(EngineConfig()) and warms_up(EngineConfig(algorithm="shade"))
