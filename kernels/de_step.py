@@ -41,7 +41,7 @@ import math
 import numba
 import numpy as np
 
-from .operators import BOUND_RESAMPLE, _bound_value, kth_smallest
+from .operators import BOUND_RESAMPLE, _bound_value, _copy_row, kth_smallest
 from .random import block, normal_pair
 
 _JIT = dict(nogil=True, cache=True)
@@ -86,14 +86,6 @@ def _own_words(key, base, i):
     a0, a1, a2, a3 = block(base + _U(2 * i), key[0], key[1], key[2], key[3])
     b0, b1, b2, b3 = block(base + _U(2 * i + 1), key[0], key[1], key[2], key[3])
     return a0, a1, a2, a3, b0, b1, b2, b3
-
-
-@numba.njit(inline="always")
-def _copy_row(dst, d, src, s):
-    # a loop, not ``dst[d] = src[s]``: slice assignment compiles numpy's broadcasting and its
-    # shape-error messages (seconds of compile time for a row copy)
-    for g in range(dst.shape[1]):
-        dst[d, g] = src[s, g]
 
 
 @numba.njit(inline="always")
@@ -177,7 +169,7 @@ def jde_select(trial, trial_fitness, trial_f, trial_cr, x, fitness, f_scale, cr)
     """Each trial replaces its target when not worse, and then keeps its F and CR."""
     for i in range(x.shape[0]):
         if trial_fitness[i] <= fitness[i]:
-            _copy_row(x, i, trial, i)
+            _copy_row(trial, i, x, i)
             fitness[i] = trial_fitness[i]
             f_scale[i] = trial_f[i]
             cr[i] = trial_cr[i]
@@ -315,7 +307,7 @@ def shade_select(trial, trial_fitness, trial_f, trial_cr, keys, x, fitness, exte
     for i in range(n):
         if not trial_fitness[i] < fitness[i]:
             if trial_fitness[i] <= fitness[i]:   # equal: replaces, no success
-                _copy_row(x, i, trial, i)
+                _copy_row(trial, i, x, i)
             continue
         k = keys[archived + i]
         stays = k < cut or (k == cut and ties > 0)
@@ -323,21 +315,21 @@ def shade_select(trial, trial_fitness, trial_f, trial_cr, keys, x, fitness, exte
             ties -= 1
         if stays:
             if filled < freed:
-                _copy_row(external, free[filled], x, i)
+                _copy_row(x, i, external, free[filled])
                 filled += 1
             else:
-                _copy_row(external, used, x, i)
+                _copy_row(x, i, external, used)
                 used += 1
         gain = fitness[i] - trial_fitness[i]
         if math.isfinite(gain):
             success_f[succeeded], success_cr[succeeded], gains[succeeded] = trial_f[i], trial_cr[i], gain
             succeeded += 1
-        _copy_row(x, i, trial, i)
+        _copy_row(trial, i, x, i)
         fitness[i] = trial_fitness[i]
     # rows freed and not refilled: move the last rows in use into them
     holes = free[filled:freed]
     for h in range(holes.shape[0] - 1, -1, -1):
         used -= 1
         if holes[h] != used:
-            _copy_row(external, holes[h], external, used)
+            _copy_row(external, used, external, holes[h])
     return succeeded, used

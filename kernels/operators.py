@@ -309,6 +309,8 @@ def survivors(member_fitness, candidate_fitness, capacity):
 
 @numba.njit(**_JIT)
 def _copy_row(src, i, dst, k):
+    """``dst[k] = src[i]`` as a loop: a slice assignment compiles numpy's broadcasting and
+    its shape-error messages (seconds of compile time for a row copy)."""
     for j in range(dst.shape[1]):
         dst[k, j] = src[i, j]
 
