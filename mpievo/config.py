@@ -217,7 +217,7 @@ def validate(config: dict, nranks: int, source: str = "config", *, problem: Prob
         _check_leader_rate(run, problems)
     if run is not None and migration is not None:
         policy, schedule = _migration(migration, run, engines, problems)
-    if engines and migration is not None:
+    if engines and migration is not None and tables.get("problem", problem) is not None:
         _check_objectives(tables.get("problem", problem), run, engines, migration, problems)
     if problems:
         raise ConfigError(problems, source)
@@ -375,7 +375,8 @@ PER_ISLAND_NOTE = "a value, a list per island, or an expression of i"
 
 def describe_schema() -> str:
     """Every config key with its default, type and meaning (``mpievo run --help-config``)."""
-    lines = []
+    lines = ["# <unset>: no value, or one that depends on the problem or the algorithm (the key says which);",
+             "# a value given in the config or on the command line always wins"]
     for cls in schema_tables():
         note = f"  ({PER_ISLAND_NOTE})" if cls.TABLE == "engine" else ""
         lines.append(f"[{cls.TABLE}]{note}")

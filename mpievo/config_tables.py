@@ -30,6 +30,8 @@ MULTI_OBJECTIVE_ALGORITHMS = ("nsga2", "smsemoa", "moead")
 MAX_ISLANDS = 1_000_000
 #: run.generations without a budget, when not given
 DEFAULT_GENERATIONS = 200
+#: problem.dim when not given, but for a multi-objective built-in (its own usual count)
+DEFAULT_DIM = 100
 
 
 # --------------------------------------------------------------------- registries (loaded late)
@@ -166,7 +168,9 @@ class ProblemConfig(Settings):
 
     name: str = setting("rastrigin", text, "built-in name, 'module:function' or 'module:object' "
                                          "(a Problem: it brings dim, lower, upper, maximize, n_obj)")
-    dim: int = setting(100, integer(1), "genes per genome")
+    dim: Any = setting(None, optional(integer(1)), "genes per genome; none: a multi-objective built-in's usual "
+                       f"count (pymoo's: zdt1-3 30, zdt4 and zdt6 10, dtlz n_obj - 1 + k, wfg 20 + k), else "
+                       f"{DEFAULT_DIM}")
     shift: bool = setting(False, boolean, "built-ins: move the optimum (drawn from problem.seed)")
     rotate: bool = setting(False, boolean, "built-ins: rotate the function (drawn from problem.seed)")
     seed: int = setting(0, integer(0), "seed of the shift and rotation")
@@ -178,15 +182,30 @@ class ProblemConfig(Settings):
                                 "a late evaluation counts as failed")
     time_limit_method: str = setting("process", choice(_time_limit_methods),
                                      "how the limit is enforced (see mpievo.evo.problem_wrappers)")
-    n_obj: int = setting(1, integer(1), "objectives per genome: 1, or >= 2 for a multi-objective problem "
+    n_obj: Any = setting(None, optional(integer(1)),
+                         "objectives per genome: 1, or >= 2 for a multi-objective problem "
                          "(built-ins zdt1-4, zdt6, dtlz1-7, wfg1-9; a user function then returns (n, n_obj); "
-                         "engine.algorithm nsga2, smsemoa or moead)")
+                         "engine.algorithm nsga2, smsemoa or moead); none: the problem's (zdt: 2, its "
+                         "definition; dtlz and wfg: 3, pymoo's and pygmo's; others 1)")
     reference_point: Any = setting(None, optional(list_of(number(-1e300, 1e300))),
                                    "several objectives: the point hypervolumes are measured to (n_obj "
                                    "numbers); default: a built-in's, none for a user function")
     bases: Any = setting(None, optional(text),
                          "delta/seeded genomes: a .npy file of the base models, shape (count, dim) or "
                          "(dim,), loaded once per node; none: the problem object's own")
+
+    def __post_init__(self):
+        """``n_obj`` and ``dim`` left unset (None) take the problem's (see their docs)."""
+        if self.n_obj is None or self.dim is None:
+            from .evo.moo.problems import BUILTIN_MOO, builtin_dim, builtin_objectives
+
+            builtin = isinstance(self.name, str) and self.name in BUILTIN_MOO
+            if self.n_obj is None:
+                object.__setattr__(self, "n_obj", builtin_objectives(self.name) if builtin else 1)
+            if self.dim is None:
+                n_obj = self.n_obj if builtin and type(self.n_obj) is int and self.n_obj >= 2 else 2
+                object.__setattr__(self, "dim", builtin_dim(self.name, n_obj) if builtin else DEFAULT_DIM)
+        super().__post_init__()
 
     @property
     def user_function(self) -> bool:
@@ -226,13 +245,16 @@ class ProblemConfig(Settings):
 
     def _objective_problems(self, builtin_moo) -> list[str]:
         """Settings that contradict the number of objectives."""
-        problems, several = [], self.n_obj > 1
-        if self.name in builtin_moo and not several:
+        from .evo.moo.problems import fixed_objectives
+
+        problems, several, fixed = [], self.n_obj > 1, fixed_objectives(self.name)
+        if fixed is not None and self.n_obj != fixed:
+            problems.append(f"problem.n_obj: expected {fixed} for {self.name} (its definition; or leave "
+                            f"n_obj out), got {self.n_obj}")
+        elif self.name in builtin_moo and not several:
             problems.append(f"problem.n_obj: expected >= 2 for {self.name}, got {self.n_obj}")
         if several and not self.user_function and self.name not in builtin_moo:
             problems.append(f"problem.n_obj: expected 1 for the single-objective {self.name}, got {self.n_obj}")
-        if several and self.name.startswith("zdt") and self.n_obj != 2:
-            problems.append(f"problem.n_obj: expected 2 for {self.name}, got {self.n_obj}")
         for bound in ("lower", "upper") if self.name in builtin_moo else ():
             if getattr(self, bound) is not None:
                 problems.append(f"problem.{bound}: expected none for {self.name} (its own box), "

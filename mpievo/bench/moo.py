@@ -20,6 +20,13 @@ resident does not dominate it):
   ``emigrants`` best by ``select_best_N_mo`` replace the worst by
   ``sort_population_mo``). Each island evaluates at most ``budget // islands``.
 
+``defaults`` (``mpievo bench moo --defaults``) runs both sides as a user would, at their
+defaults: mpievo's job gives only the islands, the budget, the seed, the problem (name and
+objectives) and ``engine.algorithm`` (population, batch, variation and migration: the
+library's defaults); pygmo runs ``nsga2`` at its defaults on ``islands`` populations of
+``population``, unconnected (an ``archipelago``'s default topology: no migration). The
+table then compares the medians (:func:`defaults_table`).
+
 Checks (:class:`MooCheckError` otherwise): every final point is evaluated again and must
 give the objectives the solver reported, and no solver may pass the budget (pygmo's
 evaluations are counted in the problem it calls). The score is the hypervolume
@@ -84,6 +91,8 @@ class MooBenchOptions(Settings):
     interval: int = setting(10, integer(1), "generations between migrations")
     emigrants: int = setting(4, integer(0), "migrants per ring edge and migration")
     peers: bool = setting(True, boolean, "also run pygmo's nsga2 and moead (needs pygmo)")
+    defaults: bool = setting(False, boolean, "both sides at their defaults (mpievo: only the algorithm, "
+                             "islands and budget; pygmo: nsga2 at its defaults, unconnected islands of population)")
 
     def _check_together(self, problems: list[str]) -> None:
         for spec in self.problems:
@@ -118,6 +127,35 @@ def run_mpievo(comm, problem, name: str, n_obj: int, seed: int, options: MooBenc
     front = result.front
     return {"points": None if front is None else front["objectives"],
             "genomes": None if front is None else front["genomes"], "evaluations": result.evaluations}
+
+
+def run_mpievo_defaults(comm, problem, name: str, n_obj: int, seed: int, options: MooBenchOptions,
+                        algorithm: str = "nsga2") -> dict:
+    """One mpievo run as a user would start it: islands, budget, seed, problem, algorithm."""
+    from ..parallel import run_job
+
+    job = validate({"run": {"islands": options.islands, "budget": options.budget, "seed": seed,
+                            "log_every": 1 << 30},
+                    "problem": {"name": name, "n_obj": n_obj}, "engine": {"algorithm": algorithm}}, comm.size)
+    if job.problem.dim != problem.dim:
+        raise MooCheckError(f"{name}: expected the default job's dim {problem.dim}, got {job.problem.dim}")
+    result = run_job(job, comm)
+    front = result.front
+    return {"points": None if front is None else front["objectives"],
+            "genomes": None if front is None else front["genomes"], "evaluations": result.evaluations}
+
+
+def run_peer_defaults(pygmo, problem, seed: int, options: MooBenchOptions) -> dict:
+    """pygmo ``nsga2`` at its defaults on ``islands`` unconnected populations (an archipelago's
+    default topology), each evolved once over its share of the budget."""
+    prob = pygmo.problem(_PygmoProblem(problem))
+    size, n = options.population, options.islands
+    generations = (options.budget // n - size) // size
+    pops = [pygmo.algorithm(pygmo.nsga2(gen=generations, seed=seed * n + i + 1)).evolve(
+        pygmo.population(prob, size, seed=seed * n + i)) for i in range(n)]
+    return {"points": np.concatenate([p.get_f() for p in pops]),
+            "genomes": np.concatenate([p.get_x() for p in pops]),
+            "evaluations": sum(int(p.problem.get_fevals()) for p in pops)}
 
 
 class _PygmoProblem:
@@ -204,9 +242,12 @@ def bench_moo(comm, options: MooBenchOptions, pygmo=None, log=print) -> list[dic
         name, n_obj = parse_problem(spec)
         problem = moo_problem(name, n_obj=n_obj)
         for seed in options.seeds:
-            solvers = [(f"mpievo {a}", lambda a=a: run_mpievo(comm, problem, name, n_obj, seed, options, a))
+            ours = run_mpievo_defaults if options.defaults else run_mpievo
+            solvers = [(f"mpievo {a}", lambda a=a: ours(comm, problem, name, n_obj, seed, options, a))
                        for a in options.algorithms]
-            if pygmo is not None and comm.rank == 0:
+            if pygmo is not None and comm.rank == 0 and options.defaults:
+                solvers.append(("pygmo nsga2", lambda: run_peer_defaults(pygmo, problem, seed, options)))
+            elif pygmo is not None and comm.rank == 0:
                 solvers += [(f"pygmo {peer}", lambda peer=peer: run_peer(pygmo, peer, problem, seed, options))
                             for peer in PEERS]
             for solver, run in solvers:
@@ -255,6 +296,37 @@ def summary_table(rows: list[dict], options: MooBenchOptions) -> str:
                   f"at the reference point (1.1 x the true front's nadir)")
     for s in ours if peers else ():
         conditions += f"; {s}'s median >= every peer's best on {wins[s]} of {len(problems)} problems"
+    return "\n".join(lines) + "\n\n" + conditions + "\n"
+
+
+def defaults_table(rows: list[dict], options: MooBenchOptions) -> str:
+    """The ``defaults`` mode's markdown table: per problem, every solver's median [min, max]
+    and whether each mpievo algorithm's median reaches pygmo's; the count, and the conditions."""
+    solvers = list(dict.fromkeys(r["solver"] for r in rows))
+    ours = [s for s in solvers if s.startswith("mpievo")]
+    peer = next((s for s in solvers if not s.startswith("mpievo")), None)
+    head = ["problem", "m", "dim"] + [f"{s} median [min, max]" for s in solvers]
+    head += [f"{s} >= {peer}" for s in ours if peer]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    wins, problems = dict.fromkeys(ours, 0), list(dict.fromkeys(r["problem"] for r in rows))
+    for spec in problems:
+        mine = [r for r in rows if r["problem"] == spec]
+        values = {s: np.array([r["hypervolume"] for r in mine if r["solver"] == s]) for s in solvers}
+        cells = [spec, str(mine[0]["n_obj"]), str(mine[0]["dim"])]
+        cells += [f"{np.median(v):.4f} [{v.min():.4f}, {v.max():.4f}]" for v in values.values()]
+        for s in ours if peer else ():
+            won = bool(np.median(values[s]) >= np.median(values[peer]))
+            wins[s] += won
+            cells.append("yes" if won else "no")
+        lines.append("| " + " | ".join(cells) + " |")
+    conditions = (f"at defaults: {options.budget} evaluations per run over {options.islands} islands, seeds "
+                  f"{list(options.seeds)}; mpievo: only engine.algorithm, run.islands, run.budget and the "
+                  f"problem given (population, batch, variation, ring migration: the library's defaults); "
+                  f"pygmo: nsga2() at its defaults, {options.islands} unconnected islands (an archipelago's "
+                  f"default topology) of {options.population}; hypervolume (moocore) of all islands' "
+                  f"non-dominated points at 1.1 x the true front's nadir")
+    for s in ours if peer else ():
+        conditions += f"; {s}'s median >= {peer}'s median on {wins[s]} of {len(problems)} problems"
     return "\n".join(lines) + "\n\n" + conditions + "\n"
 
 

@@ -362,14 +362,18 @@ def _add_moo_arguments(sub) -> None:
     moo.add_argument("--interval", type=_numbers(int, one=True), help="generations between migrations (default 10)")
     moo.add_argument("--emigrants", type=_numbers(int, one=True), help="migrants per edge (default 4)")
     moo.add_argument("--no-peers", dest="peers", action="store_false", help="mpievo only (no pygmo)")
+    moo.add_argument("--defaults", action="store_true",
+                     help="both sides at their defaults (mpievo: algorithm, islands, budget only; pygmo: nsga2() "
+                          "on unconnected islands of --population); medians compared")
     moo.add_argument("--json", dest="json_path", default=None, help="write the rows as JSON here")
 
 
 def _bench_moo(args) -> int:
-    from mpievo.bench.moo import MooBenchOptions, MooCheckError, bench_moo, summary_table, write_json
+    from mpievo.bench.moo import (MooBenchOptions, MooCheckError, bench_moo, defaults_table, summary_table,
+                                  write_json)
     from mpievo.parallel.world import world_comm
 
-    options = _options("moo", MooBenchOptions, _MOO_OPTIONS, args, peers=args.peers)
+    options = _options("moo", MooBenchOptions, _MOO_OPTIONS, args, peers=args.peers, defaults=args.defaults)
     if options is None:
         return 2
     try:
@@ -391,7 +395,7 @@ def _bench_moo(args) -> int:
             print(err, file=sys.stderr)
             return 1
     if comm.rank == 0:
-        print(summary_table(rows, options))
+        print((defaults_table if options.defaults else summary_table)(rows, options))
         if args.json_path:
             write_json(args.json_path, rows, options)
             print(f"wrote {args.json_path}")

@@ -99,7 +99,8 @@ def _departures_note() -> str:
     parsed, _ = load_config(None)
     tables = {"run": RunConfig, "problem": ProblemConfig, "migration": MigrationConfig, "engine": EngineConfig}
     lines = ["# `mpievo run` without a config runs the embedded job (mpievo/cli/default.toml), which",
-             "# departs from these defaults for its 100-D rotated Rastrigin (the file says why):"]
+             "# departs from these defaults for its 100-D rotated Rastrigin (the file says why; another",
+             "# engine.algorithm on the command line drops its [engine] keys: that algorithm's defaults apply):"]
     for name, cls in tables.items():
         for key, value in parsed.get(name, {}).items():
             if value != cls.keys()[key].default:
@@ -113,10 +114,12 @@ class _Prepared:
         self.job, self.source, self.restored = job, source, restored
 
 
-def _command_line(raw: dict, args) -> dict:
+def _command_line(raw: dict, args, embedded: bool = False) -> dict:
     """The config with the command line's overrides applied; ``--problem`` starts a fresh
     ``[problem]`` table (a built-in's shift, rotation or bounds mean nothing for another
-    problem)."""
+    problem), and so does another ``engine.algorithm`` for the ``embedded`` job's
+    ``[engine]`` table (its settings are the GA's for its Rastrigin: the other algorithm
+    takes its own defaults)."""
     from ..config import apply_overrides, parse_assignment
 
     values = {}
@@ -129,6 +132,8 @@ def _command_line(raw: dict, args) -> dict:
     for text in args.assignments:
         key, value = parse_assignment(text)
         values[key] = value
+    if embedded and values.get("engine.algorithm", raw["engine"]["algorithm"]) != raw["engine"]["algorithm"]:
+        raw = {**raw, "engine": {}}
     return apply_overrides(raw, values)
 
 
@@ -180,7 +185,7 @@ def _prepare(comm, args) -> _Prepared:
                 raw, source = _read_on_root(comm, path)
         else:
             raw, source = _read_on_root(comm, path)
-        job = validate(_command_line(raw, args), comm.size, source)
+        job = validate(_command_line(raw, args, embedded=path is None and restored is None), comm.size, source)
         if restored is not None:
             check_config_compatible(saved, job.config, allow=RESUMABLE_KEYS)
             if job.run.generations is not None and restored.generation > job.run.generations:

@@ -38,6 +38,23 @@ EVALUATIONS = ("generational", "steady")
 MAX_MEMBERS = 10_000_000
 
 
+#: the settings whose default depends on the algorithm: their values when the algorithm
+#: class does not say (its ``config_defaults``, e.g. the Pareto islands' population of 100)
+ALGORITHM_DEFAULTS = {"capacity": 64, "batch_size": 128}
+
+
+def algorithm_defaults(algorithm: str) -> dict:
+    """The defaults of :data:`ALGORITHM_DEFAULTS`'s settings for ``algorithm`` (a built-in
+    name; any other string gets the plain ones).
+
+    Example::
+
+        algorithm_defaults("nsga2")      # {"capacity": 100, "batch_size": 100}
+    """
+    own = getattr(algorithm_classes().get(algorithm), "config_defaults", {})
+    return {name: own.get(name, value) for name, value in ALGORITHM_DEFAULTS.items()}
+
+
 def _setting(default, check, doc: str):
     return setting(default, PerIsland(check), doc)
 
@@ -60,8 +77,12 @@ class EngineConfig(Settings):
                                            also=_user_class),
                               "island algorithm: ga, de (jde), shade, cmaes, nsga2, smsemoa or moead "
                               "(several objectives) or 'module:Class'")
-    capacity: Any = _setting(64, integer(2, MAX_MEMBERS), "archive capacity (members kept per island)")
-    batch_size: Any = _setting(128, integer(1, MAX_MEMBERS), "GA children per generation")
+    capacity: Any = _setting(None, optional(integer(2, MAX_MEMBERS)),
+                             "archive capacity (members kept per island); none: the algorithm's default "
+                             "(64; nsga2, smsemoa, moead: 100, their population)")
+    batch_size: Any = _setting(None, optional(integer(1, MAX_MEMBERS)),
+                               "children per generation (ga, nsga2, smsemoa, moead); none: the algorithm's "
+                               "default (128; nsga2, smsemoa, moead: 100)")
     dtype: Any = _setting("float32", choice(GENOME_DTYPES),
                           "genome dtype; bfloat16 and float16 (GA, dense or delta genomes) breed in float32 "
                           "and round once to nearest even (see mpievo.evo.half)")
@@ -159,6 +180,15 @@ class EngineConfig(Settings):
     shade_max_evaluations: Any = _setting(None, optional(integer(1)),
                                           "L-SHADE: this island's evaluation budget, over which the population "
                                           "shrinks linearly to shade_min_population; None: fixed size (SHADE)")
+
+    def __post_init__(self):
+        """Settings left unset (None) that :data:`ALGORITHM_DEFAULTS` lists take the
+        algorithm's default (an island-varying algorithm: when resolved per island)."""
+        if isinstance(self.algorithm, str) and (self.algorithm in algorithm_classes() or _user_class(self.algorithm)):
+            for name, value in algorithm_defaults(self.algorithm).items():
+                if getattr(self, name) is None:
+                    object.__setattr__(self, name, value)
+        super().__post_init__()
 
     def to_dict(self) -> dict:
         """All settings as a dict (lists copied, expressions as their text, other

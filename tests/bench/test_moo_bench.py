@@ -53,3 +53,22 @@ def test_options_are_refused_with_what_was_expected(capsys):
     assert "population: expected a multiple of 4" in err
     with pytest.raises(ValueError, match="expected a problem among"):
         bm.parse_problem("sphere")
+
+
+def test_defaults_mode_leaves_both_sides_at_their_defaults():
+    try:
+        import pygmo
+    except ImportError:
+        pygmo = None
+    options = bm.MooBenchOptions(problems=("zdt1", "dtlz2:2"), seeds=(0, 1), budget=600, islands=2, defaults=True)
+    rows = bm.bench_moo(SelfComm(), options, pygmo, log=lambda text: None)
+    assert {r["solver"] for r in rows} == {"mpievo nsga2"} | ({"pygmo nsga2"} if pygmo else set())
+    for row in rows:     # 2 islands of 100 (both sides' population) and 2 generations of 100 each
+        assert row["evaluations"] == 600 and row["dim"] == (30 if row["problem"] == "zdt1" else 11)
+    table = bm.defaults_table(rows, options)
+    assert "| zdt1 | 2 | 30 | " in table and "only engine.algorithm, run.islands, run.budget" in table
+    if pygmo is not None:
+        wins = sum(np.median([r["hypervolume"] for r in rows if r["problem"] == p and r["solver"] == "mpievo nsga2"])
+                   >= np.median([r["hypervolume"] for r in rows if r["problem"] == p and r["solver"] == "pygmo nsga2"])
+                   for p in options.problems)
+        assert f"mpievo nsga2's median >= pygmo nsga2's median on {wins} of 2 problems" in table

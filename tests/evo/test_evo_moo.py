@@ -245,8 +245,64 @@ def test_wfg_problems_are_pymoo_s_with_a_reference_point_beyond_their_fronts(nam
 
 def test_wfg_dims_that_make_no_problem_are_refused():
     with pytest.raises(ValueError, match=r"expected an even number of distance genes \(dim - 4\) for wfg2, got dim 23"):
-        moo_problem("wfg2", 23)
+        moo_problem("wfg2", 23, 2)
     with pytest.raises(ValueError, match="expected dim to be an int > 4 for wfg1 with 2 objectives"):
-        moo_problem("wfg1", 4)
+        moo_problem("wfg1", 4, 2)
     with pytest.raises(ValueError, match="expected n_obj to be an int >= 2 for wfg5, got 1"):
         moo_problem("wfg5", n_obj=1)
+
+
+def test_objectives_and_genes_come_from_the_problem_and_a_conflict_is_refused():
+    from mpievo.config import ConfigError, validate
+
+    def job(problem, **engine):
+        return validate({"problem": problem, "engine": {"algorithm": "nsga2", **engine}}, 1)
+
+    zdt = job({"name": "zdt1"})
+    assert (zdt.problem.n_obj, zdt.problem.dim) == (2, 30) and zdt.config["problem"]["n_obj"] == 2
+    assert (job({"name": "zdt4", "n_obj": 2}).problem.dim, job({"name": "dtlz2"}).problem.n_obj) == (10, 3)
+    assert job({"name": "dtlz2", "n_obj": 2}).problem.dim == 11 and job({"name": "dtlz2"}).problem.dim == 12
+    assert (moo_problem("dtlz2").n_obj, moo_problem("wfg1").dim) == (3, 24)
+    single = validate({"problem": {"name": "rastrigin"}}, 1).problem
+    assert (single.n_obj, single.dim) == (1, 100)
+    for n_obj in (1, 3):
+        with pytest.raises(ConfigError) as err:
+            job({"name": "zdt1", "n_obj": n_obj})
+        assert err.value.problems == [f"problem.n_obj: expected 2 for zdt1 (its definition; or leave n_obj "
+                                      f"out), got {n_obj}"]
+
+
+def test_pareto_islands_default_to_a_population_of_100_and_user_values_win():
+    from mpievo.evo.engine_config import algorithm_defaults
+
+    assert (EngineConfig().capacity, EngineConfig().batch_size) == (64, 128)
+    for algorithm in ("nsga2", "smsemoa", "moead"):
+        config = EngineConfig(algorithm=algorithm)
+        assert (config.capacity, config.batch_size) == (100, 100) == tuple(algorithm_defaults(algorithm).values())
+        assert (config.sbx_prob, config.sbx_eta, config.pm_eta, config.mutation_rate) == (0.9, 15.0, 20.0, None)
+    assert EngineConfig(algorithm="nsga2", capacity=40).to_dict()["capacity"] == 40
+    assert EngineConfig.from_dict({"algorithm": "moead", "batch_size": 7}).batch_size == 7
+    per_island = EngineConfig(algorithm=["ga", "nsga2", "smsemoa"], capacity=[None, None, 12]).resolve_all(3)
+    assert [(e.capacity, e.batch_size) for e in per_island] == [(64, 128), (100, 100), (12, 100)]
+
+
+def test_the_embedded_job_at_another_algorithm_takes_that_algorithm_s_defaults(capsys):
+    """``mpievo run --problem zdt1 --set engine.algorithm=nsga2 --budget N``, as issue 41's user
+    ran it: the embedded job's GA settings (8192 members, every gene mutated) gave
+    hypervolumes of 0.01-0.03 here, the Pareto islands' defaults 0.39-0.43 (seeds 0, 1)."""
+    pytest.importorskip("moocore")
+    import json
+
+    from mpievo.cli.main import main
+    from mpievo.comm.protocol import SelfComm
+    from mpievo.config import validate
+    from mpievo.parallel import run_job
+
+    assert main(["run", "--problem", "zdt1", "--set", "engine.algorithm=nsga2", "--budget", "3000",
+                 "--islands", "1", "--show-config"]) == 0
+    config = json.loads(capsys.readouterr().out)
+    engine = config["engine"]
+    assert (engine["capacity"], engine["batch_size"], "mutation_rate" in engine) == (100, 100, False)
+    assert config["problem"]["dim"] == 30
+    result = run_job(validate(config, 1), SelfComm())     # the job that command runs
+    assert result.evaluations == 3000 and result.front["hypervolume"] > 0.3

@@ -89,8 +89,8 @@ def test_pareto_islands_give_the_serial_result_bit_for_bit(world):
     ({"engine": {"algorithm": "ga"}}, r"engine.algorithm: expected \['nsga2', 'smsemoa', 'moead'\].*got \['ga'\]"),
     ({"run": {"scheme": "master_worker"}}, "run.scheme: expected 'island' with several objectives"),
     ({"migration": {"replacement": "fair"}}, "migration.replacement: expected 'better' or 'worst'"),
-    ({"problem": {"n_obj": 1}}, "problem.n_obj: expected >= 2 for zdt1, got 1"),
-    ({"problem": {"n_obj": 3}}, "problem.n_obj: expected 2 for zdt1, got 3"),
+    ({"problem": {"n_obj": 1}}, r"problem.n_obj: expected 2 for zdt1 \(its definition; or leave n_obj out\), got 1"),
+    ({"problem": {"n_obj": 3}}, r"problem.n_obj: expected 2 for zdt1 \(its definition; or leave n_obj out\), got 3"),
     ({"problem": {"reference_point": [1.0]}}, r"problem.reference_point: expected 2 numbers"),
     ({"problem": {"lower": 0.5}}, "problem.lower: expected none for zdt1"),
 ])

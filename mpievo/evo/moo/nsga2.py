@@ -24,6 +24,9 @@ from .. import operators as ops
 from .pareto import survivor_order
 from .variation import bounded_polynomial_mutation, sbx_pairs
 
+#: the Pareto islands' default population (engine.capacity) and children per generation
+POPULATION = 100
+
 
 def tournament_winners(order_rank: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray:
     """``count`` binary-tournament winners among members ranked by ``order_rank`` (0 best).
@@ -42,6 +45,9 @@ class ParetoAlgorithm:
     name = "pareto"
     multi_objective = True
     mutation_rate = None
+    #: engine settings left unset: the population of pymoo's NSGA2, SMSEMOA and MOEAD (and
+    #: of Deb et al. 2002), one generation of as many children (see docs/guides/multi-objective.md)
+    config_defaults = {"capacity": POPULATION, "batch_size": POPULATION}
 
     def attach(self, problem, archive) -> None:
         if getattr(archive, "n_obj", 1) < 2:

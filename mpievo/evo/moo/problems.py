@@ -26,7 +26,7 @@ import numpy as np
 from ..archive import sanitize_fitness
 from ..problems import Problem, check_fitness
 from .archive import sanitize_objectives
-from .wfg import WFG, wfg_box, wfg_function, wfg_scales
+from .wfg import WFG, position_genes, wfg_box, wfg_function, wfg_scales
 
 #: margin of the built-ins' reference point over the nadir of the true front
 REFERENCE_MARGIN = 1.1
@@ -237,25 +237,74 @@ def nadir(name: str, n_obj: int) -> np.ndarray:
     return np.ones(n_obj)
 
 
-def moo_problem(name: str, dim: int | None = None, n_obj: int = 2) -> MultiObjectiveProblem:
+#: objectives of a scalable built-in (DTLZ, WFG) when not given: three, the count of
+#: Deb, Thiele, Laumanns and Zitzler's and Huband et al.'s examples and the default of
+#: pymoo's DTLZ and of pygmo's ``dtlz`` and ``wfg``
+SCALABLE_OBJECTIVES = 3
+
+
+def builtin_objectives(name: str) -> int | None:
+    """The objectives of built-in ``name`` when not given: 2 for ZDT (fixed by its
+    definition), :data:`SCALABLE_OBJECTIVES` for DTLZ and WFG; None for another name.
+
+    Example::
+
+        builtin_objectives("zdt1")       # 2
+    """
+    if name in _ZDT:
+        return 2
+    return SCALABLE_OBJECTIVES if name in BUILTIN_MOO else None
+
+
+def fixed_objectives(name: str) -> int | None:
+    """The objectives built-in ``name`` has by definition (ZDT: 2), None when it scales.
+
+    Example::
+
+        fixed_objectives("zdt4"), fixed_objectives("dtlz2")      # 2, None
+    """
+    return 2 if name in _ZDT else None
+
+
+def builtin_dim(name: str, n_obj: int) -> int:
+    """The genes of built-in ``name`` with ``n_obj`` objectives when not given (pymoo's):
+    ZDT1-3 30, ZDT4 and ZDT6 10, DTLZ ``n_obj - 1 + k`` (k = 5 for DTLZ1, 20 for DTLZ7,
+    10 for the others), WFG 20 distance genes after its position genes.
+
+    Example::
+
+        builtin_dim("dtlz2", 3)          # 12
+    """
+    if name in _ZDT:
+        return _ZDT[name][1]
+    if name in _DTLZ:
+        return n_obj - 1 + _DTLZ[name][1]
+    return 20 + position_genes(n_obj)
+
+
+def moo_problem(name: str, dim: int | None = None, n_obj: int | None = None) -> MultiObjectiveProblem:
     """A built-in multi-objective problem.
 
     Args:
         name: one of :data:`BUILTIN_MOO`.
-        dim: genes; None: pymoo's default (ZDT 30, ZDT4/6 10, DTLZ ``n_obj - 1 + k`` with
-            k = 5 for DTLZ1, 20 for DTLZ7, 10 for the others; WFG 20 distance genes
-            after its position genes).
-        n_obj: objectives (ZDT: 2 only).
+        dim: genes; None: :func:`builtin_dim` (pymoo's default).
+        n_obj: objectives (ZDT: 2 only); None: :func:`builtin_objectives` (ZDT 2, DTLZ
+            and WFG 3).
 
     Raises:
         ValueError: unknown name, or a dim or n_obj the problem does not take.
+
+    Example::
+
+        moo_problem("zdt1").dim, moo_problem("dtlz2").n_obj          # 30, 3
     """
     if name not in BUILTIN_MOO:
         raise ValueError(f"expected a multi-objective problem among {sorted(BUILTIN_MOO)}, got {name!r}")
+    n_obj = builtin_objectives(name) if n_obj is None else n_obj
     if name in _ZDT:
         func, default = _ZDT[name]
         if n_obj != 2:
-            raise ValueError(f"expected n_obj = 2 for {name}, got {n_obj!r}")
+            raise ValueError(f"expected n_obj = 2 for {name} (two objectives by definition), got {n_obj!r}")
         dim = default if dim is None else dim
         lower = np.zeros(dim) if name != "zdt4" else np.append(0.0, np.full(dim - 1, -5.0))
         upper = np.ones(dim) if name != "zdt4" else np.append(1.0, np.full(dim - 1, 5.0))
