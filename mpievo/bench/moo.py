@@ -131,7 +131,12 @@ def run_mpievo(comm, problem, name: str, n_obj: int, seed: int, options: MooBenc
 
 def run_mpievo_defaults(comm, problem, name: str, n_obj: int, seed: int, options: MooBenchOptions,
                         algorithm: str = "nsga2") -> dict:
-    """One mpievo run as a user would start it: islands, budget, seed, problem, algorithm."""
+    """One mpievo run as a user would start it: islands, budget, seed, problem, algorithm.
+
+    Example::
+
+        run = run_mpievo_defaults(SelfComm(), moo_problem("zdt1"), "zdt1", 2, 0, MooBenchOptions(defaults=True))
+    """
     from ..parallel import run_job
 
     job = validate({"run": {"islands": options.islands, "budget": options.budget, "seed": seed,
@@ -147,7 +152,12 @@ def run_mpievo_defaults(comm, problem, name: str, n_obj: int, seed: int, options
 
 def run_peer_defaults(pygmo, problem, seed: int, options: MooBenchOptions) -> dict:
     """pygmo ``nsga2`` at its defaults on ``islands`` unconnected populations (an archipelago's
-    default topology), each evolved once over its share of the budget."""
+    default topology), each evolved once over its share of the budget.
+
+    Example::
+
+        run = run_peer_defaults(pygmo, moo_problem("zdt1"), 0, MooBenchOptions(defaults=True))
+    """
     prob = pygmo.problem(_PygmoProblem(problem))
     size, n = options.population, options.islands
     generations = (options.budget // n - size) // size
@@ -301,7 +311,12 @@ def summary_table(rows: list[dict], options: MooBenchOptions) -> str:
 
 def defaults_table(rows: list[dict], options: MooBenchOptions) -> str:
     """The ``defaults`` mode's markdown table: per problem, every solver's median [min, max]
-    and whether each mpievo algorithm's median reaches pygmo's; the count, and the conditions."""
+    and whether each mpievo algorithm's median reaches pygmo's; the count, and the conditions.
+
+    Example::
+
+        print(defaults_table(bench_moo(comm, options, pygmo), options))
+    """
     solvers = list(dict.fromkeys(r["solver"] for r in rows))
     ours = [s for s in solvers if s.startswith("mpievo")]
     peer = next((s for s in solvers if not s.startswith("mpievo")), None)

@@ -2,7 +2,8 @@
 
 * :mod:`.pareto` -- dominance, non-dominated sorting, crowding distance, NSGA-II's order.
 * :mod:`.problems` -- :class:`MultiObjectiveProblem` (``f(X) -> (n, n_obj)``, minimised) and
-  the built-ins ZDT1-4, ZDT6, DTLZ1-7 (:func:`moo_problem`).
+  the built-ins ZDT1-4, ZDT6, DTLZ1-7, WFG1-9 (:func:`moo_problem`; objectives and genes
+  left out: the problem's, :func:`~.problems.builtin_objectives`).
 * :mod:`.archive` -- :class:`ParetoArchive`: an island archive whose merge is NSGA-II's
   environmental selection (the population of a Pareto island).
 * :mod:`.nsga2` -- the ``nsga2`` island algorithm (tournaments, SBX, polynomial mutation).
@@ -14,8 +15,7 @@ Example::
 
     from mpievo.evo import EngineConfig, Island
     from mpievo.evo.moo import moo_problem
-    island = Island(0, moo_problem("zdt1"), EngineConfig(algorithm="nsga2", capacity=100,
-                                                         batch_size=100), seed=1)
+    island = Island(0, moo_problem("zdt1"), EngineConfig(algorithm="nsga2"), seed=1)   # 100 members
     island.run(100)
     front = island.archive.objectives[island.archive.front()]
 """
