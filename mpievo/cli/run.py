@@ -100,7 +100,7 @@ def _departures_note() -> str:
     tables = {"run": RunConfig, "problem": ProblemConfig, "migration": MigrationConfig, "engine": EngineConfig}
     lines = ["# `mpievo run` without a config runs the embedded job (mpievo/cli/default.toml), which",
              "# departs from these defaults for its 100-D rotated Rastrigin (the file says why; another",
-             "# engine.algorithm on the command line drops its [engine] keys: that algorithm's defaults apply):"]
+             "# algorithm set on the command line drops its [engine] keys: that algorithm's defaults apply):"]
     for name, cls in tables.items():
         for key, value in parsed.get(name, {}).items():
             if value != cls.keys()[key].default:

@@ -82,7 +82,7 @@ class EngineConfig(Settings):
                              "(64; nsga2, smsemoa, moead: 100, their population)")
     batch_size: Any = _setting(None, optional(integer(1, MAX_MEMBERS)),
                                "children per generation (ga, nsga2, smsemoa, moead); none: the algorithm's "
-                               "default (128; nsga2, smsemoa, moead: 100)")
+                               "default (128; nsga2, smsemoa: 100; moead: 10)")
     dtype: Any = _setting("float32", choice(GENOME_DTYPES),
                           "genome dtype; bfloat16 and float16 (GA, dense or delta genomes) breed in float32 "
                           "and round once to nearest even (see mpievo.evo.half)")

@@ -276,9 +276,9 @@ def test_pareto_islands_default_to_a_population_of_100_and_user_values_win():
     from mpievo.evo.engine_config import algorithm_defaults
 
     assert (EngineConfig().capacity, EngineConfig().batch_size) == (64, 128)
-    for algorithm in ("nsga2", "smsemoa", "moead"):
+    for algorithm, batch in (("nsga2", 100), ("smsemoa", 100), ("moead", 10)):
         config = EngineConfig(algorithm=algorithm)
-        assert (config.capacity, config.batch_size) == (100, 100) == tuple(algorithm_defaults(algorithm).values())
+        assert (config.capacity, config.batch_size) == (100, batch) == tuple(algorithm_defaults(algorithm).values())
         assert (config.sbx_prob, config.sbx_eta, config.pm_eta, config.mutation_rate) == (0.9, 15.0, 20.0, None)
     assert EngineConfig(algorithm="nsga2", capacity=40).to_dict()["capacity"] == 40
     assert EngineConfig.from_dict({"algorithm": "moead", "batch_size": 7}).batch_size == 7
