@@ -45,8 +45,8 @@ class ParetoAlgorithm:
     name = "pareto"
     multi_objective = True
     mutation_rate = None
-    #: engine settings left unset: the population of pymoo's NSGA2, SMSEMOA and MOEAD (and
-    #: of Deb et al. 2002), one generation of as many children (see docs/guides/multi-objective.md)
+    #: engine settings left unset: the population of pymoo's NSGA2 and SMSEMOA (and of Deb
+    #: et al. 2002), one generation of as many children (see docs/guides/multi-objective.md)
     config_defaults = {"capacity": POPULATION, "batch_size": POPULATION}
 
     def attach(self, problem, archive) -> None:

@@ -312,8 +312,8 @@ def moo_problem(name: str, dim: int | None = None, n_obj: int | None = None) -> 
     elif isinstance(n_obj, bool) or not isinstance(n_obj, (int, np.integer)) or n_obj < 2:
         raise ValueError(f"expected n_obj to be an int >= 2 for {name}, got {n_obj!r}")
     elif name in _DTLZ:
-        rule, k = _DTLZ[name]
-        dim = n_obj - 1 + k if dim is None else dim
+        rule, _ = _DTLZ[name]
+        dim = builtin_dim(name, n_obj) if dim is None else dim
         least = n_obj
 
         def func(x, rule=rule, m=int(n_obj)):
