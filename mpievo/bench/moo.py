@@ -275,38 +275,54 @@ def bench_moo(comm, options: MooBenchOptions, pygmo=None, log=print) -> list[dic
     return rows
 
 
+def _grouped(rows: list[dict]) -> tuple[list[str], list[str], dict]:
+    """(mpievo's solvers, the peers, {problem: (its first row, {solver: hypervolumes})}), in order."""
+    solvers = list(dict.fromkeys(r["solver"] for r in rows))
+    grouped = {}
+    for row in rows:
+        grouped.setdefault(row["problem"], (row, {s: [] for s in solvers}))[1][row["solver"]].append(row["hypervolume"])
+    return ([s for s in solvers if s.startswith("mpievo")], [s for s in solvers if not s.startswith("mpievo")],
+            {spec: (first, {s: np.array(v) for s, v in values.items()}) for spec, (first, values) in grouped.items()})
+
+
+def _spread(values: np.ndarray) -> str:
+    return f"{np.median(values):.4f} [{values.min():.4f}, {values.max():.4f}]"
+
+
+def _verdicts(cells: list[str], wins: dict, solvers, won) -> None:
+    """A "yes"/"no" cell per solver of ``solvers`` by ``won(solver)``, counted in ``wins``."""
+    for solver in solvers:
+        verdict = bool(won(solver))
+        wins[solver] += verdict
+        cells.append("yes" if verdict else "no")
+
+
+def _markdown(head: list[str], body: list[list[str]], conditions: str) -> str:
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(c) + " |" for c in body]
+    return "\n".join(lines) + "\n\n" + conditions + "\n"
+
+
 def summary_table(rows: list[dict], options: MooBenchOptions) -> str:
     """A markdown table: per problem, mpievo's medians (and ranges) against each peer's best and median."""
-    solvers = list(dict.fromkeys(r["solver"] for r in rows))
-    ours = [s for s in solvers if s.startswith("mpievo")]
-    peers = [s for s in solvers if not s.startswith("mpievo")]
-    head = ["problem", "m", "dim", "reference point"] + [
-        f"{s} median [min, max]" if s in ours else f"{s} best (median)" for s in solvers]
-    head += [f"{s} median >= best peer" for s in ours if peers]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    wins = dict.fromkeys(ours, 0)
-    problems = list(dict.fromkeys(r["problem"] for r in rows))
-    for spec in problems:
-        mine = [r for r in rows if r["problem"] == spec]
-        values = {s: np.array([r["hypervolume"] for r in mine if r["solver"] == s]) for s in solvers}
-        cells = [spec, str(mine[0]["n_obj"]), str(mine[0]["dim"]),
-                 "(" + ", ".join(f"{v:.4g}" for v in mine[0]["reference_point"]) + ")"]
-        for s in solvers:
-            v = values[s]
-            cells.append(f"{np.median(v):.4f} [{v.min():.4f}, {v.max():.4f}]" if s.startswith("mpievo")
-                         else f"{v.max():.4f} ({np.median(v):.4f})")
-        for s in ours if peers else ():
-            won = all(float(np.median(values[s])) >= values[p].max() for p in peers)
-            wins[s] += won
-            cells.append("yes" if won else "no")
-        lines.append("| " + " | ".join(cells) + " |")
+    ours, peers, grouped = _grouped(rows)
+    head = ["problem", "m", "dim", "reference point"] + [f"{s} median [min, max]" for s in ours]
+    head += [f"{s} best (median)" for s in peers] + [f"{s} median >= best peer" for s in ours if peers]
+    body, wins = [], dict.fromkeys(ours, 0)
+    for spec, (first, values) in grouped.items():
+        cells = [spec, str(first["n_obj"]), str(first["dim"]),
+                 "(" + ", ".join(f"{v:.4g}" for v in first["reference_point"]) + ")"]
+        cells += [_spread(values[s]) for s in ours] + [f"{values[p].max():.4f} ({np.median(values[p]):.4f})"
+                                                      for p in peers]
+        _verdicts(cells, wins, ours if peers else (),
+                  lambda s: all(float(np.median(values[s])) >= values[p].max() for p in peers))
+        body.append(cells)
     conditions = (f"{options.budget} evaluations per run over {options.islands} islands of {options.population}, "
                   f"ring migration of {options.emigrants} every {options.interval} generations, "
                   f"seeds {list(options.seeds)}; hypervolume (moocore) of all islands' non-dominated points "
                   f"at the reference point (1.1 x the true front's nadir)")
     for s in ours if peers else ():
-        conditions += f"; {s}'s median >= every peer's best on {wins[s]} of {len(problems)} problems"
-    return "\n".join(lines) + "\n\n" + conditions + "\n"
+        conditions += f"; {s}'s median >= every peer's best on {wins[s]} of {len(grouped)} problems"
+    return _markdown(head, body, conditions)
 
 
 def defaults_table(rows: list[dict], options: MooBenchOptions) -> str:
@@ -317,23 +333,15 @@ def defaults_table(rows: list[dict], options: MooBenchOptions) -> str:
 
         print(defaults_table(bench_moo(comm, options, pygmo), options))
     """
-    solvers = list(dict.fromkeys(r["solver"] for r in rows))
-    ours = [s for s in solvers if s.startswith("mpievo")]
-    peer = next((s for s in solvers if not s.startswith("mpievo")), None)
-    head = ["problem", "m", "dim"] + [f"{s} median [min, max]" for s in solvers]
+    ours, peers, grouped = _grouped(rows)
+    peer = peers[0] if peers else None
+    head = ["problem", "m", "dim"] + [f"{s} median [min, max]" for s in ours + peers]
     head += [f"{s} >= {peer}" for s in ours if peer]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    wins, problems = dict.fromkeys(ours, 0), list(dict.fromkeys(r["problem"] for r in rows))
-    for spec in problems:
-        mine = [r for r in rows if r["problem"] == spec]
-        values = {s: np.array([r["hypervolume"] for r in mine if r["solver"] == s]) for s in solvers}
-        cells = [spec, str(mine[0]["n_obj"]), str(mine[0]["dim"])]
-        cells += [f"{np.median(v):.4f} [{v.min():.4f}, {v.max():.4f}]" for v in values.values()]
-        for s in ours if peer else ():
-            won = bool(np.median(values[s]) >= np.median(values[peer]))
-            wins[s] += won
-            cells.append("yes" if won else "no")
-        lines.append("| " + " | ".join(cells) + " |")
+    body, wins = [], dict.fromkeys(ours, 0)
+    for spec, (first, values) in grouped.items():
+        cells = [spec, str(first["n_obj"]), str(first["dim"])] + [_spread(values[s]) for s in ours + peers]
+        _verdicts(cells, wins, ours if peer else (), lambda s: np.median(values[s]) >= np.median(values[peer]))
+        body.append(cells)
     conditions = (f"at defaults: {options.budget} evaluations per run over {options.islands} islands, seeds "
                   f"{list(options.seeds)}; mpievo: only engine.algorithm, run.islands, run.budget and the "
                   f"problem given (population, batch, variation, ring migration: the library's defaults); "
@@ -341,8 +349,8 @@ def defaults_table(rows: list[dict], options: MooBenchOptions) -> str:
                   f"default topology) of {options.population}; hypervolume (moocore) of all islands' "
                   f"non-dominated points at 1.1 x the true front's nadir")
     for s in ours if peer else ():
-        conditions += f"; {s}'s median >= {peer}'s median on {wins[s]} of {len(problems)} problems"
-    return "\n".join(lines) + "\n\n" + conditions + "\n"
+        conditions += f"; {s}'s median >= {peer}'s median on {wins[s]} of {len(grouped)} problems"
+    return _markdown(head, body, conditions)
 
 
 def write_json(path, rows: list[dict], options: MooBenchOptions) -> None:
