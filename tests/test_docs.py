@@ -5,7 +5,10 @@ the configuration reference is generated with a row per key."""
 from __future__ import annotations
 
 import re
+import types
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
@@ -76,3 +79,133 @@ def test_every_module_and_object_named_in_the_docs_exists():
     names -= {"mpievo.kernels.cuda_"}         # "mpievo.kernels.cuda_*": a family of modules
     gone = sorted(name for name in names if not _resolves(name))
     assert names and not gone, f"expected every mpievo name in the docs to exist, got {gone} missing"
+
+
+# --- the public API and its reference -------------------------------------------------
+#: The public API: the names in each of these modules' ``__all__`` (a module without one:
+#: the functions and classes it defines whose names do not start with "_"). Every one is on
+#: docs/reference/api.md, and every public function and class has a docstring with an
+#: example (an ``Example:`` section, a ``>>>`` line or a ``::`` literal block).
+PUBLIC_MODULES = ("mpievo", "mpievo.evo", "mpievo.evo.algorithms", "mpievo.evo.moo", "mpievo.evo.migration_policy",
+                  "mpievo.rules.topology", "mpievo.torch", "mpievo.io")
+#: modules whose ``>>>`` examples are run by test_the_doctested_examples_run
+DOCTESTED = ("mpievo.rules.topology", "mpievo.evo.migration_policy", "mpievo.evo.moo.pareto")
+EXAMPLE = re.compile(r"^\s*(?:Examples?:|>>> |.*::$)", re.MULTILINE)
+API_PAGE = ROOT / "docs" / "reference" / "api.md"
+
+
+def _public_names(module_name: str) -> list[str]:
+    import importlib
+    import inspect
+
+    if module_name == "mpievo.torch":
+        pytest.importorskip("torch")
+    module = importlib.import_module(module_name)
+    if hasattr(module, "__all__"):
+        return [name for name in module.__all__ if not name.startswith("_")]
+    return [name for name, obj in vars(module).items() if not name.startswith("_")
+            and (inspect.isclass(obj) or inspect.isfunction(obj)) and obj.__module__ == module_name]
+
+
+def _rendered() -> dict[str, object]:
+    """Dotted path -> object, for everything docs/reference/api.md's ``::: path`` directives
+    render: the path itself and its members (the ``members:`` list, or a module's public names)."""
+    text = API_PAGE.read_text(encoding="utf-8")
+    rendered = {}
+    for match in re.finditer(r"^::: ([\w.]+)\n((?:[ \t]+.*\n)*)", text, re.MULTILINE):
+        path, block = match.group(1), match.group(2)
+        assert _resolves(path), f"{API_PAGE.name}: expected '::: {path}' to name an object, got nothing there"
+        listed = re.search(r"\bmembers:\s*(\[[^\]]*\]|\w+)", block)
+        if listed is None or listed.group(1) == "true":     # everything public with a docstring
+            try:
+                members = _public_names(path) if _is_module(path) else []
+            except pytest.skip.Exception:                   # mpievo.torch without torch
+                continue
+            if re.search(r"\bshow_if_no_docstring:\s*true", block):    # and constants (no docstring)
+                module = _object(path) if _is_module(path) else None
+                names = getattr(module, "__all__", None) or [name for name in vars(module or object())
+                                                             if not name.startswith("_")]
+                members += [name for name in names if not callable(getattr(module, name))
+                            and not isinstance(getattr(module, name), types.ModuleType)]
+            elif _is_module(path):
+                members = [name for name in members if callable(_object(f"{path}.{name}"))]
+        elif listed.group(1) == "false":
+            members = []
+        else:
+            members = re.findall(r"\w+", listed.group(1))
+        for name in [None, *members]:
+            full = path if name is None else f"{path}.{name}"
+            rendered[full] = _object(full)
+    return rendered
+
+
+def _is_module(path: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(path) is not None
+    except ModuleNotFoundError:         # a parent that is not a package
+        return False
+
+
+def _object(path: str):
+    import importlib
+
+    parts = path.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            target = importlib.import_module(".".join(parts[:cut]))
+        except ModuleNotFoundError:
+            continue
+        for attribute in parts[cut:]:
+            target = getattr(target, attribute)
+        return target
+    raise AssertionError(path)
+
+
+@pytest.mark.parametrize("module_name", PUBLIC_MODULES)
+def test_every_public_name_is_in_the_reference_with_an_example(module_name):
+    import inspect
+
+    rendered = _rendered()
+    missing, without_example = [], []
+    for name in _public_names(module_name):
+        obj = _object(f"{module_name}.{name}")
+        if not any(value is obj and path.rsplit(".", 1)[-1] == name for path, value in rendered.items()):
+            missing.append(name)
+        if (inspect.isclass(obj) or inspect.isfunction(obj)) and not EXAMPLE.search(inspect.cleandoc(obj.__doc__ or "")):
+            without_example.append(name)
+    assert not missing, f"{module_name}: expected every public name on {API_PAGE.name} (a '::: path' directive), got {missing} missing"
+    assert not without_example, (f"{module_name}: expected a docstring with an example (an 'Example:' section, "
+                                 f"'>>>' or a '::' block), got none for {without_example}")
+
+
+def test_the_doctested_examples_run():
+    import doctest
+    import importlib
+
+    for module_name in DOCTESTED:
+        failures, tried = doctest.testmod(importlib.import_module(module_name), optionflags=doctest.NORMALIZE_WHITESPACE)
+        assert tried and not failures, f"{module_name}: expected its {tried} doctest examples to pass, got {failures} failing"
+
+
+# --- the worked custom algorithm (docs/guides/custom-algorithm.md) -----------------------
+def test_the_custom_algorithm_example_runs_through_minimize_and_resumes(monkeypatch):
+    import numpy as np
+
+    from mpievo.evo import EngineConfig, Island, Problem
+
+    monkeypatch.syspath_prepend(str(ROOT / "examples"))
+    example = pytest.importorskip("custom_algorithm")
+    result = example.main(budget=4_000, verbose=False)          # "custom_algorithm:HillClimber", 4 islands
+    # random search with this budget gets no lower than about 12; the hill climber reaches about 0.6
+    assert result.nfev == 4_000 and result.fun < 2, f"expected the hill climber's best below 2, got {result.fun}"
+
+    problem = Problem(example.sphere, 5, -5.0, 5.0)
+    first = Island(0, problem, EngineConfig(capacity=8), seed=3, algorithm=example.HillClimber()).run(4)
+    second = Island(0, problem, EngineConfig(capacity=8), seed=3, algorithm=example.HillClimber())
+    second.load_state_dict(first.state_dict())
+    for g in range(5, 8):
+        first.step(g)
+        second.step(g)
+    assert np.array_equal(first.best()[0], second.best()[0]) and first.best()[1] == second.best()[1]
