@@ -28,6 +28,45 @@ def test_the_architecture_map_names_every_package_and_top_level_module():
     assert not missing, f"expected docs/architecture.md's map to name every package and module, got {missing} missing"
 
 
+def _map_entries() -> dict[str, str]:
+    """The map's first column (what each entry names) -> the entry's text."""
+    entries, name = {}, None
+    for line in _map_text().strip("\n").splitlines():
+        if line and not line[0].isspace():
+            name = re.split(r"\s{2,}", line, maxsplit=1)[0]
+            entries[name] = ""
+        entries[name] += " " + line.strip()
+    return entries
+
+
+def test_the_architecture_map_names_only_what_exists_and_every_subpackage():
+    entries = _map_entries()
+    named = [path.split(" (")[0] for entry in entries for path in entry.split()
+             if not path.startswith("(") and not path.endswith(")")]
+    gone = sorted(path for path in named if not (ROOT / path).exists())
+    assert named and not gone, f"expected every entry of docs/architecture.md's map to exist, got {gone} missing"
+    subpackages = {str(p.parent.relative_to(ROOT)) for p in ROOT.glob("mpievo/*/*/__init__.py")}
+    subpackages |= {str(p.parent.relative_to(ROOT)) for p in ROOT.glob("kernels/*/__init__.py")}
+    text = _map_text()
+    missing = sorted(p for p in subpackages if not re.search(re.escape(p) + r"\b", text))
+    assert not missing, f"expected docs/architecture.md's map to name every subpackage, got {missing} missing"
+
+
+def test_the_architecture_map_names_the_built_in_algorithms_and_problem_families():
+    from mpievo.evo.algorithms.base import algorithm_classes
+    from mpievo.evo.moo import BUILTIN_MOO
+
+    evo = _map_entries()["mpievo/evo"]
+    named = set(re.findall(r"`(\w+)`", evo))
+    assert named == set(algorithm_classes()), (f"expected the map's mpievo/evo entry to name the built-in algorithms "
+                                               f"{sorted(algorithm_classes())}, got {sorted(named)}")
+    families = {re.sub(r"\d+$", "", name).upper() for name in BUILTIN_MOO}
+    listed = re.search(r"([A-Z]+(?:/[A-Z]+)+) problems", evo)
+    assert listed and set(listed.group(1).split("/")) == families, (
+        f"expected the map to list the multi-objective problem families {sorted(families)}, "
+        f"got {listed and listed.group(1)}")
+
+
 def test_every_path_in_the_docs_exists():
     pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
     paths = {path for page in pages for path in
