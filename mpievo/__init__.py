@@ -7,7 +7,7 @@ every rank under ``mpiexec``.
 The layers (lower never imports higher) and where everything lives: docs/architecture.md,
 the one map (tests/test_docs.py keeps it in step with the tree).
 
-Importing ``mpievo`` imports no layer (``minimize`` loads on first use), so
+Importing ``mpievo`` imports none of these (``minimize`` loads on first use), so
 ``import mpievo`` is cheap and never initialises MPI or CUDA.
 """
 
