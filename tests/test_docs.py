@@ -146,20 +146,17 @@ def _rendered() -> dict[str, object]:
         path, block = match.group(1), match.group(2)
         assert _resolves(path), f"{API_PAGE.name}: expected '::: {path}' to name an object, got nothing there"
         listed = re.search(r"\bmembers:\s*(\[[^\]]*\]|\w+)", block)
-        if listed is None or listed.group(1) == "true":     # everything public with a docstring
+        if (listed is None or listed.group(1) == "true") and _is_module(path):   # everything public
             try:
-                members = _public_names(path) if _is_module(path) else []
+                members = [name for name in _public_names(path) if callable(_object(f"{path}.{name}"))]
             except pytest.skip.Exception:                   # mpievo.torch without torch
                 continue
-            if re.search(r"\bshow_if_no_docstring:\s*true", block):    # and constants (no docstring)
-                module = _object(path) if _is_module(path) else None
-                names = getattr(module, "__all__", None) or [name for name in vars(module or object())
-                                                             if not name.startswith("_")]
+            if re.search(r"\bshow_if_no_docstring:\s*true", block):    # constants too (they have none)
+                module = _object(path)
+                names = getattr(module, "__all__", None) or [name for name in vars(module) if not name.startswith("_")]
                 members += [name for name in names if not callable(getattr(module, name))
                             and not isinstance(getattr(module, name), types.ModuleType)]
-            elif _is_module(path):
-                members = [name for name in members if callable(_object(f"{path}.{name}"))]
-        elif listed.group(1) == "false":
+        elif listed is None or listed.group(1) in ("true", "false"):    # a class or function itself
             members = []
         else:
             members = re.findall(r"\w+", listed.group(1))
