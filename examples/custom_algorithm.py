@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 
+# --8<-- [start:algorithm]
 class HillClimber:
     """A (1, lambda) hill climber with a 1/5th-success step size (an island algorithm).
 
@@ -76,6 +77,7 @@ class HillClimber:
 def sphere(X):
     """A batch (n, dim) -> (n,)."""
     return (X.astype(np.float64) ** 2).sum(axis=1)
+# --8<-- [end:algorithm]
 
 
 def main(budget: int = 20_000, seed: int = 1, verbose: bool = True):
