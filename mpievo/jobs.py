@@ -15,7 +15,7 @@ Example::
     result = mpievo.run("examples/portfolio.toml", out="runs/p1",
                         overrides={"run.budget": 20_000})
     print(result.fun, result.stop_reason, result.summary["evaluations"])
-    # a longer run from where it ended: bit for bit the run that asked for 40,000 at once
+    # later, from where it ended, with more budget (run.budget is among the resumable keys)
     result = mpievo.resume("runs/p1", overrides={"run.budget": 40_000})
 """
 

@@ -96,3 +96,25 @@ def test_on_two_ranks_a_bad_config_is_refused_on_every_rank(world, mpi_tmp_path)
     with pytest.raises(mpievo.JobError) as caught:
         mpievo.run({**SMALL, "run": {"islands": 1}}, out=mpi_tmp_path / "bad")
     all_ranks_agree(world, "expected at least one island per rank" in str(caught.value), str(caught.value))
+
+
+def test_a_torch_model_problem_runs_and_resumes_through_the_job_api(tmp_path):
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from mpievo.torch import ModelProblem
+
+    def problem():                       # the same sources and model every time
+        models = [torch.nn.Linear(3, 2) for _ in range(3)]
+        for seed, model in enumerate(models):
+            torch.manual_seed(seed)
+            torch.nn.init.normal_(model.weight), torch.nn.init.normal_(model.bias)
+        return ModelProblem(models[0], lambda m: float(-(m.weight.sum() - 1.0) ** 2), sources=models[1:])
+
+    config = {"run": {"islands": 2, "generations": 4, "seed": 1}, "engine": {"capacity": 6, "batch_size": 4}}
+    straight = mpievo.run(config, problem(), tmp_path / "straight", overrides={"run.generations": 7},
+                          comm=SelfComm())
+    mpievo.run(config, problem(), tmp_path / "run", comm=SelfComm())
+    resumed = mpievo.resume(tmp_path / "run", problem=problem(), overrides={"run.generations": 7},
+                            comm=SelfComm())
+    assert _same(resumed, straight) and resumed.fun <= 0 and resumed.x.shape == (8,)
+    assert resumed.summary["evaluations_this_run"] == 2 * 3 * 4        # generations 5-7 only
