@@ -5,8 +5,9 @@ the config validated on every rank before any work starts, an output directory w
 per-island logs, checkpoints and summary.json, a resume from the latest checkpoint
 (also on another number of ranks). ``python script.py`` runs it in this process
 without MPI; ``mpievo launch -n 4 -- python script.py`` on 4 ranks (call it on every
-rank). SIGUSR1/SIGTERM/SIGINT make every rank finish the generation, checkpoint and
-return (``stopped``); ``resume`` continues from there.
+rank). Called from the main thread, SIGUSR1/SIGTERM/SIGINT make every rank finish the
+generation, checkpoint and return (``stopped``; the previous handlers come back after);
+``resume`` continues from there.
 
 Example::
 

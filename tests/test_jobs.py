@@ -3,6 +3,7 @@ and on 2 ranks; a resume gives bit for bit the run that was not interrupted."""
 
 import json
 
+import numpy as np
 import pytest
 from mpi_support import all_ranks_agree
 
@@ -118,3 +119,28 @@ def test_a_torch_model_problem_runs_and_resumes_through_the_job_api(tmp_path):
                             comm=SelfComm())
     assert _same(resumed, straight) and resumed.fun <= 0 and resumed.x.shape == (8,)
     assert resumed.summary["evaluations_this_run"] == 2 * 3 * 4        # generations 5-7 only
+
+
+def test_a_stop_signal_checkpoints_and_resume_gives_the_straight_run(tmp_path):
+    import os
+    import signal
+
+    calls = []
+
+    def sphere(X):                      # once armed, asks for a stop (as Slurm would) in generation 3
+        calls.append(len(X))
+        if len(calls) == 7 and armed:
+            os.kill(os.getpid(), signal.SIGUSR1)
+        return (np.asarray(X, np.float64) ** 2).sum(axis=1)
+
+    problem = make_problem(sphere, 4, lower=-3, upper=3)
+    config = {key: value for key, value in SMALL.items() if key != "problem"}
+    armed = False
+    straight = mpievo.run(config, problem, tmp_path / "straight", comm=SelfComm())
+    armed, calls[:], before = True, [], signal.getsignal(signal.SIGUSR1)
+    stopped = mpievo.run(config, problem, tmp_path / "run", comm=SelfComm())
+    assert stopped.stopped and stopped.summary is None and 0 < stopped.generations < 6
+    assert stopped.checkpoint is not None and not (tmp_path / "run" / "summary.json").exists()
+    assert signal.getsignal(signal.SIGUSR1) is before         # the handlers are restored
+    armed = False
+    assert _same(mpievo.resume(tmp_path / "run", problem=problem, comm=SelfComm()), straight)
