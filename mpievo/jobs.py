@@ -34,6 +34,8 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 if TYPE_CHECKING:
     import numpy as np
 
+__all__ = ["run", "resume", "JobResult", "JobError"]    # the rest: the steps `mpievo run` shares
+
 CHECKPOINT_SUBDIR = "checkpoints"
 PROGRESS = ("auto", "live", "lines", "none")
 
