@@ -121,9 +121,7 @@ def run(config: str | Path | Mapping[str, Any] | None = None, problem=None, out:
                             out="runs/sphere")
         print(result.fun, result.summary["evals_per_s"])
     """
-    request = Request(config=_checked_config(config), overrides=_checked_overrides(overrides), problem=problem,
-                      out=None if out is None else Path(out), overwrite=overwrite, progress=_checked(progress))
-    return _drive(request, comm)
+    return _drive(_request(config, overrides, progress, out, problem=problem, overwrite=overwrite), comm)
 
 
 def resume(directory: str | Path, config: str | Path | Mapping[str, Any] | None = None, problem=None, *,
@@ -153,31 +151,21 @@ def resume(directory: str | Path, config: str | Path | Mapping[str, Any] | None 
         first = mpievo.run(config, out="runs/r1", overrides={"run.generations": 100})
         more = mpievo.resume("runs/r1", overrides={"run.generations": 200})
     """
-    request = Request(config=_checked_config(config), overrides=_checked_overrides(overrides), problem=problem,
-                      resume=Path(directory), out=None if out is None else Path(out), progress=_checked(progress))
-    return _drive(request, comm)
+    return _drive(_request(config, overrides, progress, out, problem=problem, resume=Path(directory)), comm)
 
 
-def _checked_config(config):
-    if config is None or isinstance(config, (str, Path)):
-        return config
+def _request(config, overrides, progress, out, **given) -> Request:
+    """The Request of :func:`run`'s or :func:`resume`'s arguments, checked before any work."""
     if isinstance(config, Mapping):
-        return copy.deepcopy(dict(config))
-    raise JobError(f"config: expected a TOML file path, a dict or None, got {type(config).__name__}")
-
-
-def _checked_overrides(overrides) -> dict:
-    if overrides is None:
-        return {}
-    if not isinstance(overrides, Mapping) or not all(isinstance(key, str) for key in overrides):
+        config = copy.deepcopy(dict(config))
+    elif not (config is None or isinstance(config, (str, Path))):
+        raise JobError(f"config: expected a TOML file path, a dict or None, got {type(config).__name__}")
+    if overrides is not None and not (isinstance(overrides, Mapping) and all(isinstance(k, str) for k in overrides)):
         raise JobError(f"overrides: expected a dict of dotted keys ({{'run.budget': 20000}}), got {overrides!r}")
-    return dict(overrides)
-
-
-def _checked(progress: str) -> str:
     if progress not in PROGRESS:
         raise JobError(f"progress: expected one of {list(PROGRESS)}, got {progress!r}")
-    return progress
+    return Request(config=config, overrides=dict(overrides or {}), progress=progress,
+                   out=None if out is None else Path(out), **given)
 
 
 def _drive(request: Request, comm) -> JobResult:
