@@ -19,6 +19,11 @@ bit the one-process result (same seed, same island count). It is the engine of
 SciPy's conventions where they apply: ``x0`` (a starting point in every island),
 ``callback(intermediate_result)`` at each log point (return True, or raise
 ``StopIteration``, to stop), ``nfev``/``nit`` on the result and ``disp`` for progress.
+
+The sense is the problem's: ``minimize`` maximises a problem that says
+``maximize=True`` (every ``mpievo.torch.ModelProblem`` and ``RecipeProblem`` does, by
+default), or a callable given with ``maximize=True``; ``fun``, ``target`` and the
+callback's ``fun`` are then in that sense (larger is better).
 """
 
 from __future__ import annotations
@@ -65,6 +70,14 @@ class MinimizeResult:
         front: several objectives: the merged non-dominated set of all islands, a dict of
             ``objectives`` (k, n_obj), ``genomes`` (k, dim) float64, ``islands`` (k,),
             ``reference_point`` and ``hypervolume`` (None without moocore); else None.
+        replaced_problem: the ``[problem]`` table of ``config`` that the problem given
+            took the place of (None: there was none, or the table named the problem).
+
+    Example::
+
+        result = mpievo.minimize("rastrigin", dim=10, budget=20_000)
+        result.fun, result.nfev == result.evaluations, result.stop_reason    # (..., True, 'budget')
+        max(result.islands, key=lambda island: island["best_fitness"])       # per-island records
     """
 
     x: np.ndarray
@@ -78,6 +91,7 @@ class MinimizeResult:
     wall_s: float
     config: dict
     front: dict | None = None
+    replaced_problem: dict | None = None
 
     @property
     def nfev(self) -> int:
@@ -131,11 +145,16 @@ def minimize(problem: Problem | Callable | str | None = None, *,
              bounds: Sequence[tuple[float, float]] | None = None, lower=None, upper=None,
              dim: int | None = None, batched: bool | None = None, budget: int | None = None,
              target: float | None = None, generations: int | None = None, islands: int | None = None,
-             algorithm: str | None = None, seed: int | None = None,
+             algorithm: str | None = None, seed: int | None = None, maximize: bool | None = None,
              config: Mapping[str, Any] | str | Path | None = None, comm=None, x0=None,
              callback: Callable[[IntermediateResult], Any] | None = None,
              disp: bool = False) -> MinimizeResult:
     """Optimise ``problem`` with the island model (collective under MPI: call it on every rank).
+
+    It minimises, unless the problem maximises: a Problem with ``maximize=True`` (every
+    ``mpievo.torch.ModelProblem`` and ``RecipeProblem``, by default), a callable or
+    built-in with ``maximize=True``, or a config whose ``[problem]`` table says
+    ``maximize = true``. ``fun``, ``target`` and the callback's ``fun`` are in that sense.
 
     Args:
         problem: a :class:`mpievo.evo.Problem`; a callable with ``bounds`` (or ``dim``,
@@ -159,8 +178,12 @@ def minimize(problem: Problem | Callable | str | None = None, *,
             "smsemoa" or "moead" (a problem with several objectives, e.g. a MultiObjectiveProblem) or
             "module:Class" (per-island lists go in ``config["engine"]``).
         seed: seed of every random stream (default: the config's, else 0).
+        maximize: larger is better, for a callable or a name (default: the config's
+            ``problem.maximize``, else False); a Problem brings its own.
         config: a job config as a dict (``{"engine": {...}, "migration": {...}}``) or a
-            TOML file; the arguments above override its keys.
+            TOML file, e.g. a job of ``mpievo run`` as it is: the arguments above override
+            its keys, and a Problem or callable given takes its ``[problem]`` table's place
+            (the result's ``replaced_problem`` holds that table).
         comm: the communicator (default: COMM_WORLD under an MPI launcher, else none).
         x0: a starting point, ``(dim,)`` inside the box: one member of every island's
             initial population (the others as without it).
@@ -177,6 +200,26 @@ def minimize(problem: Problem | Callable | str | None = None, *,
     Raises:
         mpievo.config.ConfigError: every problem with the settings, on every rank.
         ValueError, TypeError: a problem that cannot be built, or an ``x0`` outside the box.
+
+    Example::
+
+        import mpievo
+
+        def sphere(X):                               # a batch (n, dim) -> (n,)
+            return (X * X).sum(axis=1)
+
+        result = mpievo.minimize(sphere, bounds=[(-5, 5)] * 10, budget=20_000, seed=1)
+        print(result.x, result.fun, result.nfev, result.stop_reason)
+
+        def profit(X):                               # larger is better
+            return -((X - 1.0) ** 2).sum(axis=1)
+
+        best = mpievo.minimize(profit, bounds=[(-5, 5)] * 4, maximize=True, budget=20_000)
+        print(best.x, best.fun)                      # near 1.0 and 0.0
+        # a job file as it is: its islands, algorithms and migration, with profit as the problem
+        r = mpievo.minimize(profit, bounds=[(-5, 5)] * 4, maximize=True, budget=20_000,
+                            config="examples/portfolio.toml")
+        print(r.replaced_problem)    # {'name': 'rastrigin', 'dim': 10, 'shift': True, 'rotate': True}
     """
     if callback is not None and not callable(callback):
         raise TypeError(f"expected a callable callback or None, got {type(callback).__name__}")
@@ -187,10 +230,13 @@ def minimize(problem: Problem | Callable | str | None = None, *,
     if islands is None and not (isinstance(run_table, Mapping) and "islands" in run_table):
         overrides["run.islands"] = DEFAULT_ISLANDS
     lower, upper, dim = _box(bounds, lower, upper, dim)
-    built = _built_problem(problem, lower, upper, dim, batched)
+    built = _built_problem(problem, lower, upper, dim, batched, maximize)
+    replaced = None
     if built is None:       # a name: the config's [problem] table takes it
         overrides.update({"problem.name": problem, "problem.dim": dim, "problem.lower": lower,
-                          "problem.upper": upper, "problem.batched": batched})
+                          "problem.upper": upper, "problem.batched": batched, "problem.maximize": maximize})
+    elif "problem" in raw:  # a job's file as it is: the problem given takes its table's place
+        replaced = raw.pop("problem")
     comm = world_comm() if comm is None else comm
     job = validate(apply_overrides(raw, overrides), comm.size, source, problem=built)
     guard = contextlib.nullcontext()
@@ -207,22 +253,23 @@ def minimize(problem: Problem | Callable | str | None = None, *,
     if comm.rank == 0:
         mine = MinimizeResult(result.best_genome, result.best_fitness, result.evaluations, result.generations,
                               result.stop_reason, result.best_island, result.islands, result.migrations,
-                              result.wall_s, job.config, result.front)
+                              result.wall_s, job.config, result.front, replaced)
     with comm.purpose("control"):
         return comm.bcast_object(mine)
 
 
-def _built_problem(problem, lower, upper, dim, batched) -> Problem | None:
+def _built_problem(problem, lower, upper, dim, batched, maximize) -> Problem | None:
     """The Problem of an object or a callable; None for a name (or none)."""
     if problem is None or isinstance(problem, str):
         return None
     if isinstance(problem, Problem):
-        given = {"bounds": lower if upper is None else upper, "dim": dim, "batched": batched}
+        given = {"bounds": lower if upper is None else upper, "dim": dim, "batched": batched, "maximize": maximize}
         if any(value is not None for value in given.values()):
-            raise ValueError(f"expected no bounds, dim or batched beside a Problem (it has its own), got "
-                             f"{ {k: v for k, v in given.items() if v is not None} }")
+            raise ValueError(f"expected no bounds, dim, batched or maximize beside a Problem (it has its own), "
+                             f"got { {k: v for k, v in given.items() if v is not None} }")
         return problem
-    return make_problem(problem, dim, lower=lower, upper=upper, batched=batched is not False)
+    return make_problem(problem, dim, lower=lower, upper=upper, batched=batched is not False,
+                        maximize=bool(maximize))
 
 
 def _config(config) -> tuple[dict, str]:

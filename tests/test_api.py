@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -73,14 +75,35 @@ def test_target_stops_early_and_generations_bound_the_run():
 def test_settings_problems_are_reported_before_any_work():
     with pytest.raises(ConfigError, match=r"run.budget: expected at least 252 evaluations"):
         mpievo.minimize("sphere", dim=3, budget=100, config=SMALL, islands=21)
-    with pytest.raises(ConfigError, match=r"problem: expected no \[problem\] table beside a Problem object"):
-        mpievo.minimize(batch_sphere, bounds=[(-1, 1)] * 2, config={"problem": {"name": "sphere"}})
     with pytest.raises(ValueError, match="expected bounds or lower/upper, got both"):
         mpievo.minimize(batch_sphere, bounds=[(-1, 1)] * 2, lower=-1)
-    with pytest.raises(ValueError, match="expected no bounds, dim or batched beside a Problem"):
+    with pytest.raises(ValueError, match="expected no bounds, dim, batched or maximize beside a Problem"):
         mpievo.minimize(make_problem("sphere", 2), dim=2)
+    with pytest.raises(ValueError, match=r"beside a Problem \(it has its own\), got {'maximize': True}"):
+        mpievo.minimize(make_problem("sphere", 2), maximize=True)
     with pytest.raises(TypeError, match="expected config to be a dict, a TOML file path or None, got int"):
         mpievo.minimize("sphere", dim=2, config=3)
+
+
+def test_a_maximised_function_gives_the_negated_minimisation():
+    kept = dict(bounds=[(-3, 3)] * 4, budget=1500, seed=2, config=SMALL)
+    low = mpievo.minimize(batch_sphere, **kept)
+    high = mpievo.minimize(lambda X: -batch_sphere(X), maximize=True, **kept)
+    assert high.x.tobytes() == low.x.tobytes() and high.fun == -low.fun and high.evaluations == low.evaluations
+    assert [i["best_fitness"] for i in high.islands] == [-i["best_fitness"] for i in low.islands]
+    by_name = mpievo.minimize("sphere", dim=4, maximize=True, budget=1500, config=SMALL)
+    assert by_name.config["problem"]["maximize"] and by_name.fun > 4 * 5.12 ** 2 * 0.5    # towards a corner
+
+
+def test_a_job_file_runs_as_it_is_with_the_function_in_its_problem_tables_place():
+    portfolio = Path(__file__).resolve().parents[1] / "examples" / "portfolio.toml"
+    result = mpievo.minimize(batch_sphere, bounds=[(-2, 2)] * 3, budget=2000, config=portfolio)
+    assert result.replaced_problem == {"name": "rastrigin", "dim": 10, "shift": True, "rotate": True}
+    assert "problem" not in result.config and result.config["engine"]["algorithm"] == ["cmaes", "shade"] * 2
+    assert result.config["run"]["leader_rate"] == 7 and result.x.dtype == np.float64 and result.x.shape == (3,)
+    _check(result, 3, lambda x: batch_sphere(x[np.newaxis, :])[0])
+    named = mpievo.minimize("sphere", dim=3, budget=2000, config=portfolio)       # a name fills the table
+    assert named.replaced_problem is None and named.config["problem"]["name"] == "sphere"
 
 
 def _without_launcher() -> dict:

@@ -18,17 +18,17 @@ too little memory, 3 no island ever saw a finite fitness, 85 stopped on request.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import sys
 from pathlib import Path
 
+from ..jobs import CHECKPOINT_SUBDIR  # noqa: F401 (the run's layout, for callers)
+
 HELP = "run an island-model optimisation (a TOML job config, or the built-in default job)"
 EXIT_CONFIG_ERROR = 2
 #: a completed run in which no island ever saw a finite fitness
 EXIT_NO_FINITE_FITNESS = 3
-CHECKPOINT_SUBDIR = "checkpoints"
 #: (flag, config key, metavar) of the value overrides besides --problem
 _FLAGS = (("--islands", "run.islands", "N"), ("--generations", "run.generations", "N"),
           ("--budget", "run.budget", "N"), ("--target", "run.target", "F"), ("--seed", "run.seed", "S"), ("--dim", "problem.dim", "D"),
@@ -108,33 +108,31 @@ def _departures_note() -> str:
     return "\n".join(lines)
 
 
-# ---------------------------------------------------------------- preparation
-class _Prepared:
-    def __init__(self, job, source: str, restored=None):
-        self.job, self.source, self.restored = job, source, restored
+# ---------------------------------------------------------------- the run
+def _request(args):
+    """The job of the command line (:class:`mpievo.jobs.Request`).
 
-
-def _command_line(raw: dict, args, embedded: bool = False) -> dict:
-    """The config with the command line's overrides applied; ``--problem`` starts a fresh
-    ``[problem]`` table (a built-in's shift, rotation or bounds mean nothing for another
-    problem), and so does another ``engine.algorithm`` for the ``embedded`` job's
-    ``[engine]`` table (its settings are the GA's for its Rastrigin: the other algorithm
-    takes its own defaults)."""
-    from ..config import apply_overrides, parse_assignment
+    Raises:
+        ConfigError: two configs given, or a malformed ``--set``.
+    """
+    from ..config import parse_assignment
+    from ..jobs import Request
 
     values = {}
     for key in ["problem.name", *(key for _, key, _ in _FLAGS)]:
         given = getattr(args, key, None)
         if given is not None:
             values[key] = parse_assignment(f"{key}={given}")[1]
-    if "problem.name" in values:
-        raw = {**raw, "problem": {}}
+    fresh_problem = "problem.name" in values
     for text in args.assignments:
         key, value = parse_assignment(text)
         values[key] = value
-    if embedded and values.get("engine.algorithm", raw["engine"]["algorithm"]) != raw["engine"]["algorithm"]:
-        raw = {**raw, "engine": {}}
-    return apply_overrides(raw, values)
+    return Request(config=_config_path(args), overrides=values, fresh_problem=fresh_problem, resume=args.resume,
+                   out=args.out, overwrite=args.overwrite, progress=args.progress, say=_say)
+
+
+def _say(text: str) -> None:
+    print(f"mpievo run: {text}", flush=True)
 
 
 def _config_path(args):
@@ -146,215 +144,36 @@ def _config_path(args):
     return args.config if args.config is not None else args.config_option
 
 
-def _read_on_root(comm, path):
-    """Rank 0 reads the config file (or the default) and broadcasts (parsed, source) or an error."""
-    from ..config import ConfigError, load_config
-
-    reply = None
-    if comm.rank == 0:
-        try:
-            parsed, _ = load_config(path)
-            reply = ("ok", parsed, "default config" if path is None else str(path))
-        except ConfigError as err:
-            reply = ("error", str(err), None)
-    with comm.purpose("control"):
-        reply = comm.bcast_object(reply)
-    if reply[0] == "error":
-        raise _Failure(reply[1])
-    return reply[1], reply[2]
-
-
-class _Failure(Exception):
-    """A problem every rank has detected; rank 0 prints it, all exit with status 2."""
-
-
-def _prepare(comm, args) -> _Prepared:
-    from ..config import ConfigError, RESUMABLE_KEYS, validate
-    from ..io import CheckpointError, check_config_compatible
-    from ..io.errors import ConfigMismatchError
-
-    try:
-        path = _config_path(args)
-        restored = None
-        if args.resume is not None:
-            restored = _load_checkpoint(comm, args.resume)
-            saved = restored.config
-            if path is None:
-                raw, source = saved, f"config saved in {args.resume}"
-            else:
-                raw, source = _read_on_root(comm, path)
-        else:
-            raw, source = _read_on_root(comm, path)
-        job = validate(_command_line(raw, args, embedded=path is None and restored is None), comm.size, source)
-        if restored is not None:
-            check_config_compatible(saved, job.config, allow=RESUMABLE_KEYS)
-            if job.run.generations is not None and restored.generation > job.run.generations:
-                raise ConfigError([f"run.generations: expected at least the checkpoint's generation "
-                                   f"{restored.generation}, got {job.run.generations}"], source)
-            restored = _load_islands(comm, args.resume, job, restored)
-        return _Prepared(job, source, restored)
-    except (ConfigError, ConfigMismatchError, CheckpointError) as err:
-        raise _Failure(str(err)) from None
-    except ValueError as err:  # e.g. islands requested from a checkpoint that lacks them
-        raise _Failure(f"cannot start: {err}") from None
-
-
-def _load_checkpoint(comm, directory: Path, islands=()):
-    """The latest checkpoint with ``islands`` of this rank (first the run state and
-    config only: which islands a rank holds depends on the resumed job's layout)."""
-    from ..io import load_latest
-
-    with comm.purpose("control"):
-        return load_latest(directory / CHECKPOINT_SUBDIR, islands=islands, comm=comm)
-
-
-def _load_islands(comm, directory: Path, job, first):
-    """``first`` (loaded without islands) again, with this rank's islands under ``job``'s layout.
-
-    Raises:
-        ValueError: a rank count or group layout that the checkpoint's islands do not fit,
-            or a newer checkpoint appeared meanwhile.
-    """
-    from ..parallel.groups import islands_to_load
-
-    mine = islands_to_load(comm, job.run, len(first.island_indices))
-    restored = _load_checkpoint(comm, directory, mine)
-    if restored.name != first.name:
-        raise ValueError(f"expected checkpoint {first.name} to stay the latest while resuming, got {restored.name}")
-    return restored
-
-
-def _agree(comm, error: str | None) -> str | None:
-    """Every rank's verdict; the first failure's message (or None when all are fine)."""
-    with comm.purpose("control"):
-        verdicts = comm.allgather_object(error)
-    return next((v for v in verdicts if v is not None), None)
-
-
-def _out_dir(comm, args) -> tuple[Path | None, str | None]:
-    """(the output directory, made on rank 0; or None and why it cannot be used)."""
-    from ..parallel.job import claim_out_dir, make_default_out_dir
-
-    reply = None
-    if comm.rank == 0:
-        try:
-            if args.out is None and args.resume is None:
-                reply = (str(make_default_out_dir()), None)
-            else:
-                out = args.out or args.resume
-                in_place = args.resume is not None and out.resolve() == args.resume.resolve()
-                claim_out_dir(out, resuming=in_place, overwrite=args.overwrite)
-                reply = (str(out), None)
-        except (OSError, ValueError) as err:
-            reply = (None, str(err))
-    with comm.purpose("control"):
-        out, error = comm.bcast_object(reply)
-    return (None if out is None else Path(out)), error
-
-
-# ---------------------------------------------------------------- the run
 def _run(comm, args, stop) -> int:
+    from ..config import ConfigError
     from ..faults import EXIT_CHECKPOINTED_REQUEUE
-    from ..parallel.memory import memory_problem
+    from ..jobs import JobError, claim_out, execute, prepare, stopped_before_start
 
     try:
-        prepared, error = _prepare(comm, args), None
-    except _Failure as failure:
-        prepared, error = None, str(failure)
-    error = _agree(comm, error)
-    if error is None and not args.show_config:
-        error = _agree(comm, memory_problem(comm, prepared.job))
-    if error is not None:
-        return _refuse(comm, error)
+        request = _request(args)
+        prepared = prepare(comm, request, check_memory=not args.show_config)
+    except (ConfigError, JobError) as err:      # the same on every rank
+        return _refuse(comm, str(err))
     job = prepared.job
     if args.show_config:
         if comm.rank == 0:
             print(json.dumps(job.config, indent=1))
         return 0
-    if _stop_before_start(comm, stop):
+    if stopped_before_start(comm, stop):
         if comm.rank == 0:
-            print(f"mpievo run: interrupted before the first checkpoint: {_nothing_written(args, prepared)}",
-                  flush=True)
+            _say(f"interrupted before the first checkpoint: {_nothing_written(args, prepared)}")
         return EXIT_CHECKPOINTED_REQUEUE
-    out, error = _out_dir(comm, args)
-    if error is not None:
-        return _refuse(comm, error)
-    with contextlib.ExitStack() as stack:
-        return _execute(comm, args, prepared, out, stack, stop)
-
-
-def _refuse(comm, error: str) -> int:
-    if comm.rank == 0:
-        print(f"mpievo run: {error}", file=sys.stderr, flush=True)
-    return EXIT_CONFIG_ERROR
-
-
-def _stop_before_start(comm, stop) -> bool:
-    """Whether a stop was requested on any rank before the run began (nothing to save yet;
-    the ranks may leave one by one after this collective: see StopRequest.disarmed)."""
-    with stop.disarmed(), comm.purpose("control"):
-        return any(comm.allgather_object(stop.requested))
-
-
-def _nothing_written(args, prepared) -> str:
-    if prepared.restored is not None:
-        return (f"checkpoint {prepared.restored.name} is unchanged; resume with "
-                f"`mpievo run --resume {args.resume}`")
-    return "nothing was written; run the same command again to start over"
-
-
-def _execute(comm, args, prepared, out: Path, stack: contextlib.ExitStack, stop) -> int:
-    from mpievo.kernels import numba_cache
-
-    from ..evo.warmup import warm_up_all
-    from ..faults import EXIT_CHECKPOINTED_REQUEUE
-    from ..io import Checkpointer
-    from ..parallel.device_binding import bind_device
-    from ..parallel.job import last_generation, run_job
-    from ..parallel.memory import device_memory_problem
-    from ..parallel.output import NonfiniteWarner, OutputWriter, ProgressReporter
-    from ..parallel.threads import limit_blas_threads
-
-    job, restored = prepared.job, prepared.restored
-    threads = limit_blas_threads(job.run.blas_threads, stack)
-    binding = bind_device(getattr(comm, "mpi_comm", None))    # SelfComm: no MPI, the environment
-    error = _agree(comm, device_memory_problem(comm, job))
-    if error is not None:
-        return _refuse(comm, error)
-    last = last_generation(job)
-    with comm.purpose("control"):
-        devices = comm.allgather_object(binding.label)
-    reporters = []
-    if comm.rank == 0:
-        reporters.append(NonfiniteWarner())
-        if args.progress != "none":
-            live = {"auto": None, "live": True, "lines": False}[args.progress]
-            reporters.append(ProgressReporter(last, live=live))
-        extra = {"ranks": comm.size, "devices": devices, "blas_threads": threads,
-                 "resumed_from": None if restored is None else restored.name,
-                 "wall_s_total": None}
-        reporters.append(_TotalWall(OutputWriter(
-            out, job.config, resume_generation=None if restored is None else restored.generation,
-            extra=extra), restored))
-        start = "resuming " + restored.name if restored is not None else "starting"
-        for note in () if restored is None else restored.skipped:
-            print(f"mpievo run: skipped: {note}", flush=True)
-        print(f"mpievo run: {start}: {prepared.source}, {job.n_islands} islands on {comm.size} ranks "
-              f"({', '.join(sorted(set(devices)))}), {_limits(job, last)}, out {out}", flush=True)
-    # compile before the run's clock starts (generation 0's evaluations/s stay honest)
-    compiled = warm_up_all(job.engines, job.problem.dim)
-    if comm.rank == 0 and compiled:
-        print(f"mpievo run: kernels ready in {compiled:.2f} s (compiled or loaded from the Numba cache "
-              f"in {numba_cache.location()})", flush=True)
-    checkpointer = Checkpointer(out / CHECKPOINT_SUBDIR, keep=job.run.checkpoint_keep, comm=comm)
-    result = run_job(job, comm, reporters=reporters, checkpointer=checkpointer, stop=stop,
-                     restored=restored)
+    try:
+        out = claim_out(comm, request)
+        result = execute(comm, request, prepared, out, stop)
+    except JobError as err:
+        return _refuse(comm, str(err))
     if comm.rank == 0 and result.stop_reason == "target":
-        print(f"mpievo run: target {job.run.target:g} reached by generation {result.generations}", flush=True)
+        _say(f"target {job.run.target:g} reached by generation {result.generations}")
     if result.stopped:
         if comm.rank == 0:
-            print(f"mpievo run: checkpointed at generation {result.generations} on request; "
-                  f"resume with `mpievo run --resume {out}` (exit {EXIT_CHECKPOINTED_REQUEUE})", flush=True)
+            _say(f"checkpointed at generation {result.generations} on request; "
+                 f"resume with `mpievo run --resume {out}` (exit {EXIT_CHECKPOINTED_REQUEUE})")
         return EXIT_CHECKPOINTED_REQUEUE
     if not math.isfinite(result.best_fitness):
         if comm.rank == 0:
@@ -365,30 +184,14 @@ def _execute(comm, args, prepared, out: Path, stack: contextlib.ExitStack, stop)
     return 0
 
 
-def _limits(job, last: int) -> str:
-    """What bounds the run, for the start line: "120 generations, budget 50000, target 0.001"."""
-    run = job.run
-    parts = [f"{last} generations"]
-    if run.budget is not None:
-        parts.append(f"budget {run.budget}")
-    if run.target is not None:
-        parts.append(f"target {run.target:g}")
-    return ", ".join(parts)
+def _refuse(comm, error: str) -> int:
+    if comm.rank == 0:
+        print(f"mpievo run: {error}", file=sys.stderr, flush=True)
+    return EXIT_CONFIG_ERROR
 
 
-class _TotalWall:
-    """Adds the wall time of earlier attempts (from the checkpoint) and why the run
-    ended to summary.json."""
-
-    def __init__(self, writer, restored):
-        self.writer = writer
-        before = 0.0 if restored is None else float(restored.run_state.get("wall_s_before", 0.0))
-        self.before = before
-
-    def on_log(self, point) -> None:
-        self.writer.on_log(point)
-
-    def on_finish(self, result) -> None:
-        self.writer.extra["wall_s_total"] = self.before + result.wall_s
-        self.writer.extra["stop_reason"] = result.stop_reason
-        self.writer.on_finish(result)
+def _nothing_written(args, prepared) -> str:
+    if prepared.restored is not None:
+        return (f"checkpoint {prepared.restored.name} is unchanged; resume with "
+                f"`mpievo run --resume {args.resume}`")
+    return "nothing was written; run the same command again to start over"

@@ -21,7 +21,13 @@ from .serial import resolve_comm
 
 @dataclass(frozen=True)
 class CheckpointInfo:
-    """A checkpoint that is complete on disk and named by the manifest."""
+    """A checkpoint that is complete on disk and named by the manifest.
+
+    Example::
+
+        info = Checkpointer("runs/a/checkpoints").save(10, {0: island.state_dict()}, config={"run": {"seed": 1}})
+        info.name, info.generation, [entry.path for entry in info.files]
+    """
 
     name: str
     sequence: int
@@ -45,6 +51,14 @@ class Checkpointer:
 
     Raises:
         ValueError: ``keep`` < 1.
+
+    Example::
+
+        from mpievo.evo import Island, make_problem
+        island = Island(0, make_problem("sphere", 5)).run(10)
+        checkpointer = Checkpointer("ckpt", keep=2)
+        checkpointer.save(10, {0: island.state_dict()}, config={"run": {"seed": 1}})
+        load_latest("ckpt").islands[0]        # the same state tree
     """
 
     def __init__(self, directory: str | Path, *, keep: int = 3, comm: Any = None):
