@@ -341,7 +341,9 @@ def _execute(comm, args, prepared, out: Path, stack: contextlib.ExitStack, stop)
     if comm.rank == 0 and compiled:
         print(f"mpievo run: kernels ready in {compiled:.2f} s (compiled or loaded from the Numba cache "
               f"in {numba_cache.location()})", flush=True)
-    checkpointer = Checkpointer(out / CHECKPOINT_SUBDIR, keep=job.run.checkpoint_keep, comm=comm)
+    checkpointer = Checkpointer(out / CHECKPOINT_SUBDIR, keep=job.run.checkpoint_keep, comm=comm,
+                                background=job.run.checkpoint_background,
+                                incremental=job.run.checkpoint_incremental)
     result = run_job(job, comm, reporters=reporters, checkpointer=checkpointer, stop=stop,
                      restored=restored)
     if comm.rank == 0 and result.stop_reason == "target":

@@ -1,0 +1,274 @@
+"""Incremental checkpoints: archive rows stored once and referenced by later checkpoints.
+
+An archive's genomes reach the checkpointer as a view that knows each row's *version*
+(:class:`mpievo.evo.archive.VersionedRows`; equal versions are equal bytes). A
+:class:`RowTable` remembers, for the rows of the last checkpoint this process
+published, where each version's bytes are stored (file, dataset, row) and their
+SHA-256. The next checkpoint then writes only the rows whose versions are new
+(:class:`ReferencedRows`, in ``/rows/<path of the dataset>``) and stores the array
+itself as an HDF5 *virtual dataset* whose rows map to those new rows or to rows of
+earlier files (relative paths, resolved by HDF5 from the file's own directory), so
+that ``h5py`` alone reads the whole array. A row is referenced only in a checkpoint
+that the manifest keeps alongside the new one, so pruning never removes bytes a kept
+checkpoint needs. See FORMAT.md, "Incremental rows".
+
+Example:
+    >>> import numpy as np
+    >>> table = RowTable()
+    >>> rows = np.zeros((2, 4), np.float32)
+    >>> plan = plan_rows(rows, np.array([5, 6]), table.sources("3", "archive/genomes"), {1}, copy=False)
+    >>> plan.new_positions.tolist()
+    [0, 1]
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any, Callable, Collection, Mapping
+
+import h5py
+import numpy as np
+
+#: attribute of a virtual dataset whose rows live in ``/rows/...`` of this or earlier files
+ROWS_ATTR = "mpievo_rows"
+#: per row: the file holding its bytes, relative to the run's checkpoint directory
+ROW_FILES_ATTR = "mpievo_row_files"
+#: per row: hex SHA-256 of its bytes (C order, as stored)
+ROW_SHA_ATTR = "mpievo_row_sha256"
+#: where a file keeps the rows it stores itself
+ROWS_GROUP = "rows"
+#: bytes written per h5py call: the GIL is held by h5py for one call, so other threads
+#: (the run loop) get it back between chunks
+CHUNK_BYTES = 8 << 20
+
+
+@dataclass(frozen=True)
+class RowSource:
+    """Where one stored row lives: file (relative to the checkpoint directory), dataset,
+    row; the checkpoint it belongs to; its digest; and the file's digest and size."""
+
+    file: str
+    dataset: str
+    row: int
+    #: rows of that dataset (a virtual dataset's mapping names the source's shape)
+    extent: int
+    sequence: int
+    sha256: bytes
+    file_sha256: str = ""
+    file_size: int = 0
+
+
+@dataclass(frozen=True)
+class Reference:
+    """An earlier file a checkpoint file reads rows from (relative to the checkpoint
+    directory), with the digest and size it had when it was written."""
+
+    path: str
+    file_sha256: str
+    size_bytes: int
+
+
+class RowTable:
+    """Version -> :class:`RowSource` for the rows of the last published checkpoint, per
+    (island, dataset path inside the island's tree).
+
+    Example:
+        >>> RowTable().sources("0", "archive/genomes")
+        {}
+    """
+
+    def __init__(self):
+        self._rows: dict[tuple[str, str], dict[int, RowSource]] = {}
+
+    def sources(self, island: str, path: str) -> dict[int, RowSource]:
+        """The known rows of ``island``'s array at ``path`` (version -> source)."""
+        return self._rows.get((island, path), {})
+
+    def replace(self, rows: Mapping[tuple[str, str], dict[int, RowSource]]) -> None:
+        """Forget every row and remember ``rows`` (the checkpoint just published)."""
+        self._rows = {key: dict(value) for key, value in rows.items()}
+
+    def clear(self) -> None:
+        """Forget every row (the next checkpoint writes them all)."""
+        self._rows = {}
+
+
+class ReferencedRows:
+    """A 2-D array to store as new rows plus references to rows stored before.
+
+    Attributes:
+        shape, dtype: the whole array's (as stored: raw bits for bfloat16).
+        attrs: the tree attributes of the node (``mpievo_kind``, storage, dtype).
+        versions: each row's version.
+        new_positions: the rows written into this file, ascending.
+        new_rows: the bytes of those rows, ``new_rows[j]`` for ``new_positions[j]``.
+        sources: row -> :class:`RowSource` for the referenced rows.
+    """
+
+    def __init__(self, shape, dtype, attrs, versions, new_positions, new_rows, sources):
+        self.shape = tuple(int(n) for n in shape)
+        self.dtype = np.dtype(dtype)
+        self.attrs = dict(attrs)
+        self.versions = np.asarray(versions, np.int64)
+        self.new_positions = np.asarray(new_positions, np.int64)
+        self.new_rows = new_rows
+        self.sources = dict(sources)
+        #: filled while writing: the new rows' digests and where they went
+        self.written: dict[int, RowSource] = {}
+
+    @property
+    def new_bytes(self) -> int:
+        """Bytes of the rows this file stores itself."""
+        return int(len(self.new_positions) * self.row_bytes)
+
+    @property
+    def row_bytes(self) -> int:
+        return int(np.prod(self.shape[1:], dtype=np.int64)) * self.dtype.itemsize
+
+    def references(self) -> list[Reference]:
+        """The earlier files this array reads rows from (one entry per file)."""
+        files = {}
+        for source in self.sources.values():
+            files[source.file] = Reference(source.file, source.file_sha256, source.file_size)
+        return [files[name] for name in sorted(files)]
+
+
+def plan_rows(rows: np.ndarray, versions: np.ndarray, known: Mapping[int, RowSource],
+              kept: Collection[int], *, copy: bool, attrs: Mapping[str, Any] | None = None) -> ReferencedRows:
+    """Which rows of ``rows`` (already in stored form) to write, which to reference.
+
+    A row is referenced when ``known`` holds its version in a checkpoint whose number
+    is in ``kept`` (one the manifest keeps with the new one). ``copy``: take a
+    copy of the rows to write (a snapshot for a background write); else keep a view.
+
+    Example:
+        >>> import numpy as np
+        >>> plan_rows(np.ones((3, 2)), np.array([1, 2, 3]), {}, {1}, copy=True).new_positions.tolist()
+        [0, 1, 2]
+    """
+    versions = np.asarray(versions, np.int64)
+    if rows.ndim != 2 or versions.shape != (rows.shape[0],):
+        raise ValueError(f"expected (n, dim) rows and n versions, got {rows.shape} and {versions.shape}")
+    sources = {}
+    for position, version in enumerate(versions.tolist()):
+        source = known.get(version)
+        if source is not None and source.sequence in kept:
+            sources[position] = source
+    new = np.array([p for p in range(rows.shape[0]) if p not in sources], np.int64)
+    contiguous = len(new) == rows.shape[0]
+    if copy:
+        picked = np.array(rows, copy=True) if contiguous else rows[new]
+    else:
+        picked = rows if contiguous else _Rows(rows, new)
+    return ReferencedRows(rows.shape, rows.dtype, attrs or {}, versions, new, picked, sources)
+
+
+class _Rows:
+    """Rows ``positions`` of ``rows`` without a copy (``[j]`` is row ``positions[j]``)."""
+
+    def __init__(self, rows: np.ndarray, positions: np.ndarray):
+        self.rows, self.positions = rows, positions
+
+    def __getitem__(self, j: int) -> np.ndarray:
+        return self.rows[self.positions[j]]
+
+
+def write_rows(parent: h5py.Group, name: str, value: ReferencedRows,
+               progress: Callable[[int], None] | None = None) -> bytes:
+    """Store ``value`` as ``parent[name]`` (a virtual dataset) and its new rows under
+    ``/rows``; returns the payload for the checksum record (the row digests in order)."""
+    handle = parent.file
+    node_path = f"{parent.name.rstrip('/')}/{name}"
+    stored_path = f"/{ROWS_GROUP}{node_path}"
+    count = len(value.new_positions)
+    digests: dict[int, bytes] = {}
+    if count:
+        stored = handle.create_dataset(stored_path, shape=(count, *value.shape[1:]), dtype=value.dtype)
+        for j, position in enumerate(value.new_positions.tolist()):
+            digests[position] = _write_row(stored, j, np.asarray(value.new_rows[j]), progress)
+            value.written[position] = RowSource(".", stored_path, j, count, -1, digests[position])
+    for position, source in value.sources.items():
+        digests[position] = source.sha256
+    layout = h5py.VirtualLayout(shape=value.shape, dtype=value.dtype)
+    here = os.path.dirname(os.path.abspath(handle.filename))
+    files = []
+    for position in range(value.shape[0]):
+        source = value.written.get(position) or value.sources[position]
+        where = "." if source.file == "." else _relative_to(source.file, here, handle)
+        layout[position] = h5py.VirtualSource(where, source.dataset, (source.extent, *value.shape[1:]))[source.row]
+        files.append(source.file)
+    dataset = parent.create_virtual_dataset(name, layout, fillvalue=None)
+    for key, val in value.attrs.items():
+        dataset.attrs[key] = val
+    dataset.attrs[ROWS_ATTR] = "referenced"
+    dataset.attrs[ROW_FILES_ATTR] = np.array(files, dtype=h5py.string_dtype("utf-8"))
+    dataset.attrs[ROW_SHA_ATTR] = np.array([digests[p].hex() for p in range(value.shape[0])],
+                                           dtype=h5py.string_dtype("utf-8"))
+    return b"".join(digests[p] for p in range(value.shape[0]))
+
+
+def read_rows_payload(dataset: h5py.Dataset, data: np.ndarray, path: str) -> bytes:
+    """The checksum payload of a referenced array read back (its rows' digests), after
+    checking each row against the digest stored with it.
+
+    Raises:
+        ValueError: a row whose bytes differ, naming the file it is stored in.
+    """
+    stored = [str(v.decode() if isinstance(v, bytes) else v) for v in dataset.attrs[ROW_SHA_ATTR]]
+    files = [str(v.decode() if isinstance(v, bytes) else v) for v in dataset.attrs[ROW_FILES_ATTR]]
+    data = np.ascontiguousarray(data)
+    if len(stored) != data.shape[0] or len(files) != data.shape[0]:
+        raise ValueError(f"{path}: {data.shape[0]} rows but {len(stored)} digests and {len(files)} file names")
+    digests = []
+    for i in range(data.shape[0]):
+        digest = hashlib.sha256(memoryview(data[i].reshape(-1).view(np.uint8))).digest()
+        if digest.hex() != stored[i]:
+            where = "this file" if files[i] == "." else files[i]
+            raise ValueError(f"{path}: row {i} (stored in {where}) differs from the digest recorded when it "
+                             "was written: that file is missing, damaged or replaced")
+        digests.append(digest)
+    return b"".join(digests)
+
+
+def referenced_files(handle: h5py.File) -> list[Reference]:
+    """The earlier files a checkpoint file reads rows from (its root ``references``)."""
+    raw = handle.attrs.get("references")
+    if raw is None:
+        return []
+    import json
+
+    text = raw.decode() if isinstance(raw, bytes) else str(raw)
+    return [Reference(str(r["path"]), str(r["file_sha256"]), int(r["size_bytes"])) for r in json.loads(text)]
+
+
+def _write_row(dataset: h5py.Dataset, j: int, row: np.ndarray, progress) -> bytes:
+    """Row ``j`` of ``dataset`` from ``row`` in chunks; the SHA-256 of its bytes."""
+    flat = np.ascontiguousarray(row).reshape(-1)
+    target = dataset if dataset.ndim == 2 else None
+    step = max(1, CHUNK_BYTES // max(1, flat.dtype.itemsize))
+    digest = hashlib.sha256()
+    for start in range(0, flat.size, step):
+        piece = flat[start:start + step]
+        if target is not None:
+            target[j, start:start + piece.size] = piece
+        digest.update(memoryview(piece.view(np.uint8)))   # releases the GIL for large pieces
+        if progress is not None:
+            progress(piece.nbytes)
+    if target is None:
+        dataset[j] = row
+    return digest.digest()
+
+
+def _relative_to(file: str, here: str, handle: h5py.File) -> str:
+    """``file`` (relative to the checkpoint directory) relative to the directory ``here``
+    of the file being written (its parent is the checkpoint directory)."""
+    root = os.path.dirname(here)
+    return os.path.relpath(os.path.join(root, file), here)
+
+
+def posix(path: Path | str) -> str:
+    """A relative path with forward slashes (how FORMAT.md and the manifest name files)."""
+    return str(PurePosixPath(*Path(path).parts))
