@@ -232,3 +232,18 @@ def test_an_interrupt_during_a_background_write_leaves_the_previous_checkpoint(t
     archive = archive_of()
     again = Checkpointer(tmp_path, keep=1, min_row_bytes=0).save(5, states(archive), config="a = 1")
     assert again.name.startswith("ckpt-000003-") and not list(tmp_path.glob("ckpt-000002-*"))
+
+
+def test_inspect_names_the_files_a_checkpoint_reads_rows_from(tmp_path):
+    from mpievo.cli.inspect import collect, render
+
+    archive = archive_of()
+    checkpointer = Checkpointer(tmp_path, keep=3, min_row_bytes=0)
+    first = checkpointer.save(1, states(archive), config="a = 1")
+    change(archive, 2)
+    second = checkpointer.save(2, states(archive), config="a = 1")
+    report = collect(tmp_path)
+    assert report["exit_code"] == 0 and [c["references"] for c in report["checkpoints"]] == [[], [first.files[0].path]]
+    assert f"reads unchanged archive rows from {first.files[0].path}" in render(report)
+    alone = collect(tmp_path / second.files[0].path)
+    assert alone["exit_code"] == 0 and alone["references"] == [first.files[0].path]
