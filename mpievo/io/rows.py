@@ -40,8 +40,7 @@ ROW_FILES_ATTR = "mpievo_row_files"
 ROW_SHA_ATTR = "mpievo_row_sha256"
 #: where a file keeps the rows it stores itself
 ROWS_GROUP = "rows"
-#: bytes written per h5py call: the GIL is held by h5py for one call, so other threads
-#: (the run loop) get it back between chunks
+#: bytes of a row written and hashed at a time
 CHUNK_BYTES = 8 << 20
 
 
@@ -186,10 +185,15 @@ def write_rows(parent: h5py.Group, name: str, value: ReferencedRows,
     count = len(value.new_positions)
     digests: dict[int, bytes] = {}
     if count:
-        stored = handle.create_dataset(stored_path, shape=(count, *value.shape[1:]), dtype=value.dtype)
-        for j, position in enumerate(value.new_positions.tolist()):
-            digests[position] = _write_row(stored, j, np.asarray(value.new_rows[j]), progress)
-            value.written[position] = RowSource(".", stored_path, j, count, -1, digests[position])
+        offset = _allocate(handle, stored_path, (count, *value.shape[1:]), value.dtype)
+        fd = os.open(handle.filename, os.O_WRONLY)
+        try:
+            for j, position in enumerate(value.new_positions.tolist()):
+                digests[position] = _write_row(fd, offset + j * value.row_bytes, np.asarray(value.new_rows[j]),
+                                               progress)
+                value.written[position] = RowSource(".", stored_path, j, count, -1, digests[position])
+        finally:
+            os.close(fd)
     for position, source in value.sources.items():
         digests[position] = source.sha256
     layout = h5py.VirtualLayout(shape=value.shape, dtype=value.dtype)
@@ -244,21 +248,38 @@ def referenced_files(handle: h5py.File) -> list[Reference]:
     return [Reference(str(r["path"]), str(r["file_sha256"]), int(r["size_bytes"])) for r in json.loads(text)]
 
 
-def _write_row(dataset: h5py.Dataset, j: int, row: np.ndarray, progress) -> bytes:
-    """Row ``j`` of ``dataset`` from ``row`` in chunks; the SHA-256 of its bytes."""
-    flat = np.ascontiguousarray(row).reshape(-1)
-    target = dataset if dataset.ndim == 2 else None
-    step = max(1, CHUNK_BYTES // max(1, flat.dtype.itemsize))
+def _allocate(handle: h5py.File, path: str, shape: tuple, dtype: np.dtype) -> int:
+    """Create ``path`` as a contiguous dataset whose bytes HDF5 allocates now and never
+    fills; their offset in the file. The rows are then written there with ``os.pwrite``:
+    h5py holds the GIL through a write, ``pwrite`` (and hashing) release it, and HDF5
+    neither copies nor converts the bytes."""
+    parent, name = path.rsplit("/", 1)
+    group = handle.require_group(parent)
+    dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+    dcpl.set_layout(h5py.h5d.CONTIGUOUS)
+    dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
+    dcpl.set_fill_time(h5py.h5d.FILL_TIME_NEVER)
+    dataset = h5py.h5d.create(group.id, name.encode(), h5py.h5t.py_create(np.dtype(dtype)),
+                              h5py.h5s.create_simple(tuple(int(n) for n in shape)), dcpl=dcpl)
+    handle.flush()      # the allocation is on disk before other writes reach the file
+    offset = dataset.get_offset()
+    if offset is None:
+        raise OSError(f"HDF5 did not allocate {path} in {handle.filename}")
+    return int(offset)
+
+
+def _write_row(fd: int, offset: int, row: np.ndarray, progress) -> bytes:
+    """``row``'s bytes at ``offset`` of the file ``fd`` in chunks; the SHA-256 of its bytes."""
+    data = memoryview(np.ascontiguousarray(row).reshape(-1).view(np.uint8))
     digest = hashlib.sha256()
-    for start in range(0, flat.size, step):
-        piece = flat[start:start + step]
-        if target is not None:
-            target[j, start:start + piece.size] = piece
-        digest.update(memoryview(piece.view(np.uint8)))   # releases the GIL for large pieces
+    for start in range(0, len(data), CHUNK_BYTES):
+        piece = data[start:start + CHUNK_BYTES]
+        done = 0
+        while done < len(piece):            # pwrite may write less than asked
+            done += os.pwrite(fd, piece[done:], offset + start + done)
+        digest.update(piece)                # both release the GIL
         if progress is not None:
-            progress(piece.nbytes)
-    if target is None:
-        dataset[j] = row
+            progress(len(piece))
     return digest.digest()
 
 

@@ -34,12 +34,12 @@ class StopAfter:
 
 
 def checkpointed_run(comm, directory: str, **settings):
-    """Checkpoints every 2 generations (by default in the background, incremental at any row
+    """Checkpoints every 3 generations (by default in the background, incremental at any row
     size) and a stop after generation 9; the manifest's files (rank 0; [] elsewhere)."""
     the_job = job(comm.size)
     scheme = build_scheme(comm, the_job)
     checkpointer = Checkpointer(directory, keep=3, comm=comm, **{"min_row_bytes": 0, **settings})
-    RunLoop(comm, scheme, RunSettings(14, 2, checkpoint_every=2), config=the_job.config,
+    RunLoop(comm, scheme, RunSettings(14, 1, checkpoint_every=3), config=the_job.config,
             checkpointer=checkpointer, stop=StopAfter(scheme, 9, comm.rank)).run()
     return [f for e in read_manifest(directory) for f in e.files] if comm.rank == 0 else []
 
@@ -87,3 +87,37 @@ def test_incremental_background_checkpoints_resume_bit_for_bit_on_any_rank_count
         comm.barrier()
         _, spread = resumed(comm, root + "/one")
         all_ranks_agree(world, best_genome_bytes(spread) == best_genome_bytes(straight), "1 -> P differs")
+
+
+class _Recording(Checkpointer):
+    """Joins its writer before the loop goes on (so the next log point sees it written) and
+    records the generation of every completion."""
+
+    def __init__(self, *args, scheme=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.scheme, self.completed = scheme, []
+
+    def save_background(self, *args, **kwargs):
+        name = super().save_background(*args, **kwargs)
+        self._pending.join()
+        return name
+
+    def wait(self):
+        info = super().wait()
+        if info is not None:
+            self.completed.append((self.scheme.generation, info.generation))
+        return info
+
+
+@pytest.mark.mpi(min_size=1)
+def test_a_written_background_checkpoint_is_published_at_the_next_log_point(world, tmp_path_factory):
+    comm = Communicator(world)
+    root = comm.bcast_object(str(tmp_path_factory.mktemp("pub")) if comm.rank == 0 else None)
+    the_job = job(comm.size)
+    scheme = build_scheme(comm, the_job)
+    checkpointer = _Recording(root, comm=comm, min_row_bytes=0, scheme=scheme)
+    result = RunLoop(comm, scheme, RunSettings(8, 1, checkpoint_every=3), config=the_job.config,
+                     checkpointer=checkpointer).run()
+    names = [e.name for e in read_manifest(root)] if comm.rank == 0 else []
+    ok = checkpointer.completed == [(4, 3), (7, 6)] and result.checkpoints[-1].endswith("g000000008")
+    all_ranks_agree(world, ok and (comm.rank != 0 or len(names) == 3), f"{checkpointer.completed}, {names}")
