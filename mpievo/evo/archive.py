@@ -43,6 +43,7 @@ def _moved(genomes: np.ndarray) -> np.ndarray:
     (Numba has no bfloat16; a move copies bits)."""
     return genomes.view(np.uint16) if genomes.dtype.itemsize == 2 else genomes
 
+
 _version_lock = threading.Lock()
 _next_version = 1
 
@@ -74,6 +75,7 @@ class VersionedRows(np.ndarray):
 
     @classmethod
     def of(cls, rows: np.ndarray, versions: np.ndarray) -> "VersionedRows":
+        """A read-only view of ``rows`` (n, dim) carrying a copy of ``versions`` (n,)."""
         view = rows.view(cls)
         view.row_versions = np.array(versions, dtype=np.int64)
         view.flags.writeable = False
@@ -81,6 +83,7 @@ class VersionedRows(np.ndarray):
 
     def __array_finalize__(self, obj) -> None:
         self.row_versions = None
+
 
 #: ids are island_index * ID_STRIDE + counter, unique across islands.
 ID_STRIDE = 2**40

@@ -24,10 +24,10 @@ Example:
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
-from typing import Any, Callable, Collection, Mapping
+from typing import Any, Collection, Mapping
 
 import h5py
 import numpy as np
@@ -175,8 +175,7 @@ class _Rows:
         return self.rows[self.positions[j]]
 
 
-def write_rows(parent: h5py.Group, name: str, value: ReferencedRows,
-               progress: Callable[[int], None] | None = None) -> bytes:
+def write_rows(parent: h5py.Group, name: str, value: ReferencedRows) -> bytes:
     """Store ``value`` as ``parent[name]`` (a virtual dataset) and its new rows under
     ``/rows``; returns the payload for the checksum record (the row digests in order)."""
     handle = parent.file
@@ -189,8 +188,7 @@ def write_rows(parent: h5py.Group, name: str, value: ReferencedRows,
         fd = os.open(handle.filename, os.O_WRONLY)
         try:
             for j, position in enumerate(value.new_positions.tolist()):
-                digests[position] = _write_row(fd, offset + j * value.row_bytes, np.asarray(value.new_rows[j]),
-                                               progress)
+                digests[position] = _write_row(fd, offset + j * value.row_bytes, np.asarray(value.new_rows[j]))
                 value.written[position] = RowSource(".", stored_path, j, count, -1, digests[position])
         finally:
             os.close(fd)
@@ -201,7 +199,7 @@ def write_rows(parent: h5py.Group, name: str, value: ReferencedRows,
     files = []
     for position in range(value.shape[0]):
         source = value.written.get(position) or value.sources[position]
-        where = "." if source.file == "." else _relative_to(source.file, here, handle)
+        where = "." if source.file == "." else _relative_to(source.file, here)
         layout[position] = h5py.VirtualSource(where, source.dataset, (source.extent, *value.shape[1:]))[source.row]
         files.append(source.file)
     dataset = parent.create_virtual_dataset(name, layout, fillvalue=None)
@@ -242,8 +240,6 @@ def referenced_files(handle: h5py.File) -> list[Reference]:
     raw = handle.attrs.get("references")
     if raw is None:
         return []
-    import json
-
     text = raw.decode() if isinstance(raw, bytes) else str(raw)
     return [Reference(str(r["path"]), str(r["file_sha256"]), int(r["size_bytes"])) for r in json.loads(text)]
 
@@ -268,7 +264,7 @@ def _allocate(handle: h5py.File, path: str, shape: tuple, dtype: np.dtype) -> in
     return int(offset)
 
 
-def _write_row(fd: int, offset: int, row: np.ndarray, progress) -> bytes:
+def _write_row(fd: int, offset: int, row: np.ndarray) -> bytes:
     """``row``'s bytes at ``offset`` of the file ``fd`` in chunks; the SHA-256 of its bytes."""
     data = memoryview(np.ascontiguousarray(row).reshape(-1).view(np.uint8))
     digest = hashlib.sha256()
@@ -278,18 +274,11 @@ def _write_row(fd: int, offset: int, row: np.ndarray, progress) -> bytes:
         while done < len(piece):            # pwrite may write less than asked
             done += os.pwrite(fd, piece[done:], offset + start + done)
         digest.update(piece)                # both release the GIL
-        if progress is not None:
-            progress(len(piece))
     return digest.digest()
 
 
-def _relative_to(file: str, here: str, handle: h5py.File) -> str:
+def _relative_to(file: str, here: str) -> str:
     """``file`` (relative to the checkpoint directory) relative to the directory ``here``
     of the file being written (its parent is the checkpoint directory)."""
     root = os.path.dirname(here)
     return os.path.relpath(os.path.join(root, file), here)
-
-
-def posix(path: Path | str) -> str:
-    """A relative path with forward slashes (how FORMAT.md and the manifest name files)."""
-    return str(PurePosixPath(*Path(path).parts))
