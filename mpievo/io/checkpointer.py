@@ -149,18 +149,12 @@ class Checkpointer:
         self.wait()
         return self._complete(self._start(generation, islands, config, config_format, run_state, background=False))
 
-    def save_background(
-        self,
-        generation: int,
-        islands: Mapping[int, Mapping[str, Any]],
-        *,
-        config: str | Mapping[str, Any],
-        config_format: str | None = None,
-        run_state: Mapping[str, Any] | None = None,
-    ) -> str:
+    def save_background(self, generation: int, islands: Mapping[int, Mapping[str, Any]], *,
+                        config: str | Mapping[str, Any], config_format: str | None = None,
+                        run_state: Mapping[str, Any] | None = None) -> str:
         """Start a checkpoint and return its name while a thread writes this rank's file.
 
-        Collective like :meth:`save` (the ranks agree on the name). Completes the
+        Collective like :meth:`save`, with the same arguments (the ranks agree on the name). Completes the
         previous background checkpoint first. The states are snapshot before it
         returns, so the caller may change them at once; the checkpoint becomes visible
         (manifest) only at the next :meth:`wait`, :meth:`save` or ``save_background``.

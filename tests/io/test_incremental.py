@@ -43,6 +43,16 @@ def change(archive: Archive, count: int, seed: int = 1) -> None:
     archive.insert(rng.standard_normal((count, DIM)), np.arange(count) - 100.0, 1000 + np.arange(count), 0, 1)
 
 
+def two_checkpoints(directory, changed: int):
+    """(archive, checkpointer, first info, second info): a checkpoint, ``changed`` rows
+    changed, and an incremental one."""
+    archive = archive_of()
+    checkpointer = Checkpointer(directory, keep=3, min_row_bytes=0)
+    first = checkpointer.save(1, states(archive), config="a = 1")
+    change(archive, changed)
+    return archive, checkpointer, first, checkpointer.save(2, states(archive), config="a = 1")
+
+
 def bits(array) -> np.ndarray:
     return np.asarray(array).view(np.uint16)
 
@@ -67,11 +77,7 @@ def test_row_versions_change_only_where_rows_are_written():
 
 
 def test_the_second_checkpoint_writes_only_the_changed_rows(tmp_path):
-    archive = archive_of()
-    checkpointer = Checkpointer(tmp_path, keep=3, min_row_bytes=0)
-    first = checkpointer.save(1, states(archive), config="a = 1")
-    change(archive, 2)
-    second = checkpointer.save(2, states(archive), config="a = 1")
+    archive, checkpointer, first, second = two_checkpoints(tmp_path, 2)
     assert first.new_row_bytes == 8 * ROW_BYTES and first.referenced_row_bytes == 0
     assert second.new_row_bytes == 2 * ROW_BYTES and second.referenced_row_bytes == 6 * ROW_BYTES
     size = lambda info: info.files[0].size_bytes  # noqa: E731
@@ -97,11 +103,7 @@ def test_without_incremental_or_with_small_rows_every_row_is_written(tmp_path):
 
 
 def test_files_resolve_with_plain_h5py_from_any_directory(tmp_path, monkeypatch):
-    archive = archive_of()
-    checkpointer = Checkpointer(tmp_path / "run", keep=3, min_row_bytes=0)
-    first = checkpointer.save(1, states(archive), config="a = 1")
-    change(archive, 3)
-    second = checkpointer.save(2, states(archive), config="a = 1")
+    archive, _, first, second = two_checkpoints(tmp_path / "run", 3)
     monkeypatch.chdir(tmp_path.parent)     # HDF5 finds the earlier file from the file's own directory
     with h5py.File(tmp_path / "run" / second.files[0].path, "r") as handle:
         dataset = handle["islands/0/archive/genomes"]
@@ -137,11 +139,7 @@ def test_a_background_write_takes_a_snapshot_and_changes_nothing(tmp_path, monke
 
 
 def test_a_deleted_or_damaged_referenced_file_is_named(tmp_path):
-    archive = archive_of()
-    checkpointer = Checkpointer(tmp_path, keep=3, min_row_bytes=0)
-    first = checkpointer.save(1, states(archive), config="a = 1")
-    change(archive, 1)
-    checkpointer.save(2, states(archive), config="a = 1")
+    archive, checkpointer, first, _ = two_checkpoints(tmp_path, 1)
     change(archive, 1, seed=5)
     latest = checkpointer.save(3, states(archive), config="a = 1")
     earlier = tmp_path / first.files[0].path
@@ -162,11 +160,7 @@ def test_a_row_that_differs_from_its_digest_is_named_by_h5py_reading(tmp_path):
     """Without the byte check (h5py reading the section): the row and its file are named."""
     from mpievo.io.files import read_checkpoint_file
 
-    archive = archive_of()
-    checkpointer = Checkpointer(tmp_path, keep=3, min_row_bytes=0)
-    first = checkpointer.save(1, states(archive), config="a = 1")
-    change(archive, 1)
-    second = checkpointer.save(2, states(archive), config="a = 1")
+    archive, checkpointer, first, second = two_checkpoints(tmp_path, 1)
     earlier = tmp_path / first.files[0].path
     flip_data_byte(earlier, "rows/islands/0/archive/genomes", offset=ROW_BYTES + 1)
     import mpievo.io.files as files
@@ -239,11 +233,7 @@ def test_an_interrupt_during_a_background_write_leaves_the_previous_checkpoint(t
 def test_inspect_names_the_files_a_checkpoint_reads_rows_from(tmp_path):
     from mpievo.cli.inspect import collect, render
 
-    archive = archive_of()
-    checkpointer = Checkpointer(tmp_path, keep=3, min_row_bytes=0)
-    first = checkpointer.save(1, states(archive), config="a = 1")
-    change(archive, 2)
-    second = checkpointer.save(2, states(archive), config="a = 1")
+    archive, checkpointer, first, second = two_checkpoints(tmp_path, 2)
     report = collect(tmp_path)
     assert report["exit_code"] == 0 and [c["references"] for c in report["checkpoints"]] == [[], [first.files[0].path]]
     assert f"reads unchanged archive rows from {first.files[0].path}" in render(report)
