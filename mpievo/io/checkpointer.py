@@ -12,6 +12,7 @@ writer thread makes no MPI call.
 
 from __future__ import annotations
 
+import functools
 import shutil
 import threading
 import time
@@ -186,7 +187,7 @@ class Checkpointer:
         """Whether this rank's part of the background checkpoint is written (local)."""
         return self._pending is None or self._pending.done()
 
-    # ------------------------------------------------------------ steps
+    # ------------------------------------------------------------ start and completion
 
     def _start(self, generation, islands, config, config_format, run_state, *, background: bool) -> _Pending:
         comm = self.comm
@@ -203,7 +204,7 @@ class Checkpointer:
             pending.result = {"error": f"rank {comm.rank}: {type(err).__name__}: {err}"}
             return pending
         pending = _Pending(plan, snapshot)
-        write = lambda: self._write_own_file(plan, generation, snapshot, config, config_format, run_state)  # noqa: E731
+        write = functools.partial(self._write_own_file, plan, generation, snapshot, config, config_format, run_state)
         if background:
             pending.thread = threading.Thread(target=pending.run, args=(write,), daemon=True,
                                               name=f"mpievo-checkpoint-{plan['name']}")
