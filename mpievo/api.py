@@ -65,6 +65,12 @@ class MinimizeResult:
         front: several objectives: the merged non-dominated set of all islands, a dict of
             ``objectives`` (k, n_obj), ``genomes`` (k, dim) float64, ``islands`` (k,),
             ``reference_point`` and ``hypervolume`` (None without moocore); else None.
+
+    Example::
+
+        result = mpievo.minimize("rastrigin", dim=10, budget=20_000)
+        result.fun, result.nfev == result.evaluations, result.stop_reason    # (..., True, 'budget')
+        max(result.islands, key=lambda island: island["best_fitness"])       # per-island records
     """
 
     x: np.ndarray
@@ -177,6 +183,16 @@ def minimize(problem: Problem | Callable | str | None = None, *,
     Raises:
         mpievo.config.ConfigError: every problem with the settings, on every rank.
         ValueError, TypeError: a problem that cannot be built, or an ``x0`` outside the box.
+
+    Example::
+
+        import mpievo
+
+        def sphere(X):                               # a batch (n, dim) -> (n,)
+            return (X * X).sum(axis=1)
+
+        result = mpievo.minimize(sphere, bounds=[(-5, 5)] * 10, budget=20_000, seed=1)
+        print(result.x, result.fun, result.nfev, result.stop_reason)
     """
     if callback is not None and not callable(callback):
         raise TypeError(f"expected a callable callback or None, got {type(callback).__name__}")

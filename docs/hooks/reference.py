@@ -13,6 +13,8 @@ import re
 MARKER = "<!-- config-reference -->"
 #: a Sphinx role before its code span (":class:`X`" renders as ":class:<code>X</code>")
 SPHINX_ROLE = re.compile(r":(?:mod|func|class|meth|attr|data|exc|obj|const):(?=<code>)")
+#: reStructuredText's literal-block marker ending a paragraph ("Example::"): one colon, as rst shows it
+RST_LITERAL = re.compile(r"::</p>")
 
 
 def on_page_markdown(markdown: str, page, config, files) -> str:
@@ -22,8 +24,8 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
 
 
 def on_page_content(html: str, page, config, files) -> str:
-    """The docstrings use Sphinx roles, which mkdocstrings leaves as text: drop them."""
-    return SPHINX_ROLE.sub("", html)
+    """The docstrings use Sphinx roles and rst's "::", which mkdocstrings leaves as text."""
+    return RST_LITERAL.sub(":</p>", SPHINX_ROLE.sub("", html))
 
 
 def config_reference() -> str:

@@ -103,6 +103,11 @@ class SelfComm:
 
     Bytes "sent" to itself by :meth:`exchange` and the object calls are counted in
     ``traffic`` as a one-rank :class:`mpievo.comm.Communicator` counts them.
+
+    Example::
+
+        comm = SelfComm()
+        comm.rank, comm.size, comm.bcast_object({"x": 1})     # (0, 1, {'x': 1})
     """
 
     rank = 0

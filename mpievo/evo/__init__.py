@@ -16,9 +16,10 @@ Building blocks:
   callables vectorised over a batch, each taking an explicit Generator.
 * Algorithms (:mod:`.algorithms`) -- ``ga`` (default; restarts with a growing
   population when it stagnates), ``de`` (jDE), ``shade`` (SHADE/L-SHADE), ``cmaes``; the protocol for user
-  algorithms is in :mod:`.algorithms.base`.
-* Several objectives (:mod:`.moo`) -- problems ``f(X) -> (n, n_obj)`` (ZDT, DTLZ, user
-  ones), the ``nsga2`` island over a :class:`~.moo.ParetoArchive`, hypervolumes.
+  algorithms is in :mod:`.algorithms.base` (a worked one: docs/guides/custom-algorithm.md).
+* Several objectives (:mod:`.moo`) -- problems ``f(X) -> (n, n_obj)`` (ZDT, DTLZ, WFG, user
+  ones), the ``nsga2``, ``smsemoa`` and ``moead`` islands over a :class:`~.moo.ParetoArchive`,
+  hypervolumes.
 * :class:`StagnationMonitor` (:mod:`.stagnation`) -- generations without progress of
   a population's best and median fitness (what triggers the GA's restarts).
 * Problems (:mod:`.problems`) -- batch fitness ``f(X) -> (n,)`` over a box; built-in

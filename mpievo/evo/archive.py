@@ -101,7 +101,12 @@ def first_id(island_index: int, start: int, count: int) -> int:
 
 
 def make_ids(island_index: int, start: int, count: int) -> np.ndarray:
-    """Ids ``island_index * 2**40 + [start, start + count)`` (raises as :func:`first_id`)."""
+    """Ids ``island_index * 2**40 + [start, start + count)`` (raises as :func:`first_id`).
+
+    Example::
+
+        make_ids(3, 0, 2)        # array([3298534883328, 3298534883329]): island 3's first two ids
+    """
     return np.arange(count, dtype=np.int64) + np.int64(first_id(island_index, start, count))
 
 
@@ -110,6 +115,10 @@ def sanitize_fitness(fitness) -> tuple[np.ndarray, int]:
 
     Returns:
         (fitness, number of non-finite values); the input is not modified.
+
+    Example::
+
+        sanitize_fitness(np.array([1.0, np.nan, -np.inf]))     # (array([ 1., inf, inf]), 2)
     """
     f = np.asarray(fitness, dtype=np.float64)
     finite = np.isfinite(f)
@@ -131,7 +140,13 @@ def row_hashes(genomes: np.ndarray) -> np.ndarray:
 
 
 class Insertion(NamedTuple):
-    """What :meth:`Archive.insert` did."""
+    """What :meth:`Archive.insert` did.
+
+    Example::
+
+        done = archive.insert(genomes, fitness, ids, origins, births)
+        done.entered, done.slots, done.duplicates      # which candidates entered, where; repeats dropped
+    """
 
     entered: np.ndarray      # indices (into the candidates) that entered, ascending
     slots: np.ndarray        # archive slots they went to (same order)
@@ -152,6 +167,14 @@ class Archive:
 
     Attributes (read-only views of the first ``size`` slots; do not modify):
         genomes (size, dim), fitness (size,), ids, births, origins (size,) int64.
+
+    Example::
+
+        import numpy as np
+        archive = Archive(capacity=4, dim=2, dtype="float64")
+        archive.insert(np.array([[0.0, 0.0], [1.0, 1.0]]), np.array([3.0, 1.0]),
+                       ids=np.arange(2), origins=np.zeros(2, int), births=np.zeros(2, int))
+        archive.size, archive.fitness[archive.best_index()]                # (2, 1.0)
     """
 
     def __init__(self, capacity: int, dim: int, dtype="float32", *, unique: bool = False,

@@ -44,6 +44,12 @@ class BaseModels:
         shape, dtype: of the bases; taken from an array or file when not given.
         reference: what a checkpoint records as the bases' origin (default: the
             path, or ``"in-memory"``).
+
+    Example::
+
+        import numpy as np
+        bases = BaseModels(np.zeros((2, 1000), np.float32))      # two base models of 1000 genes
+        problem = Problem(f, 1000, -1, 1, bases=bases)             # engine.genome = "delta" or "seeded"
     """
 
     def __init__(self, source, *, shape: tuple[int, int] | None = None, dtype=None,

@@ -52,6 +52,12 @@ class EngineConfig(Settings):
 
     Each field may also vary by island (a list, a callable or an expression of ``i``);
     see :meth:`resolve_all`. Field documentation: :meth:`describe`.
+
+    Example::
+
+        config = EngineConfig(algorithm=["ga", "cmaes"], omega="0.3 + 0.1*i")   # per-island values
+        first, second = config.resolve_all(2)       # one plain EngineConfig per island
+        second.algorithm, first.omega               # ('cmaes', 0.3)
     """
 
     TABLE = "engine"

@@ -68,6 +68,14 @@ class Island:
             left out when no setting is a list.
         algorithm: overrides ``config.algorithm``: a name, ``"module:Class"``, class
             or instance following :mod:`mpievo.evo.algorithms.base`.
+
+    Example::
+
+        from mpievo.evo import EngineConfig, Island, make_problem
+        island = Island(0, make_problem("rastrigin", dim=10), EngineConfig(capacity=32), seed=1)
+        island.run(200)                               # initialize, then 200 generations
+        genome, value = island.best()
+        X = island.ask(201); island.tell(my_fitness(X))   # or evaluate elsewhere
     """
 
     def __init__(self, index: int, problem, config: EngineConfig | None = None, *, seed: int = 0,

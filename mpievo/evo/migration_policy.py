@@ -33,7 +33,18 @@ from .archive import Archive
 
 class Migrants(NamedTuple):
     """Genomes leaving or entering an island, with their records (field order matches
-    :meth:`Island.immigrate`, so ``island.immigrate(*migrants)`` works)."""
+    :meth:`Island.immigrate`, so ``island.immigrate(*migrants)`` works).
+
+    Example:
+        >>> import numpy as np
+        >>> from mpievo.evo import Archive
+        >>> archive = Archive(4, 2, "float64")
+        >>> _ = archive.insert(np.array([[0., 0.], [1., 1.]]), np.array([3., 1.]), np.arange(2), np.zeros(2, int),
+        ...                    np.zeros(2, int))
+        >>> migrants = choose_emigrants(archive, 1, "best")
+        >>> migrants.genomes, migrants.fitness
+        (array([[1., 1.]]), array([1.]))
+    """
 
     genomes: np.ndarray   # (k, dim), host or device (a device island's)
     fitness: np.ndarray   # (k,) float64, minimised; (k, n_obj) objectives of a multi-objective island
@@ -58,7 +69,12 @@ class Migrants(NamedTuple):
 
 
 def policy_of(policies: dict, name, what: str):
-    """The callable named ``name`` in ``policies`` (ValueError naming ``what`` otherwise)."""
+    """The callable named ``name`` in ``policies`` (ValueError naming ``what`` otherwise).
+
+    Example:
+        >>> policy_of(SELECTION_POLICIES, "best", "selection").__name__
+        'select_best'
+    """
     if not isinstance(name, str) or name not in policies:
         raise ValueError(f"expected {what} among {tuple(policies)}, got {name!r}")
     return policies[name]
@@ -67,7 +83,17 @@ def policy_of(policies: dict, name, what: str):
 # --- selection ---------------------------------------------------------------------
 
 def select_best(archive: Archive, k: int, rng, eligible: np.ndarray | None) -> np.ndarray:
-    """The ``k`` best eligible members, best first (ties: lower slot first)."""
+    """The ``k`` best eligible members, best first (ties: lower slot first).
+
+    Example:
+        >>> import numpy as np
+        >>> from mpievo.evo import Archive
+        >>> archive = Archive(4, 2, "float64")
+        >>> _ = archive.insert(np.array([[0., 0.], [1., 1.], [2., 2.]]), np.array([3., 1., 2.]), np.arange(3),
+        ...                    np.zeros(3, int), np.zeros(3, int))
+        >>> select_best(archive, 2, None, None)        # the slots of fitness 1 and 2
+        array([1, 2])
+    """
     ranking = archive.ranking()
     if eligible is not None:
         ranking = ranking[eligible[ranking]]
@@ -76,7 +102,17 @@ def select_best(archive: Archive, k: int, rng, eligible: np.ndarray | None) -> n
 
 def select_random(archive: Archive, k: int, rng: np.random.Generator | None,
                   eligible: np.ndarray | None) -> np.ndarray:
-    """``k`` distinct eligible members drawn from ``rng`` (all of them when fewer)."""
+    """``k`` distinct eligible members drawn from ``rng`` (all of them when fewer).
+
+    Example:
+        >>> import numpy as np
+        >>> from mpievo.evo import Archive
+        >>> archive = Archive(4, 2, "float64")
+        >>> _ = archive.insert(np.array([[0., 0.], [1., 1.], [2., 2.]]), np.array([3., 1., 2.]), np.arange(3),
+        ...                    np.zeros(3, int), np.zeros(3, int))
+        >>> len(select_random(archive, 2, np.random.default_rng(0), None))
+        2
+    """
     if rng is None:
         raise ValueError("expected a Generator for selection policy 'random', got None")
     pool = np.arange(archive.size) if eligible is None else np.flatnonzero(eligible)
@@ -96,6 +132,15 @@ def choose_emigrants(archive: Archive, k: int, policy: str, rng=None, exclude=No
         exclude: uint64 genome hashes the receiver holds (from its
             :meth:`Archive.hashes`); members with such a hash are not eligible.
             None: every member is.
+
+    Example:
+        >>> import numpy as np
+        >>> from mpievo.evo import Archive
+        >>> archive = Archive(4, 2, "float64")
+        >>> _ = archive.insert(np.array([[0., 0.], [1., 1.]]), np.array([3., 1.]), np.arange(2), np.zeros(2, int),
+        ...                    np.zeros(2, int))
+        >>> choose_emigrants(archive, 1, "best").fitness
+        array([1.])
     """
     select = policy_of(SELECTION_POLICIES, policy, "selection policy")
     eligible = None if exclude is None else ~np.isin(archive.hashes(), exclude)
@@ -106,12 +151,34 @@ def choose_emigrants(archive: Archive, k: int, policy: str, rng=None, exclude=No
 
 def unheld(archive: Archive, migrants: Migrants) -> np.ndarray:
     """Indices of the migrants whose genome the archive does not hold and that no
-    earlier migrant repeats."""
+    earlier migrant repeats.
+
+    Example:
+        >>> import numpy as np
+        >>> from mpievo.evo import Archive
+        >>> archive = Archive(4, 2, "float64")
+        >>> _ = archive.insert(np.array([[0., 0.], [1., 1.]]), np.array([3., 1.]), np.arange(2), np.zeros(2, int),
+        ...                    np.zeros(2, int))
+        >>> unheld(archive, choose_emigrants(archive, 1, "best"))   # the archive holds its own best
+        array([], dtype=int64)
+    """
     return np.flatnonzero(~archive.duplicate_mask(migrants.genomes))
 
 
 def replace_worst(archive: Archive, migrants: Migrants, k: int) -> np.ndarray:
-    """Migrants fill free slots, then evict the worst members, unconditionally."""
+    """Migrants fill free slots, then evict the worst members, unconditionally.
+
+    Example:
+        >>> import numpy as np
+        >>> from mpievo.evo import Archive
+        >>> archive = Archive(2, 1, "float64")
+        >>> _ = archive.insert(np.array([[5.], [6.]]), np.array([1., 2.]), np.arange(2), np.zeros(2, int),
+        ...                    np.zeros(2, int))
+        >>> arrival = Migrants(np.array([[7.]]), np.array([9.]), np.array([7]), np.array([1]), np.array([0]))
+        >>> _ = replace_worst(archive, arrival, 1)
+        >>> sorted(archive.fitness.tolist())       # 9 entered though worse than both
+        [1.0, 9.0]
+    """
     keep = unheld(archive, migrants) if archive.unique else np.arange(len(migrants.fitness))
     # Free slots first (in order, so no gap), then the worst members, worst first.
     slots = np.concatenate([np.arange(archive.size, archive.limit), archive.ranking()[::-1]])[:len(keep)]
@@ -121,13 +188,39 @@ def replace_worst(archive: Archive, migrants: Migrants, k: int) -> np.ndarray:
 
 
 def replace_if_better(archive: Archive, migrants: Migrants, k: int) -> np.ndarray:
-    """Migrants merge like children: each enters only when better than the worst member."""
+    """Migrants merge like children: each enters only when better than the worst member.
+
+    Example:
+        >>> import numpy as np
+        >>> from mpievo.evo import Archive
+        >>> archive = Archive(2, 1, "float64")
+        >>> _ = archive.insert(np.array([[5.], [6.]]), np.array([1., 2.]), np.arange(2), np.zeros(2, int),
+        ...                    np.zeros(2, int))
+        >>> arrival = Migrants(np.array([[7.], [8.]]), np.array([9., 0.5]), np.array([7, 8]), np.array([1, 1]),
+        ...                    np.array([0, 0]))
+        >>> _ = replace_if_better(archive, arrival, 2)
+        >>> sorted(archive.fitness.tolist())       # 0.5 entered, 9 did not
+        [0.5, 1.0]
+    """
     return archive.insert(*migrants).entered
 
 
 def replace_fair(archive: Archive, migrants: Migrants, k: int) -> np.ndarray:
     """Like :func:`replace_if_better`, but only the ``k`` best migrants may enter
-    (pagmo's fair_replace; ties: the earlier migrant)."""
+    (pagmo's fair_replace; ties: the earlier migrant).
+
+    Example:
+        >>> import numpy as np
+        >>> from mpievo.evo import Archive
+        >>> archive = Archive(3, 1, "float64")
+        >>> _ = archive.insert(np.array([[5.], [6.], [7.]]), np.array([1., 2., 3.]), np.arange(3), np.zeros(3, int),
+        ...                    np.zeros(3, int))
+        >>> arrival = Migrants(np.array([[8.], [9.]]), np.array([0.5, 0.7]), np.array([8, 9]), np.array([1, 1]),
+        ...                    np.array([0, 0]))
+        >>> _ = replace_fair(archive, arrival, 1)  # k = 1: only the best migrant may enter
+        >>> sorted(archive.fitness.tolist())
+        [0.5, 1.0, 2.0]
+    """
     best = np.sort(np.lexsort((np.arange(len(migrants.fitness)), migrants.fitness))[:k])
     return best[archive.insert(*migrants.take(best)).entered]
 
@@ -145,6 +238,17 @@ def admit(archive: Archive, migrants: Migrants, policy: str, k: int, unique: boo
 
     Returns:
         The migrants that entered.
+
+    Example:
+        >>> import numpy as np
+        >>> from mpievo.evo import Archive
+        >>> archive = Archive(2, 1, "float64")
+        >>> _ = archive.insert(np.array([[5.], [6.]]), np.array([1., 2.]), np.arange(2), np.zeros(2, int),
+        ...                    np.zeros(2, int))
+        >>> arrival = Migrants(np.array([[7.], [8.]]), np.array([9., 0.5]), np.array([7, 8]), np.array([1, 1]),
+        ...                    np.array([0, 0]))
+        >>> admit(archive, arrival, "better", 2).fitness
+        array([0.5])
     """
     replace = policy_of(REPLACEMENT_POLICIES, policy, "replacement policy")
     if unique:
@@ -166,6 +270,10 @@ class MigrationPolicy:
             the incoming migrants, the best, may enter and only when better).
         unique: elite-unique (never send a genome the receiver holds; a receiver
             drops arrivals it holds or that repeat an earlier one).
+
+    Example:
+        >>> MigrationPolicy(emigrants=2, selection="best", replacement="fair")
+        MigrationPolicy(emigrants=2, selection='best', replacement='fair', unique=True)
     """
 
     emigrants: int = 2

@@ -69,6 +69,11 @@ def resolve_param(value: Any, island_index: int, n_islands: int, name: str = "pa
 
     Raises:
         ValueError: a list whose length is not ``n_islands``, or a bad index.
+
+    Example::
+
+        resolve_param([0.3, 0.5], 1, 2)                 # 0.5: island 1's entry
+        resolve_param(lambda i: 0.1 * i, 3, 4)          # 0.3 (up to rounding)
     """
     check_island_index(island_index, n_islands)
     if isinstance(value, (list, tuple)):

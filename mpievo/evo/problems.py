@@ -47,6 +47,11 @@ def check_fitness(values, n: int, name: str = "problem") -> np.ndarray:
     Raises:
         ValueError: shape other than (n,).
         TypeError: not real numbers (bool, complex, object, strings).
+
+    Example::
+
+        check_fitness([1, 2, 3], 3)        # array([1., 2., 3.])
+        check_fitness([1, 2], 3)           # ValueError: expected ... shape (3,) ...
     """
     arr = np.asarray(values)
     if arr.shape != (n,):
@@ -103,6 +108,12 @@ class Problem:
 
     Raises:
         ValueError, TypeError: bad dimension or bounds.
+
+    Example::
+
+        import numpy as np
+        problem = Problem(lambda X: (X * X).sum(axis=1), dim=5, lower=-1.0, upper=1.0, name="sphere")
+        problem.evaluate(np.zeros((2, 5), np.float32))          # array([0., 0.])
     """
 
     def __init__(self, func: Callable, dim: int, lower, upper, *, maximize: bool = False,
@@ -346,6 +357,11 @@ def builtin_problem(name: str, dim: int, *, shift: bool = False, rotate: bool = 
 
     Raises:
         ValueError: unknown name or bad box.
+
+    Example::
+
+        problem = builtin_problem("rastrigin", 30, shift=True, rotate=True, seed=3)
+        problem.lower[0], problem.upper[0]          # (-5.12, 5.12)
     """
     if name not in BUILTIN_PROBLEMS:
         raise ValueError(f"expected a built-in problem among {sorted(BUILTIN_PROBLEMS)}, got {name!r}")
@@ -414,6 +430,12 @@ def make_problem(spec, dim: int | None = None, *, lower=None, upper=None, maximi
 
     Raises:
         ValueError, TypeError: unknown name, import failure, missing dim or bounds.
+
+    Example::
+
+        make_problem("rosenbrock", 10)                          # a built-in
+        make_problem("mymodule:fitness", 10, lower=-1, upper=1) # a function by name
+        make_problem(lambda x: float(x @ x), 3, lower=-1, upper=1, batched=False)
     """
     if isinstance(spec, Problem):
         return spec

@@ -46,6 +46,13 @@ class StagnationMonitor:
 
     Raises:
         ValueError: a negative or non-int patience, or a negative tol.
+
+    Example::
+
+        monitor = StagnationMonitor(patience=3, tol=1e-4)
+        for _ in range(4):
+            monitor.update(best=1.0, median=2.0)   # progress the first time only
+        monitor.stagnated                          # True: 3 generations without progress
     """
 
     def __init__(self, patience: int, tol: float):

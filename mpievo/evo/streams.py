@@ -91,6 +91,11 @@ def stream(seed: int, island: int, generation: int, purpose: str | int = "breed"
 
     Raises:
         TypeError, ValueError: a key that is not a non-negative int, or an unknown purpose.
+
+    Example::
+
+        rng = stream(seed=1, island=0, generation=5, purpose="breed")
+        rng.random(2)                    # the same numbers for the same key, on any rank
     """
     key, counter = _key_and_counter(seed, island, generation, purpose)
     return np.random.Generator(np.random.Philox(counter=counter, key=key))

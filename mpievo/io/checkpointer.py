@@ -35,7 +35,13 @@ from .snapshot import MIN_ROW_BYTES, Snapshot, copy_tree, prepare_islands
 
 @dataclass(frozen=True)
 class CheckpointInfo:
-    """A checkpoint that is complete on disk and named by the manifest."""
+    """A checkpoint that is complete on disk and named by the manifest.
+
+    Example::
+
+        info = Checkpointer("runs/a/checkpoints").save(10, {0: island.state_dict()}, config={"run": {"seed": 1}})
+        info.name, info.generation, [entry.path for entry in info.files]
+    """
 
     name: str
     sequence: int
@@ -97,12 +103,13 @@ class Checkpointer:
     Raises:
         ValueError: ``keep`` < 1, or ``min_row_bytes`` < 0.
 
-    Example:
-        >>> import numpy as np, tempfile
-        >>> checkpointer = Checkpointer(tempfile.mkdtemp(), keep=2)
-        >>> info = checkpointer.save(1, {0: {"fitness": np.zeros(3)}}, config="x = 1")
-        >>> info.name
-        'ckpt-000001-g000000001'
+    Example::
+
+        from mpievo.evo import Island, make_problem
+        island = Island(0, make_problem("sphere", 5)).run(10)
+        checkpointer = Checkpointer("ckpt", keep=2)
+        checkpointer.save(10, {0: island.state_dict()}, config={"run": {"seed": 1}})
+        load_latest("ckpt").islands[0]        # the same state tree
     """
 
     def __init__(self, directory: str | Path, *, keep: int = 3, comm: Any = None, incremental: bool = True,

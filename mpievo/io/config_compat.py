@@ -29,6 +29,10 @@ def config_text_and_format(config: str | Mapping[str, Any], config_format: str |
     Raises:
         ValueError: an unknown format, or a dict with format "toml".
         TypeError: a dict that JSON cannot represent.
+
+    Example::
+
+        config_text_and_format({"run": {"seed": 1}}, None)     # (the dict as JSON text, 'json')
     """
     if isinstance(config, Mapping):
         if config_format not in (None, "json"):
@@ -46,7 +50,12 @@ def config_text_and_format(config: str | Mapping[str, Any], config_format: str |
 
 
 def config_hash(text: str) -> str:
-    """SHA-256 hex digest of the config text (as UTF-8), recorded in every checkpoint file."""
+    """SHA-256 hex digest of the config text (as UTF-8), recorded in every checkpoint file.
+
+    Example::
+
+        config_hash(Path("job.toml").read_text())   # a sha256 hex digest of the text
+    """
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
@@ -55,6 +64,10 @@ def parse_config(text: str, config_format: str) -> dict:
 
     Raises:
         ValueError: text that does not parse as ``config_format``, or an unknown format.
+
+    Example::
+
+        parse_config("seed = 1", "toml")     # {'seed': 1}
     """
     if config_format == "toml":
         try:
@@ -81,6 +94,11 @@ def config_differences(saved: Mapping[str, Any], current: Mapping[str, Any],
 
     Returns:
         the differing, not allowed paths, sorted.
+
+    Example::
+
+        config_differences({"run": {"seed": 1, "budget": 10}}, {"run": {"seed": 2, "budget": 20}},
+                           allow={"run.budget"})      # ['run.seed']
     """
     allowed = tuple(allow)
     return [path for path in _differing_paths(saved, current, "")
@@ -93,6 +111,10 @@ def check_config_compatible(saved: Mapping[str, Any], current: Mapping[str, Any]
 
     Raises:
         ConfigMismatchError: naming each differing key with its saved and current value.
+
+    Example::
+
+        check_config_compatible(saved, current, allow={"run.budget", "run.generations"})
     """
     keys = config_differences(saved, current, allow)
     if keys:

@@ -60,7 +60,13 @@ _REQUIRED_ROOT_ATTRS = ("format_version", "checkpoint", "sequence", "generation"
 
 @dataclass(frozen=True)
 class FileHeader:
-    """What a checkpoint file says about itself (root and section attributes; no data)."""
+    """What a checkpoint file says about itself (root and section attributes; no data).
+
+    Example::
+
+        header = read_header(path)             # reads attributes only, no data
+        header.generation, header.rank, header.nranks, header.islands
+    """
 
     path: Path
     format_version: int
@@ -85,7 +91,15 @@ class FileHeader:
 
 @dataclass(frozen=True)
 class WrittenFile:
-    """A checkpoint file just written: its header and the digest of its bytes."""
+    """A checkpoint file just written: its header and the digest of its bytes.
+
+    Example::
+
+        written = write_checkpoint_file(path, checkpoint="ckpt-1", sequence=1, generation=10, rank=0,
+                                        nranks=1, islands={0: state}, run_state=None,
+                                        config_text="", config_format="toml")
+        written.file_sha256, written.size_bytes, written.header.generation
+    """
 
     header: FileHeader
     #: SHA-256 of the whole file's bytes (also in the ``.sha256`` sidecar)
@@ -95,7 +109,13 @@ class WrittenFile:
 
 @dataclass(frozen=True)
 class FileContents:
-    """Verified data read from one checkpoint file."""
+    """Verified data read from one checkpoint file.
+
+    Example::
+
+        contents = read_checkpoint_file(path, islands=[0])
+        contents.header.generation, contents.islands[0], contents.config_text
+    """
 
     header: FileHeader
     islands: dict[int, dict]
@@ -136,6 +156,12 @@ def write_checkpoint_file(
         TreeError: a state tree holds an unsupported value (nothing is left on disk).
         ValueError: an island index that is not a non-negative int.
         OSError: the file system refused the write (nothing is left on disk).
+
+    Example::
+
+        write_checkpoint_file("rank-0.h5", checkpoint="ckpt-1", sequence=1, generation=10, rank=0, nranks=1,
+                              islands={0: island.state_dict()}, run_state={"generation": 10},
+                              config_text=Path("job.toml").read_text(), config_format="toml")
     """
     path = Path(path)
     indices = _island_indices(islands)
@@ -191,7 +217,12 @@ def sidecar_path(path: str | Path) -> Path:
 
 
 def file_sha256(path: str | Path, chunk_bytes: int = 8 << 20) -> str:
-    """SHA-256 hex digest of a file's bytes, read in chunks."""
+    """SHA-256 hex digest of a file's bytes, read in chunks.
+
+    Example::
+
+        file_sha256("ckpt/manifest.json")       # hex digest, read in 8 MiB chunks
+    """
     digest = hashlib.sha256()
     buffer = bytearray(chunk_bytes)
     view = memoryview(buffer)
@@ -213,6 +244,10 @@ def check_file_bytes(path: str | Path, expected_sha256: str, expected_size: int 
         FileNotFoundError: no such file.
         CorruptCheckpointError: a different size or digest.
         ForeignFileError: a different digest and no HDF5 signature.
+
+    Example::
+
+        check_file_bytes(path, expected_sha256=file_sha256(path))   # passes; a changed byte raises
     """
     path = Path(path)
     size = path.stat().st_size
@@ -300,6 +335,10 @@ def read_header(path: str | Path) -> FileHeader:
         NewerFormatError: written in a format version newer than FORMAT_VERSION.
         CorruptCheckpointError: truncated, unreadable, or failing the root checksum.
         FileNotFoundError: no such file.
+
+    Example::
+
+        read_header(path).island_summaries      # per island: best fitness, evaluations, ...; no data read
     """
     path = Path(path)
     with _OpenCheckpoint(path) as handle:
@@ -327,6 +366,11 @@ def read_checkpoint_file(
         CorruptCheckpointError, ForeignFileError, NewerFormatError: as read_header, or a
             section whose data does not match its checksum.
         KeyError: a requested island the file does not hold.
+
+    Example::
+
+        contents = read_checkpoint_file("ckpt/ckpt-000001-g000000010/rank-00000-of-00001.h5", islands=[0])
+        contents.islands[0]                     # island 0's state tree
     """
     path = Path(path)
     with _OpenCheckpoint(path) as handle:
@@ -369,6 +413,10 @@ def verify_file(path: str | Path) -> FileHeader:
     Raises:
         CorruptCheckpointError, ForeignFileError, NewerFormatError: see read_checkpoint_file
             and check_file_bytes.
+
+    Example::
+
+        header = verify_file(path)              # reads and checks every section's checksum
     """
     if sidecar_path(path).exists():
         check_file_bytes(path, read_sidecar(path))

@@ -20,7 +20,14 @@ IslandSelection = Iterable[int] | Callable[[tuple[int, ...]], Iterable[int]] | N
 
 @dataclass(frozen=True)
 class Checkpoint:
-    """A loaded checkpoint: the requested islands, run-level state and the saved config."""
+    """A loaded checkpoint: the requested islands, run-level state and the saved config.
+
+    Example::
+
+        ckpt = load_latest("runs/a/checkpoints")
+        ckpt.generation, ckpt.island_indices, ckpt.written_by_ranks
+        island.load_state_dict(ckpt.islands[0])
+    """
 
     name: str
     sequence: int
@@ -80,6 +87,11 @@ def load_latest(directory: str | Path, islands: IslandSelection = None, *, comm:
     Raises:
         NoCheckpointError: no checkpoint at all, or none usable (every problem named).
         ValueError: requested islands that the checkpoint does not hold (on every rank).
+
+    Example::
+
+        ckpt = load_latest("runs/a/checkpoints", islands=[0, 1])   # or comm=comm on every rank
+        ckpt.generation, sorted(ckpt.islands)
     """
     comm = resolve_comm(comm)
     directory = Path(directory)
@@ -114,6 +126,10 @@ def existing_entries(directory: str | Path) -> tuple[list[CheckpointEntry], str 
     of the checkpoint sub-directories, keeping those whose every rank file is present
     with a valid header. The second value describes a damaged manifest (None when fine
     or absent).
+
+    Example::
+
+        entries, problem = existing_entries("ckpt")   # problem: why the manifest was not used, or None
     """
     try:
         entries = read_manifest(directory)
@@ -125,7 +141,12 @@ def existing_entries(directory: str | Path) -> tuple[list[CheckpointEntry], str 
 
 
 def scan_entries(directory: str | Path) -> list[CheckpointEntry]:
-    """Checkpoints found by listing sub-directories (for a missing or damaged manifest)."""
+    """Checkpoints found by listing sub-directories (for a missing or damaged manifest).
+
+    Example::
+
+        [entry.name for entry in scan_entries("ckpt")]    # found by listing, without the manifest
+    """
     entries = []
     for sequence, folder in sorted(checkpoint_dirs(directory).items()):
         entry = _entry_from_files(folder)
@@ -135,7 +156,13 @@ def scan_entries(directory: str | Path) -> list[CheckpointEntry]:
 
 
 def verify_checkpoint(directory: str | Path, entry: CheckpointEntry) -> list[str]:
-    """Read every file of ``entry`` in full and return the problems found (empty: verified)."""
+    """Read every file of ``entry`` in full and return the problems found (empty: verified).
+
+    Example::
+
+        for entry in read_manifest("ckpt"):
+            print(entry.name, verify_checkpoint("ckpt", entry) or "verified")
+    """
     return [problem for problem in verify_checkpoint_files(directory, entry).values() if problem]
 
 
@@ -147,6 +174,10 @@ def verify_checkpoint_files(directory: str | Path, entry: CheckpointEntry, *,
     opens it, then every section's checksum. Without: its size, and its header against
     the manifest (checksum, checkpoint name, islands) -- a quick look that opens a file
     whose damage lies only in its data.
+
+    Example::
+
+        verify_checkpoint_files("ckpt", entry, read_data=False)   # {'ckpt-.../rank-00000-of-00001.h5': None}
     """
     outcome: dict[str, str | None] = {}
     for file_entry in entry.files:

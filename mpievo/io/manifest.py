@@ -27,7 +27,13 @@ RANK_FILE_RE = re.compile(r"^rank-(\d{5,})-of-(\d{5,})\.h5$")
 
 @dataclass(frozen=True)
 class FileEntry:
-    """One rank's file of a checkpoint, as the manifest records it."""
+    """One rank's file of a checkpoint, as the manifest records it.
+
+    Example::
+
+        entry = read_manifest("ckpt")[-1]
+        [(file.path, file.rank, file.size_bytes) for file in entry.files]
+    """
 
     path: str  # relative to the checkpoint directory root
     rank: int
@@ -42,7 +48,13 @@ class FileEntry:
 
 @dataclass(frozen=True)
 class CheckpointEntry:
-    """One complete checkpoint, as the manifest records it."""
+    """One complete checkpoint, as the manifest records it.
+
+    Example::
+
+        entries, problem = existing_entries("runs/a/checkpoints")
+        [(entry.name, entry.generation, entry.nranks) for entry in entries]
+    """
 
     name: str
     sequence: int
@@ -99,6 +111,10 @@ def read_manifest(directory: str | Path) -> list[CheckpointEntry] | None:
         CorruptCheckpointError: the manifest is not valid JSON or lacks fields.
         ForeignFileError: a JSON file that is not an mpievo manifest.
         NewerFormatError: a manifest format newer than this mpievo reads.
+
+    Example::
+
+        entries = read_manifest("ckpt")         # None when there is no manifest
     """
     path = Path(directory) / MANIFEST_NAME
     try:

@@ -44,7 +44,14 @@ _RAW_VIEW = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
 class TreeError(TypeError):
-    """A value that cannot be part of a state tree, or a node that cannot be decoded."""
+    """A value that cannot be part of a state tree, or a node that cannot be decoded.
+
+    Example::
+
+        import hashlib, h5py
+        with h5py.File("t.h5", "w") as handle:
+            write_tree(handle, "state", {"f": open}, hashlib.sha256())   # TreeError naming 'state/f'
+    """
 
 
 def write_tree(parent: h5py.Group, name: str, value: Any, digest) -> None:
@@ -58,6 +65,12 @@ def write_tree(parent: h5py.Group, name: str, value: Any, digest) -> None:
 
     Raises:
         TreeError: a value of an unsupported type, or an invalid key, naming its path.
+
+    Example::
+
+        import hashlib, h5py, numpy as np
+        with h5py.File("t.h5", "w") as handle:
+            write_tree(handle, "state", {"x": np.arange(3), "name": "ga"}, hashlib.sha256())
     """
     _write_node(parent, name, value, digest, name)
 
@@ -68,6 +81,12 @@ def read_tree(node: h5py.Group | h5py.Dataset, digest) -> Any:
     Raises:
         TreeError: a node without a known ``mpievo_kind`` or with inconsistent storage.
         OSError: h5py could not read the data (damaged file).
+
+    Example::
+
+        import hashlib, h5py
+        with h5py.File("t.h5", "r") as handle:
+            state = read_tree(handle["state"], hashlib.sha256())
     """
     return _read_node(node, digest, node.name.rsplit("/", 1)[-1])
 

@@ -30,18 +30,33 @@ def _tidy(n_islands: int, targets: Sequence[set[int]]) -> Neighbours:
 
 
 def unconnected(n_islands: int) -> Neighbours:
-    """No migration at all (independent islands)."""
+    """No migration at all (independent islands).
+
+    Example:
+        >>> unconnected(3)
+        [[], [], []]
+    """
     return [[] for _ in range(_check_count(n_islands))]
 
 
 def ring(n_islands: int) -> Neighbours:
-    """Island i sends to i+1 (mod N)."""
+    """Island i sends to i+1 (mod N).
+
+    Example:
+        >>> ring(4)
+        [[1], [2], [3], [0]]
+    """
     n = _check_count(n_islands)
     return _tidy(n, [{(i + 1) % n} for i in range(n)])
 
 
 def bidirectional_ring(n_islands: int) -> Neighbours:
-    """Island i sends to i-1 and i+1 (mod N)."""
+    """Island i sends to i-1 and i+1 (mod N).
+
+    Example:
+        >>> bidirectional_ring(4)
+        [[1, 3], [0, 2], [1, 3], [0, 2]]
+    """
     n = _check_count(n_islands)
     return _tidy(n, [{(i - 1) % n, (i + 1) % n} for i in range(n)])
 
@@ -51,6 +66,10 @@ def torus_shape(n_islands: int, rows: int | None = None) -> tuple[int, int]:
 
     Raises:
         ValueError: ``rows`` does not divide ``n_islands``.
+
+    Example:
+        >>> torus_shape(6), torus_shape(6, rows=3)
+        ((2, 3), (3, 2))
     """
     n = _check_count(n_islands)
     if rows is None:
@@ -64,6 +83,10 @@ def torus(n_islands: int, rows: int | None = None) -> Neighbours:
     """2-D grid with wrap-around; island ``r*cols + c`` sends to its four grid neighbours.
 
     With a prime island count the grid is 1 x N, i.e. a bidirectional ring.
+
+    Example:
+        >>> torus(4)
+        [[1, 2], [0, 3], [0, 3], [1, 2]]
     """
     rows, cols = torus_shape(n_islands, rows)
     targets = []
@@ -75,7 +98,12 @@ def torus(n_islands: int, rows: int | None = None) -> Neighbours:
 
 
 def fully_connected(n_islands: int) -> Neighbours:
-    """Every island sends to every other island."""
+    """Every island sends to every other island.
+
+    Example:
+        >>> fully_connected(3)
+        [[1, 2], [0, 2], [0, 1]]
+    """
     n = _check_count(n_islands)
     return _tidy(n, [set(range(n)) for _ in range(n)])
 
@@ -91,6 +119,10 @@ def random_topology(n_islands: int, seed: int, epoch: int, degree: int = 1) -> N
 
     Returns:
         Neighbour lists, a pure function of (n_islands, seed, epoch, degree).
+
+    Example:
+        >>> random_topology(4, seed=0, epoch=1)
+        [[3], [0], [1], [0]]
     """
     n = _check_count(n_islands)
     if isinstance(degree, bool) or not isinstance(degree, int) or degree < 1:
@@ -111,6 +143,12 @@ def graph(n_islands: int, adjacency: Sequence[Sequence[int]] | None = None,
     Raises:
         ValueError: neither or both given, wrong length, an island out of range,
             a self-loop, or a malformed edge.
+
+    Example:
+        >>> graph(3, adjacency=[[1, 2], [2], []])
+        [[1, 2], [2], []]
+        >>> graph(3, edges=[(0, 1), (1, 2)])
+        [[1], [2], []]
     """
     n = _check_count(n_islands)
     if (adjacency is None) == (edges is None):
@@ -167,6 +205,11 @@ def build_topology(name: str, n_islands: int, *, seed: int = 0, degree: int = 1,
 
     Raises:
         ValueError: unknown name, bad or inapplicable options.
+
+    Example:
+        >>> destinations = build_topology("ring", 4)
+        >>> destinations(0)
+        [[1], [2], [3], [0]]
     """
     if name not in TOPOLOGIES:
         raise ValueError(f"expected a topology among {list(TOPOLOGIES)}, got {name!r}")

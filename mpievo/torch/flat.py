@@ -40,6 +40,10 @@ def numpy_dtype(dtype: torch.dtype) -> np.dtype:
 
     Raises:
         TypeError: a dtype that cannot be a gene.
+
+    Example::
+
+        numpy_dtype(torch.bfloat16)             # dtype(bfloat16), from ml_dtypes
     """
     if dtype not in GENE_DTYPES:
         raise TypeError(f"expected parameters of dtype float32, float64, float16 or bfloat16, got {dtype}")
@@ -51,7 +55,12 @@ def numpy_dtype(dtype: torch.dtype) -> np.dtype:
 
 
 def as_numpy(tensor: torch.Tensor) -> np.ndarray:
-    """A numpy view (no copy) of a CPU ``tensor`` of a gene dtype."""
+    """A numpy view (no copy) of a CPU ``tensor`` of a gene dtype.
+
+    Example::
+
+        as_numpy(torch.arange(3, dtype=torch.float32))      # array([0., 1., 2.], dtype=float32), shared
+    """
     if tensor.device.type != "cpu":
         raise ValueError(f"expected a CPU tensor for a numpy view, got one on {tensor.device}")
     if tensor.dtype == torch.bfloat16:
@@ -64,7 +73,13 @@ class CudaView:
     """A ``__cuda_array_interface__`` (v3) over a contiguous tensor's memory, for the
     engine's device arrays (Numba, CuPy). torch exports one itself except for
     bfloat16, which this gives as ``<u2`` bits (as :mod:`mpievo.comm.devicebuf` views
-    it); ``owner`` keeps the memory alive."""
+    it); ``owner`` keeps the memory alive.
+
+    Example::
+
+        view = CudaView(torch.zeros(4, dtype=torch.bfloat16, device="cuda"))
+        view.__cuda_array_interface__["typestr"]      # '<u2': bfloat16 as its bits
+    """
 
     def __init__(self, tensor: torch.Tensor):
         if not tensor.is_contiguous():
@@ -97,6 +112,13 @@ class FlatParameters:
     Raises:
         ValueError: no parameter to lay out, or parameters on several devices.
         TypeError: parameters of several dtypes, or of a dtype that cannot be a gene.
+
+    Example::
+
+        model = torch.nn.Linear(3, 2)
+        flat = FlatParameters(model)            # 8 genes: weight (6) then bias (2)
+        genome = flat.read()                    # a copy of the genes
+        flat.write(genome * 0.5)                # the model's parameters change in place
     """
 
     def __init__(self, model: torch.nn.Module, *, include_frozen: bool = False):
@@ -208,7 +230,12 @@ class FlatParameters:
 
 
 def from_numpy(array: np.ndarray) -> torch.Tensor:
-    """A tensor over ``array``'s memory (no copy; ``ml_dtypes.bfloat16`` becomes bfloat16)."""
+    """A tensor over ``array``'s memory (no copy; ``ml_dtypes.bfloat16`` becomes bfloat16).
+
+    Example::
+
+        from_numpy(np.zeros(3, np.float32))     # tensor([0., 0., 0.]) over the same memory
+    """
     if array.dtype == numpy_dtype(torch.bfloat16):
         return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
     return torch.from_numpy(array)

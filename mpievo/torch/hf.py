@@ -84,6 +84,10 @@ def inspect_sources(paths: Sequence[str | os.PathLike]) -> SourceInfo:
         ValueError: no source, or architectures / tensor names / shapes that differ (the
             file and the tensor named).
         TypeError: a tensor of a dtype the engine does not take (file and tensor named).
+
+    Example::
+
+        info = inspect_sources(["experts/a", "experts/b"])   # ValueError naming the file on a mismatch
     """
     paths = tuple(Path(p) for p in paths)
     if not paths:
@@ -167,6 +171,10 @@ def load_model(path: str | os.PathLike, *, dtype=None, device=None):
 
     Raises:
         FileNotFoundError: a missing directory.
+
+    Example::
+
+        model = load_model("experts/base", dtype=torch.bfloat16)   # local directory, eval mode
     """
     import transformers
 
@@ -197,6 +205,12 @@ def hf_bases(paths: Sequence[str | os.PathLike], flat: FlatParameters, *, check:
 
     Raises:
         as :func:`inspect_sources` and :func:`check_memory`.
+
+    Example::
+
+        flat = FlatParameters(load_model("experts/base"))
+        bases = hf_bases(["experts/base", "experts/a"], flat, archive_rows=16 + 4)
+        bases.shape                             # (2, genes)
     """
     paths = [Path(p) for p in paths]
     if check:
@@ -223,6 +237,11 @@ def save_merged(model, directory: str | os.PathLike, *, recipe: dict | None = No
 
     Returns:
         The directory.
+
+    Example::
+
+        ties(flat, genomes[0], genomes[1:], density=0.5)
+        save_merged(flat.model, "merged-ties", recipe={"method": "ties", "density": 0.5})
     """
     directory = Path(directory)
     model.save_pretrained(directory)
@@ -248,6 +267,11 @@ def save_best(problem: ModelProblem | RecipeProblem, result, directory: str | os
         TypeError: a problem that is neither a ModelProblem nor a RecipeProblem.
         ValueError: a result without a best genome (e.g. a rank other than 0 under MPI),
             or a genome of another length.
+
+    Example::
+
+        result = mpievo.minimize(problem, budget=400, islands=4)
+        save_best(problem, result, "merged")    # then load_model("merged")
     """
     if not isinstance(problem, (ModelProblem, RecipeProblem)):
         raise TypeError(f"expected a ModelProblem or RecipeProblem, got {type(problem).__name__}")

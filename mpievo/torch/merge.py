@@ -149,6 +149,11 @@ def merge_into(flat: FlatParameters, method: str, sources, *, base=None, weights
     Raises:
         ValueError: an unknown method, genomes of another length, a based method
             without ``base``, or SLERP of other than two sources.
+
+    Example::
+
+        merge_into(flat, "ties", genomes[1:], base=genomes[0], density=0.5, lam=1.0)
+        merge_into(flat, "slerp", genomes[:2], t=0.3)
     """
     sources = as_tensor(sources, flat.device)
     count = check_sources(flat, method, sources, base)
@@ -193,25 +198,52 @@ def merge_part(method: str, stack: torch.Tensor, base, weights, *, lam: float, d
 
 
 def average(flat: FlatParameters, sources) -> None:
-    """The plain average of ``sources`` into ``flat``'s model."""
+    """The plain average of ``sources`` into ``flat``'s model.
+
+    Example::
+
+        flat = FlatParameters(model)
+        average(flat, bases.array[1:])          # the model now holds the mean of the sources
+    """
     merge_into(flat, "linear", sources)
 
 
 def task_arithmetic(flat: FlatParameters, base, sources, lam: float = 1.0) -> None:
-    """``base + lam * sum_i (theta_i - base)`` into ``flat``'s model."""
+    """``base + lam * sum_i (theta_i - base)`` into ``flat``'s model.
+
+    Example::
+
+        task_arithmetic(flat, genomes[0], genomes[1:], lam=0.5)
+    """
     merge_into(flat, "task_arithmetic", sources, base=base, lam=lam)
 
 
 def ties(flat: FlatParameters, base, sources, density: float = 0.5, lam: float = 1.0) -> None:
-    """TIES (trim to ``density``, elect sign, disjoint mean, scale by ``lam``) into ``flat``'s model."""
+    """TIES (trim to ``density``, elect sign, disjoint mean, scale by ``lam``) into ``flat``'s model.
+
+    Example::
+
+        ties(flat, genomes[0], genomes[1:], density=0.5, lam=1.0)
+    """
     merge_into(flat, "ties", sources, base=base, density=density, lam=lam)
 
 
 def dare(flat: FlatParameters, base, sources, density: float = 0.5, lam: float = 1.0, seed: int = 0) -> None:
-    """DARE (drop with ``1 - density``, rescale, task arithmetic) into ``flat``'s model."""
+    """DARE (drop with ``1 - density``, rescale, task arithmetic) into ``flat``'s model.
+
+    Example::
+
+        genomes = hf_bases(["experts/base", "experts/a", "experts/b"], flat).array
+        dare(flat, genomes[0], genomes[1:], density=0.5, lam=1.0, seed=0)
+    """
     merge_into(flat, "dare", sources, base=base, density=density, lam=lam, seed=seed)
 
 
 def slerp(flat: FlatParameters, sources, t: float = 0.5) -> None:
-    """SLERP of two sources at ``t`` into ``flat``'s model."""
+    """SLERP of two sources at ``t`` into ``flat``'s model.
+
+    Example::
+
+        slerp(flat, genomes[:2], t=0.3)         # 30 % of the way from the first to the second
+    """
     merge_into(flat, "slerp", sources, t=t)

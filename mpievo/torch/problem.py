@@ -71,6 +71,12 @@ def model_bases(models: Sequence[torch.nn.Module], flat: FlatParameters) -> Base
 
     Raises:
         ValueError: no model, or a model whose tensors differ from the layout (named).
+
+    Example::
+
+        flat = FlatParameters(model)
+        bases = model_bases([expert_a, expert_b], flat)      # in-memory modules of one architecture
+        problem = ModelProblem(flat, score, sources=bases)
     """
     models = list(models)
     if not models:
@@ -104,6 +110,18 @@ class ModelProblem(Problem):
         maximize: larger scores are better (default True).
         include_frozen: see :class:`~.flat.FlatParameters`.
         name: label for messages.
+
+    Example::
+
+        model = torch.nn.Linear(3, 1)
+        X, y = torch.randn(64, 3), torch.randn(64, 1)
+
+        def score(model):                       # larger is better (maximize=True)
+            return -float(((model(X) - y) ** 2).mean())
+
+        problem = ModelProblem(model, score)
+        result = mpievo.minimize(problem, budget=2_000, islands=2)
+        save_best(problem, result, "best-model")   # or problem.flat.write(result.x)
     """
 
     def __init__(self, model: torch.nn.Module, evaluate: Callable[[torch.nn.Module], float], *,

@@ -49,7 +49,13 @@ def layer_groups(names: Sequence[str], layers_per_group: int = 1,
     """Group names and, per tensor of ``names``, its group: the first ``.N.`` in a name
     is its layer (``transformer.h.3.attn...``, ``model.layers.3...``), ``layers_per_group``
     consecutive layers make a group; tensors of no layer form ``"other"``. With
-    ``group_by``, a tensor's group is ``group_by(name)`` (groups in order of first use)."""
+    ``group_by``, a tensor's group is ``group_by(name)`` (groups in order of first use).
+
+    Example::
+
+        layer_groups(["h.0.w", "h.1.w", "h.2.w", "ln_f.w"], layers_per_group=2)
+        # (['layers 0-1', 'layers 2-3', 'other'], array([0, 0, 1, 2]))
+    """
     if group_by is not None:
         return _groups_by(names, group_by)
     if layers_per_group < 1:
@@ -85,6 +91,12 @@ class RecipeSpace:
     Attributes:
         names: one label per gene (``"layer 3/weight 1"``, ``"layers 0-1/density"``, ``"lambda"``).
         lower, upper: the box, float64.
+
+    Example::
+
+        space = RecipeSpace("ties", groups=["0", "1", "other"], sources=2)
+        space.dim, space.names[:3]              # per group: 2 weights and a density; one lambda
+        space.decode(space.average_genome())    # {'method': 'ties', 'groups': {'0': {'weights': [0.5, 0.5], ...
     """
 
     method: str
@@ -173,6 +185,14 @@ class RecipeProblem(Problem):
     Attributes:
         space: the :class:`RecipeSpace` (``space.decode(x)`` is a readable recipe).
         flat: the model's :class:`~.flat.FlatParameters`.
+
+    Example::
+
+        flat = FlatParameters(model)
+        sources = hf_bases(["experts/base", "experts/a", "experts/b"], flat)
+        problem = RecipeProblem(flat, accuracy, sources, base=0, method="ties", layers_per_group=2)
+        result = mpievo.minimize(problem, budget=300, islands=2, algorithm="cmaes")
+        problem.space.decode(result.x)          # the recipe, by layer group
     """
 
     def __init__(self, model: torch.nn.Module, evaluate: Callable[[torch.nn.Module], float], sources, *,

@@ -48,7 +48,16 @@ REQUIRED_METHODS = ("init", "ask", "tell", "state_dict", "load_state_dict", "bes
 
 @runtime_checkable
 class IslandAlgorithm(Protocol):
-    """What an island algorithm provides (see the module docstring)."""
+    """What an island algorithm provides (see the module docstring).
+
+    Example::
+
+        from mpievo.evo import IslandAlgorithm, make_algorithm
+        isinstance(make_algorithm("ga"), IslandAlgorithm)      # True: it has every method
+
+    A complete algorithm of your own, run by ``mpievo.minimize``, is in
+    ``examples/custom_algorithm.py`` (guide: docs/guides/custom-algorithm.md).
+    """
 
     name: str
 
@@ -66,7 +75,12 @@ class IslandAlgorithm(Protocol):
 
 
 def check_algorithm(obj) -> None:
-    """Raise TypeError naming the protocol methods ``obj`` lacks."""
+    """Raise TypeError naming the protocol methods ``obj`` lacks.
+
+    Example::
+
+        check_algorithm(object())    # TypeError: ... got object lacking ['init', 'ask', ...]
+    """
     missing = [m for m in REQUIRED_METHODS if not callable(getattr(obj, m, None))]
     if missing:
         raise TypeError(f"expected an island algorithm with methods {list(REQUIRED_METHODS)}, "
@@ -98,6 +112,11 @@ def make_algorithm(spec, config=None):
     Raises:
         ValueError: unknown name or import failure.
         TypeError: the object does not follow the protocol.
+
+    Example::
+
+        make_algorithm("shade", EngineConfig(shade_population=50).resolve(0, 1))   # a SHADE with N_init 50
+        make_algorithm("custom_algorithm:HillClimber")     # a user class, by "module:Class"
     """
     if isinstance(spec, str):
         classes = algorithm_classes()

@@ -59,6 +59,13 @@ class CMAES:
         popsize_growth: population factor per large-regime restart (>= 1).
         max_popsize: the largest population restarts may reach; None for
             ``DEFAULT_MAX_GROWTH`` times the first.
+
+    Example::
+
+        from mpievo.evo import EngineConfig, Island, make_problem
+        config = EngineConfig(algorithm="cmaes", cma_restarts="bipop")
+        island = Island(0, make_problem("rastrigin", dim=10), config)
+        island.run(100).best()             # or mpievo.minimize(..., algorithm="cmaes")
     """
 
     name = "cmaes"

@@ -40,7 +40,14 @@ def seed_population(archive, n: int, rng: np.random.Generator, lower, upper) -> 
 
 
 class JDE:
-    """jDE island algorithm (see the module docstring)."""
+    """jDE island algorithm (see the module docstring).
+
+    Example::
+
+        from mpievo.evo import EngineConfig, Island, make_problem
+        island = Island(0, make_problem("rastrigin", dim=10), EngineConfig(algorithm="de", de_population=40))
+        island.run(100).best()             # or mpievo.minimize(..., algorithm="de")
+    """
 
     name = "de"
     takes_stream_keys = True   # ask() gets StreamKeys: the compiled step needs no numpy generator

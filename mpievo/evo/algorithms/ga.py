@@ -91,7 +91,14 @@ GENES_PER_CHILD = 10.0  # default mutation rate: min(1, GENES_PER_CHILD / dim)
 
 
 class GeneticAlgorithm:
-    """Archive GA (see the module docstring); arguments as in :class:`EngineConfig`."""
+    """Archive GA (see the module docstring); arguments as in :class:`EngineConfig`.
+
+    Example::
+
+        from mpievo.evo import EngineConfig, Island, make_problem
+        island = Island(0, make_problem("rastrigin", dim=10), EngineConfig(algorithm="ga", batch_size=64))
+        island.run(100).best()             # (genome, fitness); or mpievo.minimize(..., algorithm="ga")
+    """
 
     name = "ga"
     takes_stream_keys = True   # ask() gets StreamKeys: the compiled step needs no numpy generator

@@ -80,6 +80,13 @@ class SHADE:
         archive_rate: external archive size relative to the population (>= 0).
         min_population: ``N_min`` of the reduction (>= 4).
         max_evaluations: the island's evaluation budget for the reduction; None: none.
+
+    Example::
+
+        from mpievo.evo import EngineConfig, Island, make_problem
+        config = EngineConfig(algorithm="shade", shade_max_evaluations=20_000)    # L-SHADE's reduction
+        island = Island(0, make_problem("rastrigin", dim=10), config)
+        island.run(100).best()             # or mpievo.minimize(..., algorithm="shade")
     """
 
     name = "shade"

@@ -42,6 +42,14 @@ class ParetoArchive(Archive):
 
     Args:
         n_obj: objectives per member (>= 2); the others as :class:`Archive`.
+
+    Example::
+
+        from mpievo.evo import EngineConfig, Island
+        from mpievo.evo.moo import moo_problem
+        island = Island(0, moo_problem("zdt1"), EngineConfig(algorithm="nsga2", capacity=100, batch_size=100))
+        archive = island.run(50).archive          # a ParetoArchive
+        archive.objectives[archive.front()]       # (k, 2): the island's non-dominated points
     """
 
     def __init__(self, capacity: int, dim: int, dtype="float32", *, n_obj: int, **kwargs):

@@ -15,7 +15,12 @@ from .pareto import nondominated
 def hypervolume(points, reference_point) -> float | None:
     """The hypervolume of ``points`` ((n, m), minimised) up to ``reference_point`` ((m,)),
     0.0 for no point inside; None when moocore is not installed or there is no
-    reference point."""
+    reference point.
+
+    Example::
+
+        hypervolume(np.array([[0.0, 1.0], [1.0, 0.0]]), np.array([2.0, 2.0]))   # 3.0
+    """
     if reference_point is None:
         return None
     try:
@@ -30,7 +35,13 @@ def hypervolume(points, reference_point) -> float | None:
 
 def merged_front(objectives, *columns) -> tuple[np.ndarray, ...]:
     """The non-dominated rows of several fronts stacked in ``objectives`` (invalid rows and
-    repeated points dropped, the first copy kept), with the same rows of ``columns``."""
+    repeated points dropped, the first copy kept), with the same rows of ``columns``.
+
+    Example::
+
+        objectives, islands = merged_front(np.array([[1.0, 2.0], [2.0, 3.0], [2.0, 1.0]]), np.array([0, 1, 1]))
+        objectives, islands      # the rows [1, 2] and [2, 1], from islands 0 and 1
+    """
     objectives = np.asarray(objectives, dtype=np.float64)
     keep = np.flatnonzero(np.all(np.isfinite(objectives), axis=1))
     _, first = np.unique(objectives[keep], axis=0, return_index=True)

@@ -76,7 +76,12 @@ def tchebycheff(objectives: np.ndarray, weights: np.ndarray, ideal: np.ndarray) 
 
 
 class MOEAD(ParetoAlgorithm):
-    """MOEA/D island algorithm (see the module docstring)."""
+    """MOEA/D island algorithm (see the module docstring).
+
+    Example::
+
+        result = mpievo.minimize(moo_problem("zdt1"), algorithm="moead", budget=20_000, islands=2)
+    """
 
     name = "moead"
 

@@ -58,7 +58,13 @@ class ParetoAlgorithm:
 
 
 class NSGA2(ParetoAlgorithm):
-    """NSGA-II island algorithm (see the module docstring)."""
+    """NSGA-II island algorithm (see the module docstring).
+
+    Example::
+
+        result = mpievo.minimize(moo_problem("zdt1"), algorithm="nsga2", budget=20_000, islands=2)
+        result.front["hypervolume"], result.front["objectives"].shape
+    """
 
     name = "nsga2"
 

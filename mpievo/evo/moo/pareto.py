@@ -18,7 +18,15 @@ import numpy as np
 
 def dominance(objectives: np.ndarray) -> np.ndarray:
     """(n, n) bool: ``[i, j]`` is True when row i dominates row j (no worse in every
-    objective, better in one)."""
+    objective, better in one).
+
+    Example:
+        >>> import numpy as np
+        >>> dominance(np.array([[1., 2.], [2., 3.], [2., 1.]]))
+        array([[False,  True, False],
+               [False, False, False],
+               [False,  True, False]])
+    """
     f = np.asarray(objectives, dtype=np.float64)
     a, b = f[:, None, :], f[None, :, :]
     return np.all(a <= b, axis=2) & np.any(a < b, axis=2)
@@ -31,7 +39,13 @@ def dominated_by_any(candidates: np.ndarray, residents: np.ndarray) -> np.ndarra
 
 
 def front_ranks(objectives: np.ndarray) -> np.ndarray:
-    """(n,) int64: 0 for the non-dominated rows, 1 for those dominated only by rank 0, ..."""
+    """(n,) int64: 0 for the non-dominated rows, 1 for those dominated only by rank 0, ...
+
+    Example:
+        >>> import numpy as np
+        >>> front_ranks(np.array([[1., 4.], [2., 2.], [3., 3.], [4., 1.]]))
+        array([0, 0, 1, 0])
+    """
     dom = dominance(objectives)
     n = dom.shape[0]
     ranks = np.full(n, -1, np.int64)
@@ -48,14 +62,27 @@ def front_ranks(objectives: np.ndarray) -> np.ndarray:
 
 
 def nondominated(objectives: np.ndarray) -> np.ndarray:
-    """(n,) bool: the rows no other row dominates."""
+    """(n,) bool: the rows no other row dominates.
+
+    Example:
+        >>> import numpy as np
+        >>> nondominated(np.array([[1., 4.], [2., 2.], [3., 3.], [4., 1.]]))
+        array([ True,  True, False,  True])
+    """
     return ~np.any(dominance(objectives), axis=0)
 
 
 def crowding_distances(objectives: np.ndarray, ranks: np.ndarray) -> np.ndarray:
     """(n,) float64 crowding distance of each row inside its front: the sum over objectives
     of the gap between its neighbours, divided by the front's range; the extremes of
-    every objective get +inf. Objectives with no finite range add nothing."""
+    every objective get +inf. Objectives with no finite range add nothing.
+
+    Example:
+        >>> import numpy as np
+        >>> objectives = np.array([[1., 4.], [2., 2.], [3., 3.], [4., 1.]])
+        >>> crowding_distances(objectives, front_ranks(objectives))
+        array([inf,  2., inf, inf])
+    """
     f = np.asarray(objectives, dtype=np.float64)
     n, m = f.shape
     out = np.zeros(n)
@@ -80,6 +107,12 @@ def survivor_order(objectives: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.n
 
     Returns:
         (order, ranks, crowding) with ranks and crowding per row (not reordered).
+
+    Example:
+        >>> import numpy as np
+        >>> order, ranks, crowding = survivor_order(np.array([[1., 4.], [2., 2.], [3., 3.], [4., 1.]]))
+        >>> order                                  # the extremes first, the dominated row last
+        array([0, 3, 1, 2])
     """
     ranks = front_ranks(objectives)
     crowding = crowding_distances(objectives, ranks)

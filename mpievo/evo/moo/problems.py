@@ -80,6 +80,14 @@ class MultiObjectiveProblem(Problem):
 
     Raises:
         ValueError: n_obj < 2, a reference point of the wrong shape, or ``maximize``.
+
+    Example::
+
+        def two(X):                              # (n, 2) -> (n, 2): both minimised
+            return np.stack([X[:, 0], 1 - np.sqrt(X[:, 0]) + X[:, 1] ** 2], axis=1)
+
+        problem = MultiObjectiveProblem(two, 2, 0.0, 1.0, n_obj=2, reference_point=[1.1, 1.1])
+        mpievo.minimize(problem, algorithm="nsga2", budget=5_000).front["hypervolume"]
     """
 
     def __init__(self, func, dim: int, lower, upper, *, n_obj: int, reference_point=None,
@@ -249,6 +257,11 @@ def moo_problem(name: str, dim: int | None = None, n_obj: int = 2) -> MultiObjec
 
     Raises:
         ValueError: unknown name, or a dim or n_obj the problem does not take.
+
+    Example::
+
+        problem = moo_problem("dtlz2", n_obj=3)
+        problem.dim, problem.n_obj, problem.reference_point     # (12, 3, array([1.1, 1.1, 1.1]))
     """
     if name not in BUILTIN_MOO:
         raise ValueError(f"expected a multi-objective problem among {sorted(BUILTIN_MOO)}, got {name!r}")

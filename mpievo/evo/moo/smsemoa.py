@@ -72,7 +72,12 @@ def normalized(points: np.ndarray) -> np.ndarray:
 
 
 class SMSEMOA(NSGA2):
-    """SMS-EMOA island algorithm (see the module docstring); settings as :class:`NSGA2`."""
+    """SMS-EMOA island algorithm (see the module docstring); settings as :class:`NSGA2`.
+
+    Example::
+
+        result = mpievo.minimize(moo_problem("dtlz2", n_obj=3), algorithm="smsemoa", budget=20_000, islands=2)
+    """
 
     name = "smsemoa"
 
