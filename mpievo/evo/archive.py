@@ -49,7 +49,13 @@ _next_version = 1
 
 
 def fresh_versions(count: int) -> np.ndarray:
-    """``count`` row versions never handed out before in this process (int64, ascending)."""
+    """``count`` row versions never handed out before in this process (int64, ascending).
+
+    Example:
+        >>> a, b = fresh_versions(2), fresh_versions(1)
+        >>> bool(b[0] > a[1])
+        True
+    """
     global _next_version
     with _version_lock:
         start = _next_version

@@ -394,6 +394,11 @@ def check_references(path: str | Path, references) -> None:
     Raises:
         CorruptCheckpointError: a referenced file missing, of another size or digest.
         ForeignFileError: a referenced file replaced by one that is not HDF5.
+
+    Example::
+
+        header = read_header("ckpt/ckpt-000002-g000000020/rank-00000-of-00001.h5")
+        check_references(header.path, header.references)   # raises naming a bad earlier file
     """
     root = Path(path).parent.parent
     for ref in references:

@@ -47,7 +47,13 @@ CHUNK_BYTES = 8 << 20
 @dataclass(frozen=True)
 class RowSource:
     """Where one stored row lives: file (relative to the checkpoint directory), dataset,
-    row; the checkpoint it belongs to; its digest; and the file's digest and size."""
+    row; the checkpoint it belongs to; its digest; and the file's digest and size.
+
+    Example::
+
+        RowSource("ckpt-000001-g000000010/rank-00000-of-00001.h5", "/rows/islands/0/archive/genomes",
+                  row=3, extent=16, sequence=1, sha256=digest, file_sha256=hexdigest, file_size=size)
+    """
 
     file: str
     dataset: str
@@ -63,7 +69,12 @@ class RowSource:
 @dataclass(frozen=True)
 class Reference:
     """An earlier file a checkpoint file reads rows from (relative to the checkpoint
-    directory), with the digest and size it had when it was written."""
+    directory), with the digest and size it had when it was written.
+
+    Example:
+        >>> Reference("ckpt-000001-g000000010/rank-00000-of-00001.h5", "ab" * 32, 1024).size_bytes
+        1024
+    """
 
     path: str
     file_sha256: str
@@ -105,6 +116,12 @@ class ReferencedRows:
         new_positions: the rows written into this file, ascending.
         new_rows: the bytes of those rows, ``new_rows[j]`` for ``new_positions[j]``.
         sources: row -> :class:`RowSource` for the referenced rows.
+
+    Example:
+        >>> import numpy as np
+        >>> plan = plan_rows(np.zeros((2, 3)), np.array([1, 2]), {}, (), copy=True)
+        >>> type(plan).__name__, plan.new_bytes
+        ('ReferencedRows', 48)
     """
 
     def __init__(self, shape, dtype, attrs, versions, new_positions, new_rows, sources):
@@ -177,7 +194,12 @@ class _Rows:
 
 def write_rows(parent: h5py.Group, name: str, value: ReferencedRows) -> bytes:
     """Store ``value`` as ``parent[name]`` (a virtual dataset) and its new rows under
-    ``/rows``; returns the payload for the checksum record (the row digests in order)."""
+    ``/rows``; returns the payload for the checksum record (the row digests in order).
+
+    Example::
+
+        payload = write_rows(handle["islands/0/archive"], "genomes", plan)   # what write_tree does
+    """
     handle = parent.file
     node_path = f"{parent.name.rstrip('/')}/{name}"
     stored_path = f"/{ROWS_GROUP}{node_path}"
@@ -218,6 +240,11 @@ def read_rows_payload(dataset: h5py.Dataset, data: np.ndarray, path: str) -> byt
 
     Raises:
         ValueError: a row whose bytes differ, naming the file it is stored in.
+
+    Example::
+
+        dataset = handle["islands/0/archive/genomes"]
+        payload = read_rows_payload(dataset, dataset[...], "0/archive/genomes")   # what read_tree does
     """
     stored = [str(v.decode() if isinstance(v, bytes) else v) for v in dataset.attrs[ROW_SHA_ATTR]]
     files = [str(v.decode() if isinstance(v, bytes) else v) for v in dataset.attrs[ROW_FILES_ATTR]]
@@ -236,7 +263,13 @@ def read_rows_payload(dataset: h5py.Dataset, data: np.ndarray, path: str) -> byt
 
 
 def referenced_files(handle: h5py.File) -> list[Reference]:
-    """The earlier files a checkpoint file reads rows from (its root ``references``)."""
+    """The earlier files a checkpoint file reads rows from (its root ``references``).
+
+    Example::
+
+        with h5py.File(path, "r") as handle:
+            [ref.path for ref in referenced_files(handle)]
+    """
     raw = handle.attrs.get("references")
     if raw is None:
         return []

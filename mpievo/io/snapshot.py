@@ -34,7 +34,12 @@ MIN_ROW_BYTES = 1 << 16
 
 @dataclass
 class Snapshot:
-    """The state trees to write and the incremental arrays among them."""
+    """The state trees to write and the incremental arrays among them.
+
+    Example:
+        >>> Snapshot({0: {}}).new_bytes
+        0
+    """
 
     islands: dict[int, dict]
     #: (island, path in its tree) -> the array's plan
@@ -96,7 +101,14 @@ def prepare_islands(islands: Mapping[int, Mapping[str, Any]], table: RowTable, *
 
 
 def copy_tree(value: Any) -> Any:
-    """``value`` with every array copied (containers rebuilt, other leaves shared)."""
+    """``value`` with every array copied (containers rebuilt, other leaves shared).
+
+    Example:
+        >>> import numpy as np
+        >>> tree = {"a": [np.zeros(2)]}
+        >>> copy_tree(tree)["a"][0] is tree["a"][0]
+        False
+    """
     if isinstance(value, dict):
         return {k: copy_tree(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
