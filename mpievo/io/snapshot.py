@@ -70,7 +70,7 @@ class Snapshot:
                 if source is None:
                     here = plan.written[position]
                     source = RowSource(file, here.dataset, here.row, here.extent, sequence, here.sha256,
-                                       file_sha256, size)
+                                       file_sha256, size, here.fingerprint)
                 rows[version] = source
             table[key] = rows
         return table

@@ -239,3 +239,14 @@ def test_inspect_names_the_files_a_checkpoint_reads_rows_from(tmp_path):
     assert f"reads unchanged archive rows from {first.files[0].path}" in render(report)
     alone = collect(tmp_path / second.files[0].path)
     assert alone["exit_code"] == 0 and alone["references"] == [first.files[0].path]
+
+
+def test_a_row_changed_without_a_new_version_is_written_again(tmp_path):
+    """A writer that bypassed the archive (no new version) is caught by the row's fingerprint."""
+    archive = archive_of()
+    checkpointer = Checkpointer(tmp_path, keep=3, min_row_bytes=0)
+    checkpointer.save(1, states(archive), config="a = 1")
+    archive._genomes[3, -5:] = 7            # the bytes change, the version does not
+    second = checkpointer.save(2, states(archive), config="a = 1")
+    assert second.new_row_bytes == ROW_BYTES
+    assert np.array_equal(bits(load_latest(tmp_path).islands[0]["archive"]["genomes"]), bits(archive.genomes))
