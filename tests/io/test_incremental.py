@@ -250,3 +250,15 @@ def test_a_row_changed_without_a_new_version_is_written_again(tmp_path):
     second = checkpointer.save(2, states(archive), config="a = 1")
     assert second.new_row_bytes == ROW_BYTES
     assert np.array_equal(bits(load_latest(tmp_path).islands[0]["archive"]["genomes"]), bits(archive.genomes))
+
+
+def test_the_checkpoint_bench_runs_and_reads_back(tmp_path, capsys):
+    import argparse
+
+    from mpievo.bench.checkpoint import main
+
+    args = argparse.Namespace(params=2e4, rows=4, dtype="bfloat16", changed=1, dir=str(tmp_path))
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "second checkpoint (incremental, background): " in text and "reads back bit for bit with h5py: yes" in text
+    assert main(argparse.Namespace(params=2e4, rows=2, dtype="bfloat16", changed=3, dir=None)) == 2
