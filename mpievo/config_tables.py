@@ -19,6 +19,7 @@ MAX_ROTATED_DIM = 10_000
 RESUMABLE_KEYS = ("run.generations", "run.budget", "run.target", "run.log_every", "run.checkpoint_every",
                   "run.checkpoint_seconds", "run.checkpoint_keep", "run.blas_threads", "run.memory_check",
                   "run.ranks_per_island",
+                  "run.checkpoint_background", "run.checkpoint_incremental",
                   "run.scheme", "engine.evaluation")
 #: the parallel schemes of ``run.scheme``
 SCHEMES = ("island", "hybrid", "centralized", "replicated", "master_worker")
@@ -153,6 +154,12 @@ class RunConfig(Settings):
                                         "wall-clock seconds between checkpoints (rank 0's clock; lands one "
                                         "generation later), so a node failure loses at most this much; 0: off")
     checkpoint_keep: int = setting(3, integer(1), "checkpoints kept on disk")
+    checkpoint_background: bool = setting(True, boolean, "write periodic checkpoints in a thread from a "
+                                          "snapshot while the run goes on (the next checkpoint, a stop and "
+                                          "the end wait for it); false: the run waits for each write")
+    checkpoint_incremental: bool = setting(True, boolean, "store archive rows of 64 KiB or more that a "
+                                           "kept earlier checkpoint holds as references to it, not again "
+                                           "(needs checkpoint_keep >= 2)")
     blas_threads: int = setting(1, integer(0), "BLAS/OpenMP, Numba and torch threads per rank; "
                                 "0: the libraries' defaults")
     memory_check: bool = setting(True, boolean, "refuse a job whose per-rank memory estimate (archive, "

@@ -464,7 +464,9 @@ def execute(comm, request: Request, prepared: Prepared, out: Path, stop):
         if comm.rank == 0 and compiled:
             say(f"kernels ready in {compiled:.2f} s (compiled or loaded from the Numba cache "
                 f"in {numba_cache.location()})")
-        checkpointer = Checkpointer(out / CHECKPOINT_SUBDIR, keep=job.run.checkpoint_keep, comm=comm)
+        checkpointer = Checkpointer(out / CHECKPOINT_SUBDIR, keep=job.run.checkpoint_keep, comm=comm,
+                                    background=job.run.checkpoint_background,
+                                    incremental=job.run.checkpoint_incremental)
         return run_job(job, comm, reporters=reporters, checkpointer=checkpointer, stop=stop,
                        restored=restored)
 

@@ -12,6 +12,7 @@
     mpievo bench models copy|memory|scale [--layers N --width W]   PyTorch models as genomes
     mpievo bench moo [--problems zdt1,dtlz2:3] [--seeds 0,1,2] [--budget N] [--json PATH]
                                                                    hypervolume vs pygmo nsga2, moead
+    mpievo bench checkpoint [--params 124e6] [--rows 16] [--changed 4]   incremental, background checkpoints
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import re
 import sys
 
 HELP = ("benchmarks: collectives (vs native MPI), calibrate (selection table), engine, gpu, schemes, bbob, "
-        "genomes, models, moo")
+        "genomes, models, moo, checkpoint")
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
@@ -88,6 +89,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                  "buffer vs memcpy, peak memory vs its estimate, 2-rank scaling; "
                                  "`mpievo bench models --help` lists its options")
     models.add_argument("models_args", nargs=argparse.REMAINDER)
+    ckpt = sub.add_parser("checkpoint", help="incremental checkpoints of a model-sized archive written in the "
+                                             "background: bytes, blocked time, the SIGTERM checkpoint's time")
+    ckpt.add_argument("--params", type=float, default=124e6, help="genes per genome (default 124e6)")
+    ckpt.add_argument("--rows", type=int, default=16, help="archive members (default 16)")
+    ckpt.add_argument("--dtype", default="bfloat16", help="genome dtype (default bfloat16)")
+    ckpt.add_argument("--changed", type=int, default=4, help="rows changed between checkpoints (default 4)")
+    ckpt.add_argument("--dir", default=None, help="where to write (default: a temporary directory, removed)")
 
 
 def _add_schemes_arguments(sub) -> None:
@@ -183,6 +191,10 @@ def main(args: argparse.Namespace) -> int:
         from mpievo.bench.models import main as bench_models
 
         return bench_models(args.models_args)
+    if args.bench == "checkpoint":
+        from mpievo.bench.checkpoint import main as bench_checkpoint
+
+        return bench_checkpoint(args)
     if args.bench == "genomes":
         return _bench_genomes(args)
     if args.bench == "bbob":

@@ -82,6 +82,7 @@ def render(report: dict[str, Any]) -> str:
         lines.append(f"{ckpt['name']:<26}{ckpt['generation']:>11}{ckpt['nranks']:>7}{len(ckpt['islands']):>9}"
                      f"{_size(ckpt['size_bytes']):>12}  {status}")
         lines.extend(f"    {problem}" for problem in ckpt["problems"])
+        lines.extend(_reference_lines(ckpt["references"]))
     for name in report["stray"]:
         lines.append(f"{name:<26} not in the manifest (an incomplete or failed write; ignored)")
     latest = report["checkpoints"][-1]
@@ -152,7 +153,8 @@ def _collect_file(path: Path, verify: bool) -> dict[str, Any]:
     report.update(checkpoint=header.checkpoint, generation=header.generation, rank=header.rank,
                   nranks=header.nranks, created_unix=header.created_unix,
                   mpievo_version=header.mpievo_version, config_sha256=header.config_sha256,
-                  maximize=maximize, island_table=_island_rows(header, maximize), exit_code=EXIT_OK)
+                  maximize=maximize, island_table=_island_rows(header, maximize), exit_code=EXIT_OK,
+                  references=[r.path for r in header.references])
     return report
 
 
@@ -175,6 +177,7 @@ def _describe(directory: Path, entry, outcome: dict[str, str | None]) -> dict[st
         "created_unix": entry.created_unix, "nranks": entry.nranks, "islands": list(entry.islands),
         "config_sha256": entry.config_sha256, "mpievo_version": version, "size_bytes": size,
         "files": [f.path for f in entry.files], "problems": [p for p in outcome.values() if p],
+        "references": sorted({r.path for f in entry.files for r in f.references}),
         "maximize": bool(maximize), "island_table": sorted(table, key=lambda row: row["island"]),
     }
 
@@ -233,8 +236,14 @@ def _render_file(report: dict[str, Any]) -> str:
                  f"{_when(report['created_unix'])} by rank {report['rank']} of {report['nranks']}, mpievo "
                  f"{report['mpievo_version'] or '?'}, config sha256 {report['config_sha256'][:12]})")
     lines.extend(_island_lines(report["island_table"]))
+    lines.extend(_reference_lines(report["references"]))
     lines.append("result: the file verifies" if report["verified"] else "result: the file's header is readable")
     return "\n".join(lines)
+
+
+def _reference_lines(references: list[str]) -> list[str]:
+    """An incremental checkpoint's earlier files (archive rows it reads from them)."""
+    return [f"    reads unchanged archive rows from {path}" for path in references]
 
 
 def _island_lines(table: list[dict[str, Any]]) -> list[str]:

@@ -15,10 +15,18 @@ drop members, and later inserts refill the freed slots.
 
 Non-finite fitness (NaN, +inf, -inf) ranks worst: it is stored as +inf
 (:func:`sanitize_fitness` also counts it).
+
+Every slot carries a *row version* (:meth:`Archive.row_versions`): a number, unique in
+the process, given to a row whenever a genome is written into its slot (``_write``,
+``insert_children``) and moved with the row (``retain``). Two equal versions are the
+same bytes, so a checkpoint can store only the rows whose versions it has not seen
+(:mod:`mpievo.io.rows`). Code that writes rows into the storage must go through those
+methods.
 """
 
 from __future__ import annotations
 
+import threading
 from typing import NamedTuple
 
 import numpy as np
@@ -34,6 +42,54 @@ def _moved(genomes: np.ndarray) -> np.ndarray:
     """``genomes`` as the row-move kernels take them: half types as their uint16 bits
     (Numba has no bfloat16; a move copies bits)."""
     return genomes.view(np.uint16) if genomes.dtype.itemsize == 2 else genomes
+
+
+_version_lock = threading.Lock()
+_next_version = 1
+
+
+def fresh_versions(count: int) -> np.ndarray:
+    """``count`` row versions never handed out before in this process (int64, ascending).
+
+    Example:
+        >>> a, b = fresh_versions(2), fresh_versions(1)
+        >>> bool(b[0] > a[1])
+        True
+    """
+    global _next_version
+    with _version_lock:
+        start = _next_version
+        _next_version += int(count)
+    return np.arange(start, start + int(count), dtype=np.int64)
+
+
+class VersionedRows(np.ndarray):
+    """A read-only view of an archive's genomes that knows their row versions.
+
+    ``row_versions[i]`` is the version of row ``i`` (see the module docstring); arrays
+    derived from the view (slices, casts) do not carry them.
+
+    Example:
+        >>> archive = Archive(4, 3)
+        >>> archive.replace([0, 1], np.ones((2, 3)), [1.0, 2.0], [7, 8], 0, 0)
+        >>> rows = archive.state_dict(copy=False)["genomes"]
+        >>> rows.row_versions.shape
+        (2,)
+    """
+
+    row_versions: np.ndarray | None = None
+
+    @classmethod
+    def of(cls, rows: np.ndarray, versions: np.ndarray) -> "VersionedRows":
+        """A read-only view of ``rows`` (n, dim) carrying a copy of ``versions`` (n,)."""
+        view = rows.view(cls)
+        view.row_versions = np.array(versions, dtype=np.int64)
+        view.flags.writeable = False
+        return view
+
+    def __array_finalize__(self, obj) -> None:
+        self.row_versions = None
+
 
 #: ids are island_index * ID_STRIDE + counter, unique across islands.
 ID_STRIDE = 2**40
@@ -145,6 +201,7 @@ class Archive:
         self._births = np.zeros(self.capacity, np.int64)
         self._origins = np.zeros(self.capacity, np.int64)
         self._hashes = np.zeros(self.capacity, np.uint64) if self.unique else None
+        self._versions = np.zeros(self.capacity, np.int64)     # see the module docstring
         self.size = 0
         self.limit = self.capacity
         if limit is not None:
@@ -183,6 +240,10 @@ class Archive:
 
     def __len__(self) -> int:
         return self.size
+
+    def row_versions(self) -> np.ndarray:
+        """A copy of the members' row versions (see the module docstring)."""
+        return self._versions[:self.size].copy()
 
     # --- genome storage (host here; DeviceArchive keeps it on the GPU) ---------------
     on_device = False
@@ -288,6 +349,7 @@ class Archive:
         self._ids[slots] = ids
         self._origins[slots] = origins
         self._births[slots] = births
+        self._versions[slots] = fresh_versions(np.size(slots))
         if self.unique:
             self._hashes[slots] = hashes
 
@@ -340,9 +402,12 @@ class Archive:
         if not self.merges_in_one_call:
             raise TypeError(f"expected an archive that merges in one call, got {type(self).__name__} "
                             f"(unique={self.unique})")
+        ids = self._ids[:self.limit].copy()    # a slot that took a child has its fresh id
         entered, self.size, before, after = kernels.merge_children(
             _moved(genomes), fitness, _moved(self._genomes), self._fitness, self._ids, self._origins,
             self._births, self.size, self.limit, first, self.island, birth)
+        changed = np.flatnonzero(self._ids[:self.limit] != ids)
+        self._versions[changed] = fresh_versions(len(changed))
         return entered, before, after
 
     def _merge_slots(self, candidate_fitness: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -386,7 +451,7 @@ class Archive:
         if slots.ndim != 1 or (len(slots) and (slots.min() < 0 or slots.max() >= self.size)) \
                 or len(np.unique(slots)) != len(slots):
             raise ValueError(f"expected distinct member slots in [0, {self.size}), got {slots}")
-        columns = [self._fitness, self._ids, self._origins, self._births]
+        columns = [self._fitness, self._ids, self._origins, self._births, self._versions]
         if self.unique:
             columns.append(self._hashes)
         keep = len(slots)
@@ -413,13 +478,15 @@ class Archive:
 
         Args:
             copy: False: a host archive's genomes as a read-only view (no genome-sized
-                copy), for a caller that writes them out before the archive changes.
+                copy), for a caller that writes them out before the archive changes;
+                the view is a :class:`VersionedRows` (a checkpoint then stores only
+                the rows it has not stored before).
         """
-        if copy or self.on_device:
+        if copy:
             genomes = self.host_genomes()
         else:
-            genomes = self.genomes.view()
-            genomes.flags.writeable = False
+            rows = self.host_genomes() if self.on_device else self.genomes
+            genomes = VersionedRows.of(rows, self.row_versions())
         return {
             "genomes": genomes, "fitness": self.fitness.copy(), "ids": self.ids.copy(),
             "births": self.births.copy(), "origins": self.origins.copy(),

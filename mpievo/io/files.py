@@ -22,8 +22,9 @@ file: the HDF5 library can crash on damaged metadata instead of raising.
 from __future__ import annotations
 
 import hashlib
+import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -33,10 +34,15 @@ import numpy as np
 from .._version import __version__
 from .atomic import atomic_path, atomic_write_bytes
 from .errors import CorruptCheckpointError, ForeignFileError, NewerFormatError
+from .rows import Reference, ReferencedRows, referenced_files
 from .tree import KIND_ATTR, TreeError, canonical_attr_value, feed_record, read_tree, write_tree
 
 FORMAT_NAME = "mpievo-checkpoint"
-FORMAT_VERSION = 1
+#: the newest format this mpievo writes and reads; files without incremental rows are
+#: written as version 1 (readable by older mpievo)
+FORMAT_VERSION = 2
+#: the version of a file with incremental rows (FORMAT.md, "Incremental rows")
+INCREMENTAL_FORMAT_VERSION = 2
 CHECKSUM_ATTR = "checksum_sha256"
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 SCHEMA_SUMMARY = (
@@ -78,6 +84,9 @@ class FileHeader:
     sections: dict[str, str] = field(repr=False)
     #: island index -> summary attributes (generation, evaluations, population_size, best_fitness)
     island_summaries: dict[int, dict] = field(repr=False)
+    #: earlier files this one reads rows from (incremental checkpoints), relative to the
+    #: checkpoint directory, with the digests they had when written
+    references: tuple[Reference, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -156,9 +165,10 @@ def write_checkpoint_file(
     """
     path = Path(path)
     indices = _island_indices(islands)
+    referenced = [plan for state in islands.values() for plan in _referenced_rows(state)]
     root_attrs = {
         "format": FORMAT_NAME,
-        "format_version": FORMAT_VERSION,
+        "format_version": INCREMENTAL_FORMAT_VERSION if referenced else 1,
         "mpievo_version": __version__,
         "schema": SCHEMA_SUMMARY,
         "checkpoint": checkpoint,
@@ -171,6 +181,9 @@ def write_checkpoint_file(
         "config_sha256": hashlib.sha256(config_text.encode("utf-8")).hexdigest(),
         "checksum_algorithm": "sha256",
     }
+    references = {ref.path: ref for plan in referenced for ref in plan.references()}
+    if references:
+        root_attrs["references"] = json.dumps([asdict(references[k]) for k in sorted(references)])
     with atomic_path(path) as temp:
         # No HDF5 file locking: every file has one writer (its temporary name is private)
         # and readers never race it, while flock() fails on some parallel file systems.
@@ -366,11 +379,36 @@ def read_checkpoint_file(
         missing = sorted(set(wanted) - set(header.islands))
         if missing:
             raise KeyError(f"expected islands held by {path} ({list(header.islands)}), got {missing}")
+        check_references(path, header.references)
         states = {i: _read_section(handle, f"islands/{i}", header, path) for i in wanted}
         run_state = _read_section(handle, "run", header, path) if with_run_state else None
         config_text = _read_section(handle, "config", header, path) if with_config else None
         config_format = canonical_attr_value(handle["config"].attrs.get("config_format")) if with_config else None
     return FileContents(header, states, run_state, config_text, config_format)
+
+
+def check_references(path: str | Path, references) -> None:
+    """Check the bytes of every earlier file ``path`` reads rows from, before HDF5 opens
+    them (files named relative to the checkpoint directory, ``path``'s grandparent).
+
+    Raises:
+        CorruptCheckpointError: a referenced file missing, of another size or digest.
+        ForeignFileError: a referenced file replaced by one that is not HDF5.
+
+    Example::
+
+        header = read_header("ckpt/ckpt-000002-g000000020/rank-00000-of-00001.h5")
+        check_references(header.path, header.references)   # raises naming a bad earlier file
+    """
+    root = Path(path).parent.parent
+    for ref in references:
+        target = root / ref.path
+        try:
+            check_file_bytes(target, ref.file_sha256, ref.size_bytes)
+        except FileNotFoundError:
+            raise CorruptCheckpointError(f"{path}: reads rows from {target}, which is missing", target) from None
+        except (CorruptCheckpointError, ForeignFileError) as err:
+            raise type(err)(f"{path}: reads rows from a damaged file: {err}", target) from None
 
 
 def verify_file(path: str | Path) -> FileHeader:
@@ -513,4 +551,23 @@ def _header(handle: h5py.File, path: Path) -> FileHeader:
         island_summaries={
             i: {k: v for k, v in section_attrs[f"islands/{i}"].items() if k not in (CHECKSUM_ATTR, KIND_ATTR)}
             for i in islands},
+        references=tuple(_references(handle, path)),
     )
+
+
+def _references(handle: h5py.File, path: Path) -> list[Reference]:
+    try:
+        return referenced_files(handle)
+    except (ValueError, KeyError, TypeError) as err:
+        raise CorruptCheckpointError(f"{path}: root attribute 'references' is malformed ({err})", path) from err
+
+
+def _referenced_rows(value: Any) -> list[ReferencedRows]:
+    """The incremental arrays inside a state tree."""
+    if isinstance(value, ReferencedRows):
+        return [value]
+    if isinstance(value, Mapping):
+        return [plan for child in value.values() for plan in _referenced_rows(child)]
+    if isinstance(value, (list, tuple)):
+        return [plan for child in value for plan in _referenced_rows(child)]
+    return []

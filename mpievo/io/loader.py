@@ -9,7 +9,7 @@ from typing import Any, Callable, Iterable
 
 from .config_compat import parse_config
 from .errors import CheckpointError, CheckpointWarning, CorruptCheckpointError, NoCheckpointError
-from .files import check_file_bytes, read_checkpoint_file, read_header, read_sidecar, verify_file
+from .files import check_file_bytes, check_references, read_checkpoint_file, read_header, read_sidecar, verify_file
 from .manifest import (MANIFEST_NAME, RANK_FILE_RE, CheckpointEntry, FileEntry, checkpoint_dirs,
                        read_manifest)
 from .serial import resolve_comm
@@ -190,6 +190,7 @@ def verify_checkpoint_files(directory: str | Path, entry: CheckpointEntry, *,
                 raise CorruptCheckpointError(f"{path}: {path.stat().st_size} bytes, {file_entry.size_bytes} "
                                              "were written (truncated or replaced)", path)
             else:
+                _check_reference_sizes(path, file_entry)
                 header = read_header(path)
             _check_against_entry(path, file_entry, entry, header)
             outcome[file_entry.path] = None
@@ -241,6 +242,7 @@ def _try_load(directory: Path, entry: CheckpointEntry, selection: IslandSelectio
         for file_entry in entry.files[rank::size]:
             if file_entry.path not in read:
                 check_file_bytes(directory / file_entry.path, file_entry.file_sha256, file_entry.size_bytes)
+                check_references(directory / file_entry.path, file_entry.references)
         return loaded, None
     except FileNotFoundError as err:
         return None, ("bad", f"{err.filename}: missing (named by the manifest)")
@@ -288,6 +290,19 @@ def _load_entry(directory: Path, entry: CheckpointEntry, wanted: tuple[int, ...]
         entry=entry)
 
 
+def _check_reference_sizes(path: Path, file_entry: FileEntry) -> None:
+    """The quick look at the earlier files ``path`` reads rows from: present, same size."""
+    for ref in file_entry.references:
+        target = path.parent.parent / ref.path
+        try:
+            size = target.stat().st_size
+        except FileNotFoundError:
+            raise CorruptCheckpointError(f"{path}: reads rows from {target}, which is missing", target) from None
+        if size != ref.size_bytes:
+            raise CorruptCheckpointError(f"{path}: reads rows from {target}, {size} bytes where "
+                                         f"{ref.size_bytes} were written (truncated or replaced)", target)
+
+
 def _check_against_entry(path: Path, file_entry: FileEntry, entry: CheckpointEntry, header) -> None:
     if header.checksum_sha256 != file_entry.checksum_sha256 or header.checkpoint != entry.name:
         raise CorruptCheckpointError(
@@ -296,6 +311,8 @@ def _check_against_entry(path: Path, file_entry: FileEntry, entry: CheckpointEnt
     if tuple(header.islands) != tuple(file_entry.islands):
         raise CorruptCheckpointError(
             f"{path}: holds islands {list(header.islands)}, the manifest recorded {list(file_entry.islands)}", path)
+    if tuple(header.references) != tuple(file_entry.references):
+        raise CorruptCheckpointError(f"{path}: reads rows from other files than the manifest recorded", path)
 
 
 def _entry_from_files(folder: Path) -> CheckpointEntry | None:
@@ -317,7 +334,7 @@ def _entry_from_files(folder: Path) -> CheckpointEntry | None:
         return None
     files = tuple(FileEntry(path=f"{folder.name}/{h.path.name}", rank=h.rank, islands=h.islands,
                             checksum_sha256=h.checksum_sha256, size_bytes=h.path.stat().st_size,
-                            file_sha256=digests[h.path.name])
+                            file_sha256=digests[h.path.name], references=h.references)
                   for h in headers)
     return CheckpointEntry(
         name=folder.name, sequence=headers[0].sequence, generation=headers[0].generation,

@@ -16,6 +16,7 @@ from pathlib import Path
 from .._version import __version__
 from .atomic import atomic_write_bytes
 from .errors import CorruptCheckpointError, ForeignFileError, NewerFormatError
+from .rows import Reference
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_FORMAT = "mpievo-manifest"
@@ -41,6 +42,8 @@ class FileEntry:
     size_bytes: int
     #: SHA-256 of the file's bytes, checked before HDF5 opens it
     file_sha256: str
+    #: earlier files it reads rows from (incremental checkpoints; FORMAT.md)
+    references: tuple[Reference, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -153,7 +156,9 @@ def _entry_from_json(item: dict) -> CheckpointEntry:
     files = tuple(
         FileEntry(path=str(f["path"]), rank=int(f["rank"]), islands=tuple(int(i) for i in f["islands"]),
                   checksum_sha256=str(f["checksum_sha256"]), size_bytes=int(f["size_bytes"]),
-                  file_sha256=str(f["file_sha256"]))
+                  file_sha256=str(f["file_sha256"]),
+                  references=tuple(Reference(str(r["path"]), str(r["file_sha256"]), int(r["size_bytes"]))
+                                   for r in f.get("references", ())))
         for f in item["files"])
     return CheckpointEntry(
         name=str(item["name"]), sequence=int(item["sequence"]), generation=int(item["generation"]),

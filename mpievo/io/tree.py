@@ -29,6 +29,8 @@ from typing import Any
 import h5py
 import numpy as np
 
+from .rows import ROWS_ATTR, ReferencedRows, read_rows_payload, write_rows
+
 KIND_ATTR = "mpievo_kind"
 STORAGE_ATTR = "mpievo_storage"
 DTYPE_ATTR = "mpievo_dtype"
@@ -148,9 +150,16 @@ def _write_node(parent: h5py.Group, name: str, value: Any, digest, path: str) ->
     elif isinstance(value, (list, tuple)):
         kind = "list" if isinstance(value, list) else "tuple"
         _write_group(parent, name, kind, [(str(i), v) for i, v in enumerate(value)], digest, path)
+    elif isinstance(value, ReferencedRows):     # incremental rows (mpievo.io.rows)
+        payload = write_rows(parent, name, value)
+        feed_record(digest, path, {**value.attrs, ROWS_ATTR: "referenced"}, _shape_header(value), payload)
     else:
         attrs, data = _encode_leaf(value, path)
         _write_dataset(parent, name, attrs, data, digest, path)
+
+
+def _shape_header(value) -> bytes:
+    return f"{value.dtype.str}{list(value.shape)}".encode()
 
 
 def _write_group(parent, name, kind, items, digest, path) -> None:
@@ -293,7 +302,11 @@ def _read_node(node, digest, path: str) -> Any:
         return _read_group(node, kind, digest, path)
     attrs = {k: node.attrs[k] for k in TREE_ATTRS if k in node.attrs}
     data = _read_stored(node)
-    feed_record(digest, path, attrs, *_payload(data))
+    if ROWS_ATTR in node.attrs:     # a virtual dataset of rows stored here and in earlier files
+        feed_record(digest, path, {**attrs, ROWS_ATTR: node.attrs[ROWS_ATTR]}, _shape_header(data),
+                    read_rows_payload(node, data, path))
+    else:
+        feed_record(digest, path, attrs, *_payload(data))
     return _decode_leaf(kind, {k: canonical_attr_value(v) for k, v in attrs.items()}, data, path)
 
 

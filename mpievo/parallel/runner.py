@@ -20,7 +20,12 @@ generation after it is cast; on one rank the stop and checkpoint flags take effe
 at once, the target flag one generation later as on several ranks, so that where a
 run ends never depends on the rank count. On a stop a checkpointer saves the
 islands and the loop returns with ``stopped=True``. Checkpoints are also written
-every ``checkpoint_every`` generations and at the end. A ``callback`` is asked on
+every ``checkpoint_every`` generations and at the end. A checkpointer with
+``background`` set (:class:`mpievo.io.Checkpointer`) writes the periodic ones in a
+thread while the loop goes on (not with a served scheme, whose serving ranks join
+checkpoints only when summoned); they become visible at the next log point where
+every rank's file is written, and the next checkpoint, a stop and the end of the run
+wait for them first. A ``callback`` is asked on
 rank 0 at each log point after a generation, with the global best genome, and its
 answer is broadcast: a True ends the run after that generation on every rank (no
 vote, no delay), so where it ends does not depend on the rank count either.
@@ -228,11 +233,16 @@ class RunLoop:
             done = reason != bound or generation == last
             if self.checkpointer is not None and (reason == "stopped" or time_due
                                                   or self._checkpoint_due(generation)):
-                self._save(generation)
+                self._save(generation, background=not done)
+            elif logged:
+                self._publish_written_checkpoint()
             if done:
                 break
         if reason != "stopped" and self.checkpointer is not None and self._last_saved != self.scheme.generation:
             self._save(self.scheme.generation)
+        if self.checkpointer is not None and getattr(self.checkpointer, "busy", False):
+            with self.comm.purpose("control"):
+                self.checkpointer.wait()
         if self.served:
             self.scheme.summon({"kind": "finish", "reason": reason})
         return self._finish(time.perf_counter() - start, reason)
@@ -319,18 +329,36 @@ class RunLoop:
         reached = target is not None and self.scheme.reached(target)
         return np.array([stop, self._time_due(), reached], np.int64)
 
-    def _save(self, generation: int) -> None:
+    def _save(self, generation: int, background: bool = False) -> None:
+        """Checkpoint after ``generation``: handed to the checkpointer's writer thread when
+        ``background`` and the checkpointer can, else written before the loop goes on."""
         run_state = {**self.scheme.run_state(), **self.extra_run_state,
                      "wall_s_before": float(self.extra_run_state.get("wall_s_before", 0.0))
                      + (time.perf_counter() - self._start)}
         if self.served and self.loop is not None:    # the serving ranks write their files too
             self.scheme.summon({"kind": "checkpoint", "generation": generation})
+        handoff = background and not self.served and getattr(self.checkpointer, "background", False)
         with self.comm.purpose("control"):
-            info = self.checkpointer.save(generation, self.scheme.island_states(),
-                                          config=self.config, run_state=run_state)
-        self._checkpoints.append(getattr(info, "name", str(info)))
+            if handoff:
+                name = self.checkpointer.save_background(generation, self.scheme.island_states(),
+                                                         config=self.config, run_state=run_state)
+            else:
+                name = self.checkpointer.save(generation, self.scheme.island_states(),
+                                              config=self.config, run_state=run_state)
+        self._checkpoints.append(name if handoff else getattr(name, "name", str(name)))
         self._last_saved = generation
         self._last_save_time = time.perf_counter()
+
+    def _publish_written_checkpoint(self) -> None:
+        """At a log point: complete a background checkpoint once every rank wrote its file
+        (one small all-gather, only while one is in flight), so it becomes visible
+        without waiting for the next one."""
+        checkpointer = self.checkpointer
+        if checkpointer is None or not getattr(checkpointer, "busy", False):
+            return
+        with self.comm.purpose("control"):
+            if all(self.comm.allgather_object(checkpointer.written())):
+                checkpointer.wait()
 
     # --------------------------------------------------------------- logging
     def _total_evaluations(self) -> int:
