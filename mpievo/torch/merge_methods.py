@@ -133,7 +133,7 @@ def gta_tensor(stack: torch.Tensor, base: torch.Tensor, weights, *, sparsifier: 
     base = base.to(dtype)
     count = stack.shape[0]
     per = [np.array(np.broadcast_to(np.asarray(v, np.float64), (count,))) for v in (weights, density, gamma, epsilon)]
-    deltas = stack.to(dtype) - base
+    deltas = (stack - base.to(stack.dtype)).to(dtype)     # in the sources' dtype, as mergekit: the same ranks
     if sparsifier is not None:
         deltas = torch.stack([sparsify(d, sparsifier, float(per[1][i]), gamma=float(per[2][i]),
                                        epsilon=float(per[3][i]), rescale=rescale, generator=generator)

