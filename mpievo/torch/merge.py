@@ -269,8 +269,9 @@ def slerp(flat: FlatParameters, sources, t: float = 0.5) -> None:
 def model_stock(flat: FlatParameters, base, sources) -> None:
     """Model stock (mergekit's, per tensor) of ``sources`` around ``base`` into ``flat``'s model.
 
-    Example:
-        >>> model_stock(flat, genomes[0], genomes[1:])         # doctest: +SKIP
+    Example::
+
+        model_stock(flat, genomes[0], genomes[1:])
     """
     merge_into(flat, "model_stock", sources, base=base)
 
@@ -279,8 +280,9 @@ def della(flat: FlatParameters, base, sources, density: float = 0.5, epsilon: fl
           seed: int = 0) -> None:
     """DELLA (mergekit's ``della``: MagPrune, L1 rescale, sign consensus, normalised) into ``flat``'s model.
 
-    Example:
-        >>> della(flat, genomes[0], genomes[1:], density=0.5, epsilon=0.1)   # doctest: +SKIP
+    Example::
+
+        della(flat, genomes[0], genomes[1:], density=0.5, epsilon=0.1)
     """
     merge_into(flat, "della", sources, base=base, density=density, epsilon=epsilon, lam=lam, seed=seed)
 
@@ -290,8 +292,9 @@ def breadcrumbs(flat: FlatParameters, base, sources, density: float = 0.9, gamma
     """Model breadcrumbs (mergekit's ``breadcrumbs``: the ``gamma`` largest and the smallest
     task-vector entries dropped, ``density`` kept, summed) into ``flat``'s model.
 
-    Example:
-        >>> breadcrumbs(flat, genomes[0], genomes[1:], density=0.9, gamma=0.01)   # doctest: +SKIP
+    Example::
+
+        breadcrumbs(flat, genomes[0], genomes[1:], density=0.9, gamma=0.01)
     """
     merge_into(flat, "breadcrumbs", sources, base=base, density=density, gamma=gamma, lam=lam)
 
@@ -299,7 +302,8 @@ def breadcrumbs(flat: FlatParameters, base, sources, density: float = 0.9, gamma
 def passthrough(flat: FlatParameters, sources, source: int = 0, scale: float = 1.0) -> None:
     """Row ``source`` of ``sources`` (times ``scale``) into ``flat``'s model.
 
-    Example:
-        >>> passthrough(flat, genomes, source=1)                # doctest: +SKIP
+    Example::
+
+        passthrough(flat, genomes, source=1)
     """
     merge_into(flat, "passthrough", sources, source=source, scale=scale)

@@ -243,6 +243,8 @@ def test_the_command_line(dirs, tmp_path, capsys):
     from mpievo.cli.main import main
 
     good = write(tmp_path, f"merge_method: passthrough\nmodels: [{{model: {dirs['a']}}}]\n")
+    assert main(["merge", str(good), "--out", str(tmp_path / "out"), "--check"]) == 0
+    assert "passthrough: 52 tensors, 4 layers" in capsys.readouterr().out and not (tmp_path / "out").exists()
     assert main(["merge", str(good), "--out", str(tmp_path / "out")]) == 0
     torch.testing.assert_close(tensors(tmp_path / "out")["transformer.h.2.ln_2.bias"],
                                tensors(dirs["a"])["transformer.h.2.ln_2.bias"])

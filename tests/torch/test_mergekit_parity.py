@@ -148,3 +148,34 @@ def test_random_methods_replay_mergekits_mask(trees, method):
                              normalize=normalize, lam=0.9)
         torch.testing.assert_close(merged, want.float(), rtol=1e-5, atol=1e-6, msg=name)
     assert abs(sum(rates) / len(rates) - density) < 0.1
+
+
+@pytest.mark.parametrize("method", ["linear", "ties", "breadcrumbs", "model_stock", "slerp", "passthrough"])
+def test_mergekit_reproduces_an_evolved_recipe(trees, method):
+    import numpy as np
+
+    from mpievo.torch.flat import FlatParameters
+    from mpievo.torch.hf import hf_bases, load_model, save_best
+    from mpievo.torch.recipes import RecipeProblem
+
+    root, paths = trees
+    p = paths["gpt2"]
+    flat = FlatParameters(load_model(p["base"]))
+    rows = [p["a"], p["b"]] if method == "slerp" else [p["base"], p["a"], p["b"], p["c"]]
+    base = None if method in ("linear", "slerp", "passthrough") else 0
+    problem = RecipeProblem(flat, lambda model: 0.0, hf_bases(rows, flat), method=method, base=base)
+    genome = np.random.default_rng(8).uniform(problem.lower, problem.upper)
+    for i, name in enumerate(problem.space.names):
+        if name.endswith("/scale"):
+            genome[i] = 1.0
+    if method == "passthrough":
+        genome[:] = [2.5, 0.2, 3.1, 1.9, 2.0]
+    save_best(problem, type("Result", (), {"x": genome, "fun": 0.0})(), root / f"recipe-{method}")
+    out = root / f"recipe-{method}-mergekit"
+    done = subprocess.run([str(MERGEKIT), str(root / f"recipe-{method}" / "mergekit_config.yml"), str(out),
+                           "--no-copy-tokenizer"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    theirs = load_file(str(next(out.glob("*.safetensors"))))
+    state = problem.model.state_dict()
+    for name in problem.flat.names:
+        torch.testing.assert_close(theirs[name], state[name], rtol=1e-5, atol=1e-6, msg=name)
