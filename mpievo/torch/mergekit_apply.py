@@ -175,6 +175,7 @@ def plan_merge(config: MergeConfig) -> Plan:
     for task in tasks:
         _check_task(config, models, task)
     base = config.base_model or reference
+    models.check(base, config.lines.get("base_model"))
     tokenizer = _tokenizer_source(config, models, base)
     return Plan(config, tasks, index, base, tokenizer, models)
 
@@ -308,6 +309,10 @@ def apply_config(config: MergeConfig, out: str | os.PathLike, *, seed: int = 0) 
 
     plan = plan_merge(config)
     out = Path(out)
+    for model in plan.models.info:
+        if out.resolve() == Path(model).resolve():
+            raise MergeConfigError(f"{config.path}: expected an output directory other than the sources, "
+                                   f"got {model!r}")
     dtype = getattr(torch, config.dtype) if config.dtype else None
     out_dtype = getattr(torch, config.out_dtype or config.dtype) if (config.out_dtype or config.dtype) else None
     tensors = {}

@@ -231,12 +231,22 @@ merge_method: passthrough
     ("merge_method: linear\nmodels:\n  - model: {root}/nowhere\n", ":3: expected a local model directory"),
     ("merge_method: ties\nbase_model: {base}\nmodels:\n  - model: {a}\n    parameters: {{density: 0.5}}\n",
      "expected parameter 'weight' of model"),
+    ("merge_method: linear\nbase_model: {root}/gone\nmodels:\n  - model: {a}\n    parameters: {{weight: 1}}\n",
+     ":2: expected a local model directory"),
 ])
 def test_bad_merges_are_refused_before_any_tensor_is_read(dirs, tmp_path, body, message):
     config = write(tmp_path, body.format(**{k: str(v) for k, v in dirs.items()}))
     with pytest.raises(MergeConfigError, match=message):
         apply_config(read_config(config), tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_source_is_never_the_output(dirs, tmp_path):
+    config = read_config(write(tmp_path, f"merge_method: passthrough\nmodels: [{{model: {dirs['a']}}}]\n"))
+    before = (dirs["a"] / "config.json").read_text()
+    with pytest.raises(MergeConfigError, match="an output directory other than the sources"):
+        apply_config(config, dirs["a"])
+    assert (dirs["a"] / "config.json").read_text() == before
 
 
 def test_the_command_line(dirs, tmp_path, capsys):
