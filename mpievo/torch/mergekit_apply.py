@@ -188,9 +188,10 @@ def _split_outside(names: list[str], config: dict) -> tuple[list[str], list[str]
 
     try:
         arch = (config.get("architectures") or [""])[0]
-        cls = getattr(transformers, arch, None) or transformers.AutoModelForCausalLM
+        cls = getattr(transformers, arch, None)
+        build = cls._from_config if cls is not None else transformers.AutoModelForCausalLM.from_config
         with torch.device("meta"):
-            module = cls.from_config(transformers.AutoConfig.for_model(**config))
+            module = build(transformers.AutoConfig.for_model(**config))
         order = list(module.state_dict())
     except Exception:                                      # an architecture transformers cannot build
         order = []
