@@ -285,6 +285,9 @@ class RecipeProblem(Problem):
     def _searched(self, search) -> np.ndarray:
         if search is None:
             return np.arange(self.space.dim)
+        search = [search] if isinstance(search, str) else list(search)
+        if not search:
+            raise ValueError("expected at least one gene kind or name to search, got none")
         kinds = [name.rsplit("/", 1)[-1].split(" ")[0] for name in self.space.names]
         for entry in search:
             if entry not in kinds and entry not in self.space.names:

@@ -186,6 +186,9 @@ def test_a_recipe_searches_a_declared_subset_from_x0():
     assert recipe["lambda"] == 0.7 and all(g["density"] == 1.0 for g in recipe["groups"].values())
     with pytest.raises(ValueError, match="expected genes to search"):
         RecipeProblem(Small(9), score, sources, base=Small(0), method="ties", search=["wieght"])
+    with pytest.raises(ValueError, match="at least one gene"):
+        RecipeProblem(Small(9), score, sources, base=Small(0), method="ties", search=[])
+    assert RecipeProblem(Small(9), score, sources, base=Small(0), method="ties", search="lambda").dim == 1
     x0[0] = 3.0
     with pytest.raises(ValueError, match="within the recipe's box"):
         RecipeProblem(Small(9), score, sources, base=Small(0), method="ties", x0=x0)
