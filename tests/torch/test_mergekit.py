@@ -335,3 +335,15 @@ parameters: {{lambda: 0.9}}
     other = parse_config(config.text.replace("merge_method: ties", "merge_method: della"))
     with pytest.raises(MergeConfigError, match="expected merge_method ties for a ties recipe, got della"):
         recipe_start(other, problem)
+
+
+def test_dare_is_written_as_dare_linear_with_our_rescale(sources, tmp_path):
+    problem = recipe_problem(sources, "dare")
+    genome = problem.space.average_genome()
+    names = problem.space.names
+    genome[names.index("layer 1/weight 2")], genome[names.index("layer 1/density")] = 0.3, 0.4
+    config = parse_config(recipe_yaml(problem, genome))
+    assert config.merge_method == "dare_linear" and config.parameters["rescale"] is False
+    tensor = "transformer.h.1.mlp.c_fc.weight"
+    assert lookup("weight", tensor, 0.0, config.models[2].parameters) == pytest.approx(0.3 / 0.4)   # w / density
+    assert lookup("density", tensor, 0.0, config.models[2].parameters) == pytest.approx(0.4)
