@@ -347,3 +347,11 @@ def test_dare_is_written_as_dare_linear_with_our_rescale(sources, tmp_path):
     tensor = "transformer.h.1.mlp.c_fc.weight"
     assert lookup("weight", tensor, 0.0, config.models[2].parameters) == pytest.approx(0.3 / 0.4)   # w / density
     assert lookup("density", tensor, 0.0, config.models[2].parameters) == pytest.approx(0.4)
+
+
+def test_what_mergekit_cannot_say_is_said_in_a_comment(sources):
+    stock = recipe_problem(sources, "model_stock")
+    assert "has none" not in recipe_yaml(stock, np.ones(stock.dim))
+    assert "mergekit's model_stock has none" in recipe_yaml(stock, np.full(stock.dim, 0.5))
+    passthrough = recipe_problem(sources, "passthrough")
+    assert "outside the layers take source [3]" in recipe_yaml(passthrough, [0.0, 1.0, 2.0, 1.0, 3.0])
