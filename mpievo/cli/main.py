@@ -20,6 +20,7 @@ SUBCOMMANDS = {
     "inspect": "mpievo.cli.inspect",
     "launch": "mpievo.cli.launch",
     "plan": "mpievo.cli.plan",
+    "merge": "mpievo.cli.merge",
 }
 
 

@@ -26,3 +26,9 @@ from .recipes import RecipeProblem, RecipeSpace, layer_groups
 __all__ = ["CudaView", "FlatParameters", "ModelProblem", "RecipeProblem", "RecipeSpace", "as_numpy", "average",
            "dare", "from_numpy", "hf_bases", "inspect_sources", "layer_groups", "load_model", "merge_into",
            "model_bases", "numpy_dtype", "save_best", "save_merged", "slerp", "task_arithmetic", "ties"]
+
+# mergekit's methods as whole-model merges; mergekit YAML in and out: .mergekit_config, .mergekit_apply,
+# .mergekit_export (docs/guides/merging.md, section 9)
+from .merge import breadcrumbs, della, model_stock, passthrough  # noqa: E402
+
+__all__ += ["breadcrumbs", "della", "model_stock", "passthrough"]

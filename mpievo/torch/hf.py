@@ -285,5 +285,9 @@ def save_best(problem: ModelProblem | RecipeProblem, result, directory: str | os
         recipe = problem.materialize(genome)       # checks the recipe's length first
     else:
         problem.flat.write(genome)                 # checks the genome's length first
-    return save_merged(problem.model, directory, recipe=recipe, genome=genome,
-                       score=None if score is None else float(score))
+    out = save_merged(problem.model, directory, recipe=recipe, genome=genome,
+                      score=None if score is None else float(score))
+    if isinstance(problem, RecipeProblem):         # the recipe as a mergekit YAML too
+        from .mergekit_export import write_recipe_yaml
+        write_recipe_yaml(problem, genome, out, score)
+    return out

@@ -15,7 +15,9 @@ the sources' dtype) are those mergekit and evolutionary model merging use:
 * ``dare``: each ``tau_i`` entry kept with probability ``density`` and rescaled by
   ``1 / density`` (the DARE paper's rescale), then task arithmetic. The drop mask comes
   from a ``torch.Generator`` seeded by ``(seed, source, tensor)``, so every rank that
-  merges the same recipe on the same kind of device gets the same model.
+  merges the same recipe on the same kind of device gets the same model;
+* ``model_stock``, ``della``, ``breadcrumbs`` (mergekit's definitions and defaults, in
+  :mod:`.merge_methods`), ``passthrough`` (one source's tensors).
 
 We wrote these rather than call mergekit 0.1.5: its methods are reachable on
 in-memory tensors (``mergekit.sparsify``, ``generalized_task_arithmetic.get_mask``),
@@ -38,10 +40,11 @@ import numpy as np
 import torch
 
 from .flat import FlatParameters, from_numpy
+from .merge_methods import GTA, gta_tensor, model_stock_tensor
 
-METHODS = ("linear", "task_arithmetic", "slerp", "ties", "dare")
+METHODS = ("linear", "task_arithmetic", "slerp", "ties", "dare", "model_stock", "della", "breadcrumbs", "passthrough")
 #: methods that merge task vectors over a base model
-BASED = ("task_arithmetic", "ties", "dare")
+BASED = ("task_arithmetic", "ties", "dare", "model_stock", "della", "breadcrumbs")
 
 
 def _work_dtype(tensor: torch.Tensor) -> torch.dtype:
@@ -141,10 +144,11 @@ def as_tensor(genomes, device=None) -> torch.Tensor:
 
 
 def merge_into(flat: FlatParameters, method: str, sources, *, base=None, weights=None, lam: float = 1.0,
-               density: float = 1.0, t: float = 0.5, seed: int = 0) -> None:
+               density: float = 1.0, t: float = 0.5, seed: int = 0, **settings) -> None:
     """Write the ``method`` merge of ``sources`` (``(count, dim)`` genomes of ``flat``'s
     layout) into ``flat``'s model, tensor by tensor, with one setting for every tensor
-    (per-group settings: :mod:`.recipes`).
+    (per-group settings: :mod:`.recipes`); ``settings``: ``epsilon`` (DELLA), ``gamma``
+    (breadcrumbs), ``scale`` (model stock's ratio, passthrough), ``source`` (passthrough's row).
 
     Raises:
         ValueError: an unknown method, genomes of another length, a based method
@@ -164,7 +168,7 @@ def merge_into(flat: FlatParameters, method: str, sources, *, base=None, weights
             part = slice(int(start), int(stop))
             flat.flat[part] = merge_part(method, sources[:, part], None if base is None else base[part],
                                          weights, lam=lam, density=density, t=t,
-                                         generator=dare_generator(seed, index, flat.device))
+                                         generator=dare_generator(seed, index, flat.device), **settings)
 
 
 def check_sources(flat: FlatParameters, method: str, sources: torch.Tensor, base) -> int:
@@ -177,6 +181,9 @@ def check_sources(flat: FlatParameters, method: str, sources: torch.Tensor, base
         raise ValueError(f"expected a base model for {method!r} (task vectors are differences from it), got none")
     if method == "slerp" and sources.shape[0] != 2:
         raise ValueError(f"expected 2 source models for 'slerp', got {sources.shape[0]}")
+    if method == "model_stock" and sources.shape[0] < 2:
+        raise ValueError(f"expected at least 2 source models besides the base for 'model_stock', "
+                         f"got {sources.shape[0]}")
     return sources.shape[0]
 
 
@@ -188,12 +195,22 @@ def dare_generator(seed: int, tensor: int, device) -> torch.Generator:
 
 
 def merge_part(method: str, stack: torch.Tensor, base, weights, *, lam: float, density: float, t: float,
-               generator: torch.Generator | None) -> torch.Tensor:
+               generator: torch.Generator | None, epsilon: float = 0.15, gamma: float = 0.01,
+               scale: float = 1.0, source: int = 0) -> torch.Tensor:
     """One tensor's merge (``stack``: the sources' ``(count, n)`` slices)."""
     if method == "linear":
         return linear_tensor(stack, weights)
     if method == "slerp":
         return slerp_tensor(t, stack[0], stack[1])
+    if method == "passthrough":
+        return stack[int(source)].to(_work_dtype(stack)) * scale
+    if method == "model_stock":
+        return model_stock_tensor(stack, base, scale=scale)
+    if method in ("della", "breadcrumbs"):
+        sparsifier, consensus, normalize, rescale = GTA[method]
+        return gta_tensor(stack, base, weights, sparsifier=sparsifier, consensus=consensus, normalize=normalize,
+                          rescale=rescale, lam=lam, density=density, gamma=gamma, epsilon=epsilon,
+                          generator=generator)
     return based_tensor(method, stack, base, weights, lam=lam, density=density, generator=generator)
 
 
@@ -247,3 +264,46 @@ def slerp(flat: FlatParameters, sources, t: float = 0.5) -> None:
         slerp(flat, genomes[:2], t=0.3)         # 30 % of the way from the first to the second
     """
     merge_into(flat, "slerp", sources, t=t)
+
+
+def model_stock(flat: FlatParameters, base, sources) -> None:
+    """Model stock (mergekit's, per tensor) of ``sources`` around ``base`` into ``flat``'s model.
+
+    Example::
+
+        model_stock(flat, genomes[0], genomes[1:])
+    """
+    merge_into(flat, "model_stock", sources, base=base)
+
+
+def della(flat: FlatParameters, base, sources, density: float = 0.5, epsilon: float = 0.15, lam: float = 1.0,
+          seed: int = 0) -> None:
+    """DELLA (mergekit's ``della``: MagPrune, L1 rescale, sign consensus, normalised) into ``flat``'s model.
+
+    Example::
+
+        della(flat, genomes[0], genomes[1:], density=0.5, epsilon=0.1)
+    """
+    merge_into(flat, "della", sources, base=base, density=density, epsilon=epsilon, lam=lam, seed=seed)
+
+
+def breadcrumbs(flat: FlatParameters, base, sources, density: float = 0.9, gamma: float = 0.01,
+                lam: float = 1.0) -> None:
+    """Model breadcrumbs (mergekit's ``breadcrumbs``: the ``gamma`` largest and the smallest
+    task-vector entries dropped, ``density`` kept, summed) into ``flat``'s model.
+
+    Example::
+
+        breadcrumbs(flat, genomes[0], genomes[1:], density=0.9, gamma=0.01)
+    """
+    merge_into(flat, "breadcrumbs", sources, base=base, density=density, gamma=gamma, lam=lam)
+
+
+def passthrough(flat: FlatParameters, sources, source: int = 0, scale: float = 1.0) -> None:
+    """Row ``source`` of ``sources`` (times ``scale``) into ``flat``'s model.
+
+    Example::
+
+        passthrough(flat, genomes, source=1)
+    """
+    merge_into(flat, "passthrough", sources, source=source, scale=scale)

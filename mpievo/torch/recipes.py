@@ -9,7 +9,14 @@ search it. Its genes, per layer group ``g`` (consecutive transformer blocks, see
 * ``task_arithmetic``: a weight in [0, 1] per source, and one ``lambda`` in [0, 2];
 * ``ties``, ``dare``: a weight per source and a ``density`` in [0.05, 1] per group, and
   one ``lambda`` in [0, 2] (DARE's drop masks keyed by the problem's ``seed``);
-* ``slerp`` (two sources): ``t`` in [0, 1] per group.
+* ``slerp`` (two sources): ``t`` in [0, 1] per group;
+* ``della``: as ``ties``, and an ``epsilon`` per group in [0, 1]: the fraction of the
+  largest epsilon its density allows (``min(density, 1 - density)``; decoded as the
+  epsilon itself);
+* ``breadcrumbs``: as ``ties``, and a ``gamma`` per group in [0, 0.2];
+* ``model_stock``: a ``scale`` of model stock's ratio per group in [0, 2] (1: mergekit's);
+* ``passthrough``: a ``source`` per group in [0, sources): its floor is the source
+  whose tensors the group takes.
 
 A fixed ``lam`` drops the ``lambda`` gene (e.g. ``lam=1``: task arithmetic
 ``base + sum_i w_gi tau_i`` with one coefficient per group and source). Other groups than
@@ -39,6 +46,11 @@ from .problem import model_bases, score_each
 
 #: boxes of the method parameters
 WEIGHT_BOX, DENSITY_BOX, LAMBDA_BOX, T_BOX = (0.0, 1.0), (0.05, 1.0), (0.0, 2.0), (0.0, 1.0)
+EPSILON_BOX, GAMMA_BOX, SCALE_BOX = (0.0, 1.0), (0.0, 0.2), (0.0, 2.0)
+#: methods with a weight per source and a density per group
+SPARSE = ("ties", "dare", "della", "breadcrumbs")
+#: the largest DELLA epsilon is this fraction of min(density, 1 - density)
+EPSILON_MARGIN = 0.999
 #: generation 0 of a RecipeProblem
 STARTS = ("uniform", "average")
 _LAYER = re.compile(r"(?:^|\.)(\d+)\.")
@@ -83,6 +95,9 @@ def _groups_by(names: Sequence[str], group_by: Callable[[str], str]) -> tuple[li
     return groups, np.array([groups.index(label) for label in labels], np.int64)
 
 
+_SINGLE_GENE = {"slerp": ("t", T_BOX), "model_stock": ("scale", SCALE_BOX), "passthrough": ("source", None)}
+
+
 @dataclass
 class RecipeSpace:
     """The genes of a ``method`` recipe over ``sources`` models and ``groups`` (with
@@ -116,13 +131,18 @@ class RecipeSpace:
             raise ValueError(f"expected at least one source model to merge, got {self.sources}")
         genes = []
         for group in self.groups:
-            if self.method == "slerp":
-                genes.append((f"{group}/t", T_BOX))
+            if self.method in _SINGLE_GENE:
+                name, box = _SINGLE_GENE[self.method]
+                genes.append((f"{group}/{name}", box if name != "source" else (0.0, float(self.sources))))
                 continue
             genes += [(f"{group}/weight {i}", WEIGHT_BOX) for i in range(self.sources)]
-            if self.method in ("ties", "dare"):
+            if self.method in SPARSE:
                 genes.append((f"{group}/density", DENSITY_BOX))
-        if self.method in BASED and self.lam is None:
+            if self.method == "della":
+                genes.append((f"{group}/epsilon", EPSILON_BOX))
+            if self.method == "breadcrumbs":
+                genes.append((f"{group}/gamma", GAMMA_BOX))
+        if self.method in BASED and self.method != "model_stock" and self.lam is None:
             genes.append(("lambda", LAMBDA_BOX))
         self.names = [name for name, _ in genes]
         self.lower = np.array([box[0] for _, box in genes])
@@ -142,22 +162,31 @@ class RecipeSpace:
         groups = {}
         for group in self.groups:
             entry = {}
-            if self.method == "slerp":
-                entry["t"] = values[f"{group}/t"]
+            if self.method in _SINGLE_GENE:
+                name = _SINGLE_GENE[self.method][0]
+                entry[name] = values[f"{group}/{name}"]
+                if name == "source":
+                    entry[name] = min(int(entry[name]), self.sources - 1)
             else:
                 entry["weights"] = [values[f"{group}/weight {i}"] for i in range(self.sources)]
-            if self.method in ("ties", "dare"):
+            if self.method in SPARSE:
                 entry["density"] = values[f"{group}/density"]
+            if self.method == "della":
+                d = entry["density"]
+                entry["epsilon"] = values[f"{group}/epsilon"] * EPSILON_MARGIN * min(d, 1 - d)
+            if self.method == "breadcrumbs":
+                entry["gamma"] = values[f"{group}/gamma"]
             groups[group] = entry
         recipe = {"method": self.method, "groups": groups}
-        if self.method in BASED:
+        if self.method in BASED and self.method != "model_stock":
             recipe["lambda"] = values["lambda"] if self.lam is None else float(self.lam)
         return recipe
 
     def average_genome(self) -> np.ndarray:
         """The average recipe: every weight ``1/sources``, density 1, ``lambda`` 1, ``t``
         0.5 (for ``linear`` and ``task_arithmetic``: the plain average of the sources)."""
-        start = {"weight": 1.0 / self.sources, "density": 1.0, "lambda": 1.0, "t": 0.5}
+        start = {"weight": 1.0 / self.sources, "density": 1.0, "lambda": 1.0, "t": 0.5, "epsilon": 0.5,
+                 "gamma": 0.0, "scale": 1.0, "source": 0.0}
         return np.array([start[name.rsplit("/", 1)[-1].split(" ")[0]] for name in self.names])
 
 
@@ -180,10 +209,17 @@ class RecipeProblem(Problem):
         start: generation 0: ``"uniform"`` in the box, or ``"average"``: the average
             recipe (:meth:`RecipeSpace.average_genome`) first, then uniform.
         seed: DARE's drop-mask key.
+        x0: a whole recipe (``space.dim`` genes, e.g. a mergekit YAML's values,
+            :func:`~.mergekit_export.recipe_start`): generation 0's first genome, and the
+            value of the genes not searched.
+        search: the genes searched (their kinds ``"weight"``, ``"density"``, ``"lambda"``,
+            ``"t"``, ... or whole gene names); the others stay at ``x0`` (or the average
+            recipe). None: every gene.
         maximize, include_frozen, name: as for :class:`~.problem.ModelProblem`.
 
     Attributes:
-        space: the :class:`RecipeSpace` (``space.decode(x)`` is a readable recipe).
+        space: the :class:`RecipeSpace` of the whole recipe (``space.decode(full_genome(x))``).
+        searched: the indices of the searched genes in the whole recipe.
         flat: the model's :class:`~.flat.FlatParameters`.
 
     Example::
@@ -198,7 +234,7 @@ class RecipeProblem(Problem):
     def __init__(self, model: torch.nn.Module, evaluate: Callable[[torch.nn.Module], float], sources, *,
                  method: str, base=None, layers_per_group: int = 1, group_by: Callable[[str], str] | None = None,
                  lam: float | None = None, start: str = "uniform", seed: int = 0, maximize: bool = True,
-                 include_frozen: bool = False, name: str | None = None):
+                 include_frozen: bool = False, name: str | None = None, x0=None, search=None):
         if not callable(evaluate):
             raise TypeError(f"expected a callable evaluate(model) -> float, got {type(evaluate).__name__}")
         if start not in STARTS:
@@ -226,13 +262,56 @@ class RecipeProblem(Problem):
         self.sources = sources
         self._resident = (None, None)
         self.row_dtype = np.dtype(np.float64)      # islands keep recipes in float64, whatever engine.dtype
-        super().__init__(self._evaluate_batch, self.space.dim, self.space.lower, self.space.upper,
-                         maximize=maximize, name=name or f"{method} recipe", batched=True, bases=sources,
-                         initial=self._average_first if start == "average" else None)
+        self.x0 = None if x0 is None else self._checked_x0(x0)
+        self.searched = self._searched(search)
+        first = self.x0 if self.x0 is not None else self.space.average_genome() if start == "average" else None
+        self._first = None if first is None else first[self.searched]
+        super().__init__(self._evaluate_batch, len(self.searched), self.space.lower[self.searched],
+                         self.space.upper[self.searched], maximize=maximize, name=name or f"{method} recipe",
+                         batched=True, bases=sources, initial=None if first is None else self._known_first)
 
-    def _average_first(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        genomes = rng.uniform(self.space.lower, self.space.upper, (n, self.space.dim))
-        genomes[0] = self.space.average_genome()
+    def _checked_x0(self, x0) -> np.ndarray:
+        x0 = np.asarray(x0, np.float64).reshape(-1)
+        if x0.shape != (self.space.dim,) or not np.all(np.isfinite(x0)):
+            raise ValueError(f"expected x0 of {self.space.dim} finite genes ({self.space.method} recipe), "
+                             f"got shape {x0.shape}")
+        outside = np.flatnonzero((x0 < self.space.lower) | (x0 > self.space.upper))
+        if outside.size:
+            i = outside[0]
+            raise ValueError(f"expected x0 within the recipe's box, got {self.space.names[i]} = {x0[i]} outside "
+                             f"[{self.space.lower[i]}, {self.space.upper[i]}]")
+        return x0
+
+    def _searched(self, search) -> np.ndarray:
+        if search is None:
+            return np.arange(self.space.dim)
+        search = [search] if isinstance(search, str) else list(search)
+        if not search:
+            raise ValueError("expected at least one gene kind or name to search, got none")
+        kinds = [name.rsplit("/", 1)[-1].split(" ")[0] for name in self.space.names]
+        for entry in search:
+            if entry not in kinds and entry not in self.space.names:
+                raise ValueError(f"expected genes to search among kinds {sorted(set(kinds))} or gene names, "
+                                 f"got {entry!r}")
+        chosen = [i for i, (name, kind) in enumerate(zip(self.space.names, kinds)) if name in search or kind in search]
+        return np.array(chosen, np.int64)
+
+    def full_genome(self, genome) -> np.ndarray:
+        """The whole recipe of a searched ``genome``: its genes where searched, ``x0``'s
+        (or the average recipe's) elsewhere."""
+        genome = np.asarray(genome, np.float64).reshape(-1)
+        if len(self.searched) == self.space.dim:
+            return genome
+        if genome.shape != (len(self.searched),):
+            raise ValueError(f"expected a recipe of {len(self.searched)} searched genes, got shape {genome.shape}")
+        full = (self.x0 if self.x0 is not None else self.space.average_genome()).copy()
+        full[self.searched] = genome
+        return full
+
+    def _known_first(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        lower, upper = self.space.lower[self.searched], self.space.upper[self.searched]
+        genomes = rng.uniform(lower, upper, (n, len(self.searched)))
+        genomes[0] = self._first
         return genomes
 
     def _source_tensor(self) -> torch.Tensor:
@@ -247,7 +326,7 @@ class RecipeProblem(Problem):
 
     def materialize(self, genome) -> dict:
         """Write the model ``genome``'s recipe merges into the model; returns the recipe."""
-        recipe = self.space.decode(genome)
+        recipe = self.space.decode(self.full_genome(genome))
         sources = self._source_tensor()
         base = None if self.base_row is None else sources[self.base_row]
         groups = list(recipe["groups"].values())
@@ -259,7 +338,9 @@ class RecipeProblem(Problem):
                 self.flat.flat[part] = merge_part(
                     self.space.method, sources[:, part][self.merged_rows], None if base is None else base[part],
                     group.get("weights"), lam=lam, density=group.get("density", 1.0), t=group.get("t", 0.5),
-                    generator=dare_generator(self.seed, index, self.flat.device))
+                    generator=dare_generator(self.seed, index, self.flat.device),
+                    epsilon=group.get("epsilon", 0.0), gamma=group.get("gamma", 0.0),
+                    scale=group.get("scale", 1.0), source=group.get("source", 0))
         return recipe
 
     def _evaluate_batch(self, genomes: np.ndarray) -> np.ndarray:
