@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..kernels.cuda_fast_math import DEVICE_MATH
-from ..schema import ConfigError, Settings, boolean, choice, integer, number, optional, setting
+from ..schema import Check, ConfigError, Settings, boolean, choice, integer, number, optional, setting
 from .algorithms.base import algorithm_classes
 from .algorithms.ga import STEP_ADAPTATIONS
 from .expressions import IslandExpression
@@ -55,6 +55,15 @@ def algorithm_defaults(algorithm: str) -> dict:
     return {name: own.get(name, value) for name, value in ALGORITHM_DEFAULTS.items()}
 
 
+def _even_population(value):
+    if integer(2, MAX_MEMBERS)(value) % 2:
+        _EVEN.reject(value, typed=False)
+    return int(value)
+
+
+_EVEN = Check(f"an even int >= 2 and <= {MAX_MEMBERS} (antithetic pairs)", _even_population)
+
+
 def _setting(default, check, doc: str):
     return setting(default, PerIsland(check), doc)
 
@@ -81,7 +90,7 @@ class EngineConfig(Settings):
 
     algorithm: Any = _setting("ga", choice(algorithm_classes, extra=" or 'module:Class'",
                                            also=_user_class),
-                              "island algorithm: ga, de (jde), shade, cmaes, nsga2, smsemoa or moead "
+                              "island algorithm: ga, de (jde), shade, cmaes, es, nsga2, smsemoa or moead "
                               "(several objectives) or 'module:Class'")
     capacity: Any = _setting(None, optional(integer(2, MAX_MEMBERS)),
                              "archive capacity (members kept per island); none: the algorithm's default "
@@ -186,6 +195,19 @@ class EngineConfig(Settings):
     shade_max_evaluations: Any = _setting(None, optional(integer(1)),
                                           "L-SHADE: this island's evaluation budget, over which the population "
                                           "shrinks linearly to shade_min_population; None: fixed size (SHADE)")
+    es_popsize: Any = _setting(30, _EVEN, "ES: members per generation, antithetic pairs (ES at Scale: 30)")
+    es_sigma: Any = _setting(0.02, number(0.0, 1e6, open_low=True),
+                             "ES: noise standard deviation in genome units (Salimans: 0.02; LLMs: 1e-3)")
+    es_learning_rate: Any = _setting(0.01, number(0.0, 1e6, open_low=True), "ES: step of the mean's optimizer")
+    es_optimizer: Any = _setting("adam", choice(("adam", "sgd")), "ES: adam (OpenAI-ES) or sgd with es_momentum")
+    es_momentum: Any = _setting(0.9, number(0.0, 0.999999), "ES: sgd momentum (0: the plain step of ES at Scale)")
+    es_shaping: Any = _setting("centered_ranks", choice(("centered_ranks", "zscore", "none")),
+                               "ES: fitness shaping: centered_ranks (Salimans), zscore (ES at Scale) or none")
+    es_weight_decay: Any = _setting(0.0, number(0.0, 1e6), "ES: L2 coefficient on the mean (Salimans: 0.005)")
+    es_sigma_decay: Any = _setting(1.0, number(0.0, 1.0, open_low=True), "ES: sigma factor per update")
+    es_sigma_min: Any = _setting(0.0, number(0.0, 1e6), "ES: sigma's floor under es_sigma_decay")
+    es_lr_decay: Any = _setting(1.0, number(0.0, 1.0, open_low=True), "ES: learning-rate factor per update")
+    es_lr_min: Any = _setting(0.0, number(0.0, 1e6), "ES: learning rate's floor under es_lr_decay")
 
     def __post_init__(self):
         """Settings left unset (None) that :data:`ALGORITHM_DEFAULTS` lists take the

@@ -16,7 +16,7 @@ def initial_population(config: EngineConfig) -> int:
 
 def planned_batch(config: EngineConfig, dim: int) -> int:
     """Children per step of an island at the start: ``de_population`` for DE,
-    ``cma_popsize`` (None: ``4 + floor(3 ln dim)``) for CMA-ES, SHADE's first
+    ``cma_popsize`` (None: ``4 + floor(3 ln dim)``) for CMA-ES, ``es_popsize`` for ES, SHADE's first
     population, ``batch_size`` for the GA and user algorithms. CMA-ES restarts may
     grow it later, L-SHADE shrinks it.
     """
@@ -24,6 +24,8 @@ def planned_batch(config: EngineConfig, dim: int) -> int:
         return config.de_population
     if config.algorithm == "cmaes":
         return config.cma_popsize or default_popsize(dim)
+    if config.algorithm == "es":
+        return config.es_popsize
     if config.algorithm == "shade":
         return make_algorithm("shade", config).start_size(dim)
     return config.batch_size

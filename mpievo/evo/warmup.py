@@ -24,7 +24,7 @@ from .problems import Problem
 #: the stand-in island: as small as the kernels allow
 _CAPACITY, _BATCH = 4, 4
 #: algorithms whose generations are compiled steps (CMA-ES is numpy and LAPACK)
-_COMPILED = ("ga", "de", "shade")
+_COMPILED = ("ga", "de", "shade", "es")
 
 
 def _sphere(genomes: np.ndarray) -> np.ndarray:
@@ -52,7 +52,7 @@ def warm_up(config: EngineConfig, dim: int) -> float:
     start = time.perf_counter()
     tiny = dataclasses.replace(config, capacity=_CAPACITY, batch_size=_BATCH, population=None,
                                de_population=_BATCH, shade_population=_BATCH, shade_min_population=_BATCH,
-                               shade_max_evaluations=None)
+                               shade_max_evaluations=None, es_popsize=_BATCH)
     problem = Problem(_sphere, min(int(dim), COUNTER_DIM), -1.0, 1.0, name="warm-up")
     island = Island(0, problem, tiny, seed=0)
     island.run(2)

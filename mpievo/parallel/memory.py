@@ -32,6 +32,8 @@ def island_bytes(engine, dim: int) -> int:
         total = 2 * dim * itemsize
     if engine.algorithm == "cmaes":
         total += 2 * dim * dim * 8
+    if engine.algorithm == "es":         # the mean and the optimizer's two moments
+        total += 3 * dim * itemsize
     return total
 
 

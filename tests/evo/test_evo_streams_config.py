@@ -82,7 +82,7 @@ def test_config_rejects_unknown_keys_naming_them():
                               "got str 'roulette'"),
     ("unique", 1, "engine.unique: expected true or false, got int 1"),
     ("algorithm", "nsga", "engine.algorithm: expected one of ['ga', 'de', 'jde', 'cmaes', 'shade', 'nsga2', "
-                          "'smsemoa', 'moead'] or 'module:Class', got str 'nsga'"),
+                          "'smsemoa', 'moead', 'es'] or 'module:Class', got str 'nsga'"),
     ("dtype", "int8", "engine.dtype: expected one of ['float32', 'float64', 'bfloat16', 'float16'], got str 'int8'"),
     ("mutation_sigma", 0.0, "engine.mutation_sigma: expected a number in (0.0, 1.0], got 0.0"),
     ("omega", [0.1, 2.0], "engine.omega[1]: expected a number in [0.0, 1.0], got 2.0"),

@@ -91,6 +91,7 @@ def algorithm_classes() -> dict:
     """Built-in name -> class (a fresh dict; imported lazily to keep imports light)."""
     from .cmaes import CMAES
     from .de import JDE
+    from .es import ES
     from .ga import GeneticAlgorithm
     from .shade import SHADE
     from ..moo.nsga2 import NSGA2
@@ -98,14 +99,14 @@ def algorithm_classes() -> dict:
     from ..moo.smsemoa import SMSEMOA
 
     return {"ga": GeneticAlgorithm, "de": JDE, "jde": JDE, "cmaes": CMAES, "shade": SHADE, "nsga2": NSGA2,
-            "smsemoa": SMSEMOA, "moead": MOEAD}
+            "smsemoa": SMSEMOA, "moead": MOEAD, "es": ES}
 
 
 def make_algorithm(spec, config=None):
     """Build an island algorithm.
 
     Args:
-        spec: a built-in name ("ga", "de"/"jde", "cmaes", "shade", "nsga2", "smsemoa", "moead"), a ``"module:Class"``
+        spec: a built-in name ("ga", "de"/"jde", "cmaes", "shade", "es", "nsga2", "smsemoa", "moead"), a ``"module:Class"``
             string, a class, or an instance (returned as is).
         config: a resolved :class:`~mpievo.evo.engine_config.EngineConfig` for ``from_config``.
 

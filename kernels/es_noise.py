@@ -1,0 +1,134 @@
+"""Evolution-strategy noise rebuilt from its key: members and the update, gene by gene.
+
+Pair ``j`` of an ES generation has the noise vector ``z_j`` whose gene ``g`` is
+normal ``g % 2`` of block ``base + j * half + g // 2`` of the generation's stream key
+(:mod:`mpievo.kernels.random`; ``half = ceil(dim / 2)``, two normals per block), so any
+rank computes any member's genes, or any block of genes of the update, from the key
+alone, in any order and with no buffer of draws. Member ``2j`` is ``mean + sigma z_j``,
+member ``2j + 1`` is ``mean - sigma z_j`` (antithetic pairs).
+
+:func:`perturb` writes genes ``start .. start + len(out)`` of a member (a whole row, or
+one tensor of a model in place); :func:`combine` gives ``sum_j c_j z_j`` over a block;
+:func:`adam_update` and :func:`sgd_update` fold that sum into the optimizer's step gene
+by gene, in place, with no temporary: the sum of each gene runs over the pairs in
+order, in float64, so the update is the same bits for any block split and any rank.
+
+Example::
+
+    key = (1, 0, 5, 1)                       # counter_key(seed, island, generation, purpose)
+    row = np.empty(1000, np.float32)
+    perturb(row, mean, 0.02, 1.0, key, 1, pair=3, half=500, start=0)   # member 6
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from .random import block, check_key, normal_pair
+
+
+@numba.njit(nogil=True, cache=True)
+def _normal(base, pair, half, gene, k0, k1, c2, c3):
+    _, w1, w2, _ = block(base + np.uint64(pair) * np.uint64(half) + np.uint64(gene // 2), k0, k1, c2, c3)
+    a, b = normal_pair(w1, w2)
+    return a if gene % 2 == 0 else b
+
+
+@numba.njit(nogil=True, cache=True)
+def _perturb(out, mean, scale, base, pair, half, start, k0, k1, c2, c3):
+    for i in range(out.shape[0]):
+        z = _normal(base, pair, half, start + i, k0, k1, c2, c3)
+        out[i] = np.float64(mean[i]) + scale * np.float64(z)
+
+
+@numba.njit(nogil=True, cache=True)
+def _gene_sum(coeffs, base, half, gene, k0, k1, c2, c3):
+    total = 0.0
+    for j in range(coeffs.shape[0]):
+        total += coeffs[j] * np.float64(_normal(base, j, half, gene, k0, k1, c2, c3))
+    return total
+
+
+@numba.njit(nogil=True, cache=True)
+def _combine(out, coeffs, base, half, start, k0, k1, c2, c3):
+    for i in range(out.shape[0]):
+        out[i] = _gene_sum(coeffs, base, half, start + i, k0, k1, c2, c3)
+
+
+@numba.njit(nogil=True, cache=True)
+def _adam(mean, m, v, coeffs, decay, lr, beta1, beta2, eps, fix1, fix2, base, half, start,
+          k0, k1, c2, c3):
+    for i in range(mean.shape[0]):
+        x = np.float64(mean[i])
+        g = -_gene_sum(coeffs, base, half, start + i, k0, k1, c2, c3) + decay * x
+        mi = beta1 * np.float64(m[i]) + (1.0 - beta1) * g
+        vi = beta2 * np.float64(v[i]) + (1.0 - beta2) * g * g
+        m[i] = mi
+        v[i] = vi
+        mean[i] = x - lr * (mi / fix1) / (np.sqrt(vi / fix2) + eps)
+
+
+@numba.njit(nogil=True, cache=True)
+def _sgd(mean, m, coeffs, decay, lr, momentum, base, half, start, k0, k1, c2, c3):
+    for i in range(mean.shape[0]):
+        x = np.float64(mean[i])
+        g = -_gene_sum(coeffs, base, half, start + i, k0, k1, c2, c3) + decay * x
+        mi = momentum * np.float64(m[i]) + g
+        m[i] = mi
+        mean[i] = x - lr * mi
+
+
+def _key(key):
+    return tuple(np.uint64(k) for k in check_key(key))
+
+
+def perturb(out: np.ndarray, mean: np.ndarray, sigma: float, sign: float, key, base: int, *,
+            pair: int, half: int, start: int = 0) -> None:
+    """``out[:] = mean + sign * sigma * z_pair[start : start + len(out)]`` (``mean`` the
+    same genes), computed in float64 and rounded once to ``out``'s dtype.
+
+    Example::
+
+        perturb(row, mean, 0.02, -1.0, key, 1, pair=0, half=(dim + 1) // 2)   # member 1
+    """
+    _perturb(out, mean, np.float64(sign * sigma), np.uint64(base), np.int64(pair), np.int64(half),
+             np.int64(start), *_key(key))
+
+
+def combine(out: np.ndarray, coeffs: np.ndarray, key, base: int, *, half: int, start: int = 0) -> None:
+    """``out[:] = sum_j coeffs[j] * z_j[start : start + len(out)]`` (float64, pairs in order).
+
+    Example::
+
+        g = np.empty(dim); combine(g, np.array([0.5, -0.5]), key, 1, half=(dim + 1) // 2)
+    """
+    _combine(out, np.ascontiguousarray(coeffs, np.float64), np.uint64(base), np.int64(half),
+             np.int64(start), *_key(key))
+
+
+def adam_update(mean, m, v, coeffs, key, base: int, *, half: int, start: int, decay: float, lr: float,
+                beta1: float, beta2: float, eps: float, step: int) -> None:
+    """One Adam step in place on genes ``start ..`` of ``mean`` (``m``, ``v`` the same
+    genes): gradient ``-sum_j coeffs[j] z_j + decay * mean`` (bias-corrected for ``step``).
+
+    Example::
+
+        adam_update(mean, m, v, coeffs, key, 1, half=half, start=0, decay=0.0, lr=0.01,
+                    beta1=0.9, beta2=0.999, eps=1e-8, step=1)
+    """
+    _adam(mean, m, v, np.ascontiguousarray(coeffs, np.float64), float(decay), float(lr), float(beta1),
+          float(beta2), float(eps), 1.0 - beta1 ** step, 1.0 - beta2 ** step, np.uint64(base),
+          np.int64(half), np.int64(start), *_key(key))
+
+
+def sgd_update(mean, m, coeffs, key, base: int, *, half: int, start: int, decay: float, lr: float,
+               momentum: float) -> None:
+    """One SGD-with-momentum step in place (``m`` the velocity), gradient as :func:`adam_update`.
+
+    Example::
+
+        sgd_update(mean, m, coeffs, key, 1, half=half, start=0, decay=0.0, lr=0.01, momentum=0.9)
+    """
+    _sgd(mean, m, np.ascontiguousarray(coeffs, np.float64), float(decay), float(lr), float(momentum),
+         np.uint64(base), np.int64(half), np.int64(start), *_key(key))

@@ -1,0 +1,315 @@
+"""Evolution strategies of the OpenAI-ES family on an island (``engine.algorithm = "es"``).
+
+A Gaussian search distribution ``N(mean, sigma^2 I)`` whose mean follows a stochastic
+gradient estimate (Salimans et al. 2017, "Evolution Strategies as a Scalable Alternative
+to Reinforcement Learning"; Qiu et al. 2025, "Evolution Strategies at the Hyperscale"
+/ "ES at Scale" for full-parameter fine-tuning of language models):
+
+* **Antithetic pairs**: generation ``t`` draws ``popsize / 2`` noise vectors ``z_j`` and
+  asks for ``mean + sigma z_j`` (member ``2j``) and ``mean - sigma z_j`` (member ``2j+1``).
+* **Seeds, not noise**: ``z_j`` comes from the counter-based generator keyed by
+  ``(seed, island, generation, "breed")`` and the pair (:mod:`mpievo.kernels.es_noise`),
+  so the update is rebuilt from the key and the ``popsize`` fitness values alone, gene
+  by gene in place, with no noise matrix and no genome-sized temporary; every rank
+  that holds the mean computes the same bits (the replicated scheme: only the fitness
+  travels, 8 bytes per member).
+* **Fitness shaping**: ``centered_ranks`` (utilities ``rank / (P-1) - 1/2``, the best
+  ``+1/2``; Salimans), ``zscore`` (``(f - mean) / std``; ES at Scale) or ``none`` (raw
+  fitness, negated).
+* **Optimizer on the mean**: ``adam`` (default, as OpenAI-ES) or ``sgd`` with momentum
+  (``es_momentum = 0``: the plain step of ES at Scale), gradient ``-1/(P sigma) sum_i u_i
+  eps_i + weight_decay * mean`` (L2 as Salimans' ``l2coeff``).
+* **Schedules**: ``sigma_t = max(sigma_min, sigma * sigma_decay^t)`` and likewise the
+  learning rate (``t`` = updates so far), as estool's ``sigma_decay``/``sigma_limit``.
+
+Regimes (both documented in docs/guides/evolution-strategies.md): the defaults (population
+30, sigma 0.02, learning rate 0.01, Adam, centred ranks) follow Salimans for numeric
+problems and small networks; for fine-tuning a large language model ES at Scale uses
+population 30, sigma 1e-3, learning rate ~5e-4, z-scores and a plain step
+(``es_optimizer = "sgd"``, ``es_momentum = 0``).
+
+Box: members are clipped into the problem's box (the update still uses their noise);
+the mean is clipped after each update. The mean starts at the archive's best member
+(the problem's starting genomes, e.g. a merged model; ``engine.population = 1``
+evaluates just that one). Immigrants (:meth:`ES.migrate_in`): the best replaces the
+mean, and resets the optimizer's moments, only when it is better than every member of
+the last generation (the mean itself is never evaluated).
+
+``state_dict``: the mean, the optimizer's moments and the update count; with the keyed
+noise that is everything, so a resumed run continues bit for bit.
+
+Example::
+
+    from mpievo.evo import Island, EngineConfig
+    island = Island(0, "sphere", EngineConfig(algorithm="es", population=2, es_sigma=0.05))
+    island.run(100)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mpievo.kernels import es_noise
+from .. import operators as ops
+
+SHAPINGS = ("centered_ranks", "zscore", "none")
+OPTIMIZERS = ("adam", "sgd")
+_ADAM_BETAS = (0.9, 0.999)
+_ADAM_EPS = 1e-8
+
+
+def centered_ranks(fitness: np.ndarray) -> np.ndarray:
+    """Utilities of minimised ``fitness``: ``(P-1-rank) / (P-1) - 1/2`` (ties by position),
+    the best ``+0.5``, the worst ``-0.5`` (Salimans et al. 2017).
+
+    Example::
+
+        centered_ranks(np.array([3.0, 1.0, 2.0]))     # array([-0.5, 0.5, 0.])
+    """
+    fitness = np.asarray(fitness, np.float64)
+    n = len(fitness)
+    ranks = np.empty(n)
+    ranks[np.argsort(fitness, kind="stable")] = np.arange(n)
+    return (n - 1 - ranks) / max(n - 1, 1) - 0.5
+
+
+def zscores(fitness: np.ndarray) -> np.ndarray:
+    """Utilities of minimised ``fitness``: ``-(f - mean) / std`` (non-finite values count as
+    the worst finite one; all equal: zeros) (ES at Scale).
+
+    Example::
+
+        zscores(np.array([1.0, 3.0]))                 # array([ 1., -1.])
+    """
+    f = np.array(fitness, np.float64)
+    finite = np.isfinite(f)
+    if not finite.any():
+        return np.zeros(len(f))
+    f[~finite] = f[finite].max()
+    std = f.std()
+    return np.zeros(len(f)) if std == 0 else -(f - f.mean()) / std
+
+
+def shape_fitness(fitness: np.ndarray, shaping: str) -> np.ndarray:
+    """Utilities (higher is better) of minimised ``fitness`` under ``shaping``.
+
+    Example::
+
+        shape_fitness(np.array([2.0, 1.0]), "centered_ranks")   # array([-0.5, 0.5])
+    """
+    if shaping == "centered_ranks":
+        return centered_ranks(fitness)
+    if shaping == "zscore":
+        return zscores(fitness)
+    if shaping == "none":
+        f = np.asarray(fitness, np.float64)
+        return np.where(np.isfinite(f), -f, 0.0)
+    raise ValueError(f"expected shaping among {list(SHAPINGS)}, got {shaping!r}")
+
+
+def _positive(value, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)) or not value > 0:
+        raise ValueError(f"expected {name} > 0, got {value!r}")
+    return float(value)
+
+
+def _fraction(value, name: str, high_open: bool = True) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)) \
+            or not (0 <= value < 1 if high_open else 0 < value <= 1):
+        raise ValueError(f"expected {name} in {'[0, 1)' if high_open else '(0, 1]'}, got {value!r}")
+    return float(value)
+
+
+class ES:
+    """OpenAI-ES island algorithm (see the module docstring).
+
+    Args:
+        popsize: members per generation, an even int >= 2 (antithetic pairs).
+        sigma: the noise's standard deviation (absolute, in genome units), > 0.
+        learning_rate: the optimizer's step, > 0.
+        optimizer: ``adam`` or ``sgd`` (with ``momentum``).
+        momentum: SGD momentum in [0, 1).
+        shaping: ``centered_ranks``, ``zscore`` or ``none``.
+        weight_decay: L2 coefficient added to the gradient (>= 0).
+        sigma_decay, lr_decay: factors per update in (0, 1] (1: constant).
+        sigma_min, lr_min: floors of the schedules (>= 0).
+
+    Raises:
+        ValueError: "expected X, got Y" for any bad setting, before any work.
+
+    Example::
+
+        es = ES(popsize=30, sigma=1e-3, learning_rate=5e-4, optimizer="sgd", momentum=0.0,
+                shaping="zscore")       # the ES at Scale regime for language models
+    """
+
+    name = "es"
+    takes_stream_keys = True
+
+    def __init__(self, *, popsize: int = 30, sigma: float = 0.02, learning_rate: float = 0.01,
+                 optimizer: str = "adam", momentum: float = 0.9, shaping: str = "centered_ranks",
+                 weight_decay: float = 0.0, sigma_decay: float = 1.0, sigma_min: float = 0.0,
+                 lr_decay: float = 1.0, lr_min: float = 0.0):
+        if isinstance(popsize, bool) or not isinstance(popsize, (int, np.integer)) or popsize < 2 or popsize % 2:
+            raise ValueError(f"expected popsize to be an even int >= 2 (antithetic pairs), got {popsize!r}")
+        self.popsize = int(popsize)
+        self.sigma = _positive(sigma, "sigma")
+        self.learning_rate = _positive(learning_rate, "learning_rate")
+        if optimizer not in OPTIMIZERS:
+            raise ValueError(f"expected optimizer among {list(OPTIMIZERS)}, got {optimizer!r}")
+        if shaping not in SHAPINGS:
+            raise ValueError(f"expected shaping among {list(SHAPINGS)}, got {shaping!r}")
+        self.optimizer, self.shaping = optimizer, shaping
+        self.momentum = _fraction(momentum, "momentum")
+        if isinstance(weight_decay, bool) or not float(weight_decay) >= 0:
+            raise ValueError(f"expected weight_decay >= 0, got {weight_decay!r}")
+        self.weight_decay = float(weight_decay)
+        self.sigma_decay = _fraction(sigma_decay, "sigma_decay", high_open=False)
+        self.lr_decay = _fraction(lr_decay, "lr_decay", high_open=False)
+        for value, name in ((sigma_min, "sigma_min"), (lr_min, "lr_min")):
+            if isinstance(value, bool) or not float(value) >= 0:
+                raise ValueError(f"expected {name} >= 0, got {value!r}")
+        self.sigma_min, self.lr_min = float(sigma_min), float(lr_min)
+
+    @classmethod
+    def from_config(cls, config) -> "ES":
+        return cls(popsize=config.es_popsize, sigma=config.es_sigma, learning_rate=config.es_learning_rate,
+                   optimizer=config.es_optimizer, momentum=config.es_momentum, shaping=config.es_shaping,
+                   weight_decay=config.es_weight_decay, sigma_decay=config.es_sigma_decay,
+                   sigma_min=config.es_sigma_min, lr_decay=config.es_lr_decay, lr_min=config.es_lr_min)
+
+    # --- schedules -------------------------------------------------------------------
+    def current_sigma(self) -> float:
+        """Sigma of the next generation: ``max(sigma_min, sigma * sigma_decay ** updates)``."""
+        return max(self.sigma_min, self.sigma * self.sigma_decay ** self.updates)
+
+    def current_learning_rate(self) -> float:
+        """The next update's learning rate: ``max(lr_min, learning_rate * lr_decay ** updates)``."""
+        return max(self.lr_min, self.learning_rate * self.lr_decay ** self.updates)
+
+    # --- protocol --------------------------------------------------------------------
+    def init(self, problem, archive, rng) -> None:
+        self.archive = archive
+        self.dim = archive.dim
+        self.dtype = archive.dtype
+        self.state_dtype = np.float64 if self.dtype == np.float64 else np.float32
+        self.half = (self.dim + 1) // 2
+        low, high = ops.box_arrays(problem.lower, problem.upper, archive.dtype)
+        self._low, self._high = low, high
+        self.mean = archive.genomes[archive.best_index()].astype(self.state_dtype)
+        self.moment1 = np.zeros(self.dim, self.state_dtype)
+        self.moment2 = np.zeros(self.dim if self.optimizer == "adam" else 0, self.state_dtype)
+        self.updates = 0
+        self.last_best = np.inf
+        self._batch = None
+        self._pending = None
+
+    def _clip(self, x: np.ndarray) -> None:
+        np.clip(x, self._low, self._high, out=x)
+
+    def ask(self, rng) -> np.ndarray:
+        """The generation's ``popsize`` members (antithetic pairs), rows of the archive's dtype."""
+        key, base = rng.counter_start()
+        sigma = self.current_sigma()
+        if self._batch is None:
+            self._batch = np.empty((self.popsize, self.dim), self.dtype)
+        for i in range(self.popsize):
+            self.member_into(self._batch[i], i, key, base, sigma)
+        self._clip(self._batch)
+        self._pending = (key, base, sigma)
+        return self._batch
+
+    def member_into(self, out: np.ndarray, member: int, key, base: int, sigma: float, start: int = 0) -> None:
+        """Write genes ``start .. start + len(out)`` of ``member`` (not clipped) into ``out``:
+        a whole row, or one tensor of a model in place, from the generation's key alone.
+
+        Example::
+
+            es.member_into(row, 3, key, base, es.current_sigma())   # mean - sigma z_1
+        """
+        stop = start + len(out)
+        es_noise.perturb(out, self.mean[start:stop], sigma, -1.0 if member % 2 else 1.0, key, base,
+                         pair=member // 2, half=self.half, start=start)
+
+    def coefficients(self, fitness: np.ndarray, sigma: float) -> np.ndarray:
+        """Per pair ``j``: ``(u_2j - u_2j+1) / (popsize * sigma)``, the weight of ``z_j`` in the
+        ascent direction ``1/(P sigma) sum_i u_i eps_i`` (``u`` the shaped utilities).
+
+        Example::
+
+            c = es.coefficients(fitness, es.current_sigma())      # (popsize // 2,)
+        """
+        fitness = np.asarray(fitness, np.float64)
+        if fitness.shape != (self.popsize,):
+            raise ValueError(f"expected the fitness of {self.popsize} members, got shape {fitness.shape}")
+        utilities = shape_fitness(fitness, self.shaping)
+        return (utilities[0::2] - utilities[1::2]) / (self.popsize * sigma)
+
+    def tell(self, genomes, fitness: np.ndarray) -> None:
+        if self._pending is None:
+            raise RuntimeError("expected ask() before tell(), got no pending batch")
+        key, base, sigma = self._pending
+        self.update(np.asarray(fitness, np.float64), key, base, sigma)
+
+    def update(self, fitness: np.ndarray, key, base: int, sigma: float) -> None:
+        """The mean's step from the members' ``fitness`` and the generation's key, rebuilt
+        gene by gene in place (the same bits on every rank holding the same mean).
+
+        Example::
+
+            es.update(fitness, key, base, sigma)     # after evaluating the members of ``key``
+        """
+        coeffs = self.coefficients(fitness, sigma)
+        lr = self.current_learning_rate()
+        self.updates += 1
+        if self.optimizer == "adam":
+            es_noise.adam_update(self.mean, self.moment1, self.moment2, coeffs, key, base, half=self.half,
+                                 start=0, decay=self.weight_decay, lr=lr, beta1=_ADAM_BETAS[0],
+                                 beta2=_ADAM_BETAS[1], eps=_ADAM_EPS, step=self.updates)
+        else:
+            es_noise.sgd_update(self.mean, self.moment1, coeffs, key, base, half=self.half, start=0,
+                                decay=self.weight_decay, lr=lr, momentum=self.momentum)
+        np.clip(self.mean, self._low, self._high, out=self.mean)
+        finite = fitness[np.isfinite(fitness)]
+        self.last_best = float(finite.min()) if len(finite) else np.inf
+        self._pending = None
+
+    def migrate_in(self, genomes: np.ndarray, fitness: np.ndarray) -> None:
+        """The best immigrant becomes the mean (moments reset) when better than every
+        member of the last generation."""
+        fitness = np.asarray(fitness, np.float64)
+        if not len(fitness):
+            return
+        best = int(np.argmin(fitness))
+        if fitness[best] < self.last_best:
+            self.mean[:] = np.asarray(genomes[best], self.state_dtype)
+            self.moment1[:] = 0
+            self.moment2[:] = 0
+            self.last_best = float(fitness[best])
+
+    def best(self) -> tuple[np.ndarray, float]:
+        i = self.archive.best_index()
+        return self.archive.genomes[i].copy(), float(self.archive.fitness[i])
+
+    def state_dict(self) -> dict:
+        return {"mean": self.mean.copy(), "moment1": self.moment1.copy(), "moment2": self.moment2.copy(),
+                "updates": int(self.updates), "last_best": float(self.last_best)}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict` exactly.
+
+        Raises:
+            ValueError: missing keys or arrays of another shape.
+        """
+        missing = [key for key in ("mean", "moment1", "moment2", "updates", "last_best") if key not in state]
+        if missing:
+            raise ValueError(f"expected ES state keys {missing}, got a state with keys {sorted(state)}")
+        for name in ("mean", "moment1", "moment2"):
+            want = len(getattr(self, name))
+            got = np.shape(state[name])
+            if got != (want,):
+                raise ValueError(f"expected ES {name} of shape ({want},), got {got}")
+            getattr(self, name)[:] = np.asarray(state[name], self.state_dtype)
+        self.updates = int(state["updates"])
+        self.last_best = float(state["last_best"])
+        self._pending = None
