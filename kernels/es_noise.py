@@ -29,54 +29,113 @@ from .random import block, check_key, normal_pair
 
 
 @numba.njit(nogil=True, cache=True)
-def _normal(base, pair, half, gene, k0, k1, c2, c3):
+def _pair(base, pair, half, gene, k0, k1, c2, c3):
+    """The two normals of the block holding ``gene`` (even gene first)."""
     _, w1, w2, _ = block(base + np.uint64(pair) * np.uint64(half) + np.uint64(gene // 2), k0, k1, c2, c3)
-    a, b = normal_pair(w1, w2)
-    return a if gene % 2 == 0 else b
+    return normal_pair(w1, w2)
+
+
+@numba.njit(nogil=True, cache=True)
+def _sums(coeffs, base, half, gene, k0, k1, c2, c3):
+    """``sum_j coeffs[j] z_j`` at the even gene of ``gene``'s block and at the odd one."""
+    even = 0.0
+    odd = 0.0
+    for j in range(coeffs.shape[0]):
+        a, b = _pair(base, j, half, gene, k0, k1, c2, c3)
+        even += coeffs[j] * np.float64(a)
+        odd += coeffs[j] * np.float64(b)
+    return even, odd
 
 
 @numba.njit(nogil=True, cache=True)
 def _perturb(out, mean, scale, base, pair, half, start, k0, k1, c2, c3):
-    for i in range(out.shape[0]):
-        z = _normal(base, pair, half, start + i, k0, k1, c2, c3)
-        out[i] = np.float64(mean[i]) + scale * np.float64(z)
-
-
-@numba.njit(nogil=True, cache=True)
-def _gene_sum(coeffs, base, half, gene, k0, k1, c2, c3):
-    total = 0.0
-    for j in range(coeffs.shape[0]):
-        total += coeffs[j] * np.float64(_normal(base, j, half, gene, k0, k1, c2, c3))
-    return total
+    # one block per two genes: the genes of ``out`` walked block by block
+    n = out.shape[0]
+    i = 0
+    while i < n:
+        gene = start + i
+        a, b = _pair(base, pair, half, gene, k0, k1, c2, c3)
+        if gene % 2 == 0:
+            out[i] = np.float64(mean[i]) + scale * np.float64(a)
+            if i + 1 < n:
+                out[i + 1] = np.float64(mean[i + 1]) + scale * np.float64(b)
+            i += 2
+        else:
+            out[i] = np.float64(mean[i]) + scale * np.float64(b)
+            i += 1
 
 
 @numba.njit(nogil=True, cache=True)
 def _combine(out, coeffs, base, half, start, k0, k1, c2, c3):
-    for i in range(out.shape[0]):
-        out[i] = _gene_sum(coeffs, base, half, start + i, k0, k1, c2, c3)
+    n = out.shape[0]
+    i = 0
+    while i < n:
+        gene = start + i
+        even, odd = _sums(coeffs, base, half, gene, k0, k1, c2, c3)
+        if gene % 2 == 0:
+            out[i] = even
+            if i + 1 < n:
+                out[i + 1] = odd
+            i += 2
+        else:
+            out[i] = odd
+            i += 1
+
+
+@numba.njit(nogil=True, cache=True)
+def _adam_gene(mean, m, v, i, total, decay, lr, beta1, beta2, eps, fix1, fix2):
+    x = np.float64(mean[i])
+    g = -total + decay * x
+    mi = beta1 * np.float64(m[i]) + (1.0 - beta1) * g
+    vi = beta2 * np.float64(v[i]) + (1.0 - beta2) * g * g
+    m[i] = mi
+    v[i] = vi
+    mean[i] = x - lr * (mi / fix1) / (np.sqrt(vi / fix2) + eps)
+
+
+@numba.njit(nogil=True, cache=True)
+def _sgd_gene(mean, m, i, total, decay, lr, momentum):
+    x = np.float64(mean[i])
+    g = -total + decay * x
+    if m.shape[0]:          # with momentum: m is the velocity
+        g = momentum * np.float64(m[i]) + g
+        m[i] = g
+    mean[i] = x - lr * g
 
 
 @numba.njit(nogil=True, cache=True)
 def _adam(mean, m, v, coeffs, decay, lr, beta1, beta2, eps, fix1, fix2, base, half, start,
           k0, k1, c2, c3):
-    for i in range(mean.shape[0]):
-        x = np.float64(mean[i])
-        g = -_gene_sum(coeffs, base, half, start + i, k0, k1, c2, c3) + decay * x
-        mi = beta1 * np.float64(m[i]) + (1.0 - beta1) * g
-        vi = beta2 * np.float64(v[i]) + (1.0 - beta2) * g * g
-        m[i] = mi
-        v[i] = vi
-        mean[i] = x - lr * (mi / fix1) / (np.sqrt(vi / fix2) + eps)
+    n = mean.shape[0]
+    i = 0
+    while i < n:
+        gene = start + i
+        even, odd = _sums(coeffs, base, half, gene, k0, k1, c2, c3)
+        if gene % 2 == 0:
+            _adam_gene(mean, m, v, i, even, decay, lr, beta1, beta2, eps, fix1, fix2)
+            if i + 1 < n:
+                _adam_gene(mean, m, v, i + 1, odd, decay, lr, beta1, beta2, eps, fix1, fix2)
+            i += 2
+        else:
+            _adam_gene(mean, m, v, i, odd, decay, lr, beta1, beta2, eps, fix1, fix2)
+            i += 1
 
 
 @numba.njit(nogil=True, cache=True)
 def _sgd(mean, m, coeffs, decay, lr, momentum, base, half, start, k0, k1, c2, c3):
-    for i in range(mean.shape[0]):
-        x = np.float64(mean[i])
-        g = -_gene_sum(coeffs, base, half, start + i, k0, k1, c2, c3) + decay * x
-        mi = momentum * np.float64(m[i]) + g
-        m[i] = mi
-        mean[i] = x - lr * mi
+    n = mean.shape[0]
+    i = 0
+    while i < n:
+        gene = start + i
+        even, odd = _sums(coeffs, base, half, gene, k0, k1, c2, c3)
+        if gene % 2 == 0:
+            _sgd_gene(mean, m, i, even, decay, lr, momentum)
+            if i + 1 < n:
+                _sgd_gene(mean, m, i + 1, odd, decay, lr, momentum)
+            i += 2
+        else:
+            _sgd_gene(mean, m, i, odd, decay, lr, momentum)
+            i += 1
 
 
 def _key(key):
@@ -124,7 +183,8 @@ def adam_update(mean, m, v, coeffs, key, base: int, *, half: int, start: int, de
 
 def sgd_update(mean, m, coeffs, key, base: int, *, half: int, start: int, decay: float, lr: float,
                momentum: float) -> None:
-    """One SGD-with-momentum step in place (``m`` the velocity), gradient as :func:`adam_update`.
+    """One SGD-with-momentum step in place (``m`` the velocity; empty: the plain step, no
+    velocity kept), gradient as :func:`adam_update`.
 
     Example::
 

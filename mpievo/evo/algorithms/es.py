@@ -30,8 +30,7 @@ population 30, sigma 1e-3, learning rate ~5e-4, z-scores and a plain step
 
 Box: members are clipped into the problem's box (the update still uses their noise);
 the mean is clipped after each update. The mean starts at the archive's best member
-(the problem's starting genomes, e.g. a merged model; ``engine.population = 1``
-evaluates just that one). Immigrants (:meth:`ES.migrate_in`): the best replaces the
+(the problem's starting genomes, e.g. a merged model). Immigrants (:meth:`ES.migrate_in`): the best replaces the
 mean, and resets the optimizer's moments, only when it is better than every member of
 the last generation (the mean itself is never evaluated).
 
@@ -190,21 +189,34 @@ class ES:
     # --- protocol --------------------------------------------------------------------
     def init(self, problem, archive, rng) -> None:
         self.archive = archive
-        self.dim = archive.dim
-        self.dtype = archive.dtype
+        low, high = ops.box_arrays(problem.lower, problem.upper, archive.dtype)
+        self.start(archive.genomes[archive.best_index()], low, high)
+
+    def start(self, mean: np.ndarray, low, high) -> None:
+        """Begin at ``mean`` (its dtype is the members'; the state is float64 for float64
+        genomes, else float32) inside the box ``[low, high]``; no archive needed.
+
+        Example::
+
+            es.start(np.zeros(1000, np.float32), -np.inf, np.inf)
+        """
+        mean = np.asarray(mean)
+        self.dim = len(mean)
+        self.dtype = mean.dtype
         self.state_dtype = np.float64 if self.dtype == np.float64 else np.float32
         self.half = (self.dim + 1) // 2
-        low, high = ops.box_arrays(problem.lower, problem.upper, archive.dtype)
         self._low, self._high = low, high
-        self.mean = archive.genomes[archive.best_index()].astype(self.state_dtype)
-        self.moment1 = np.zeros(self.dim, self.state_dtype)
+        self.mean = mean.astype(self.state_dtype)
+        velocity = self.optimizer == "adam" or self.momentum > 0     # plain SGD keeps no moment
+        self.moment1 = np.zeros(self.dim if velocity else 0, self.state_dtype)
         self.moment2 = np.zeros(self.dim if self.optimizer == "adam" else 0, self.state_dtype)
         self.updates = 0
         self.last_best = np.inf
         self._batch = None
         self._pending = None
 
-    def _clip(self, x: np.ndarray) -> None:
+    def clip(self, x: np.ndarray) -> None:
+        """Clip genomes ``x`` into the box in place."""
         np.clip(x, self._low, self._high, out=x)
 
     def ask(self, rng) -> np.ndarray:
@@ -215,7 +227,7 @@ class ES:
             self._batch = np.empty((self.popsize, self.dim), self.dtype)
         for i in range(self.popsize):
             self.member_into(self._batch[i], i, key, base, sigma)
-        self._clip(self._batch)
+        self.clip(self._batch)
         self._pending = (key, base, sigma)
         return self._batch
 
