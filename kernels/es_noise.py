@@ -66,6 +66,22 @@ def _perturb(out, mean, scale, base, pair, half, start, k0, k1, c2, c3):
 
 
 @numba.njit(nogil=True, cache=True)
+def _members(out, mean, sigma, base, half, k0, k1, c2, c3):
+    # every antithetic pair from one pass over its noise: rows 2j and 2j + 1
+    n = out.shape[1]
+    for j in range(out.shape[0] // 2):
+        for i in range(0, n, 2):
+            a, b = _pair(base, j, half, i, k0, k1, c2, c3)
+            x = np.float64(mean[i])
+            out[2 * j, i] = x + sigma * np.float64(a)
+            out[2 * j + 1, i] = x + (-sigma) * np.float64(a)
+            if i + 1 < n:
+                x = np.float64(mean[i + 1])
+                out[2 * j, i + 1] = x + sigma * np.float64(b)
+                out[2 * j + 1, i + 1] = x + (-sigma) * np.float64(b)
+
+
+@numba.njit(nogil=True, cache=True)
 def _combine(out, coeffs, base, half, start, k0, k1, c2, c3):
     n = out.shape[0]
     i = 0
@@ -155,6 +171,17 @@ def perturb(out: np.ndarray, mean: np.ndarray, sigma: float, sign: float, key, b
              np.int64(start), *_key(key))
 
 
+def members(out: np.ndarray, mean: np.ndarray, sigma: float, key, base: int) -> None:
+    """Every member of a generation into the rows of ``out`` (popsize, dim): the pairs'
+    noise made once for both rows, the same bits as :func:`perturb` of each member.
+
+    Example::
+
+        rows = np.empty((30, dim), np.float32); members(rows, mean, 1e-3, key, 1)
+    """
+    _members(out, mean, np.float64(sigma), np.uint64(base), np.int64((out.shape[1] + 1) // 2), *_key(key))
+
+
 def combine(out: np.ndarray, coeffs: np.ndarray, key, base: int, *, half: int, start: int = 0) -> None:
     """``out[:] = sum_j coeffs[j] * z_j[start : start + len(out)]`` (float64, pairs in order).
 
@@ -167,9 +194,10 @@ def combine(out: np.ndarray, coeffs: np.ndarray, key, base: int, *, half: int, s
 
 
 def adam_update(mean, m, v, coeffs, key, base: int, *, half: int, start: int, decay: float, lr: float,
-                beta1: float, beta2: float, eps: float, step: int) -> None:
+                beta1: float, beta2: float, eps: float, step: int | None) -> None:
     """One Adam step in place on genes ``start ..`` of ``mean`` (``m``, ``v`` the same
-    genes): gradient ``-sum_j coeffs[j] z_j + decay * mean`` (bias-corrected for ``step``).
+    genes): gradient ``-sum_j coeffs[j] z_j + decay * mean``, bias-corrected for ``step``
+    (None: no bias correction).
 
     Example::
 
@@ -177,7 +205,8 @@ def adam_update(mean, m, v, coeffs, key, base: int, *, half: int, start: int, de
                     beta1=0.9, beta2=0.999, eps=1e-8, step=1)
     """
     _adam(mean, m, v, np.ascontiguousarray(coeffs, np.float64), float(decay), float(lr), float(beta1),
-          float(beta2), float(eps), 1.0 - beta1 ** step, 1.0 - beta2 ** step, np.uint64(base),
+          float(beta2), float(eps), 1.0 if step is None else 1.0 - beta1 ** step,
+          1.0 if step is None else 1.0 - beta2 ** step, np.uint64(base),
           np.int64(half), np.int64(start), *_key(key))
 
 

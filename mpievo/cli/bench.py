@@ -96,6 +96,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ckpt.add_argument("--dtype", default="bfloat16", help="genome dtype (default bfloat16)")
     ckpt.add_argument("--changed", type=int, default=4, help="rows changed between checkpoints (default 4)")
     ckpt.add_argument("--dir", default=None, help="where to write (default: a temporary directory, removed)")
+    es = sub.add_parser("es", add_help=False,
+                        help="ES against EvoX's OpenES (quality per evaluation, evaluations/s) and the bytes "
+                             "ES sends between ranks; `mpievo bench es --help` lists its options")
+    es.add_argument("es_args", nargs=argparse.REMAINDER)
 
 
 def _add_schemes_arguments(sub) -> None:
@@ -195,6 +199,10 @@ def main(args: argparse.Namespace) -> int:
         from mpievo.bench.checkpoint import main as bench_checkpoint
 
         return bench_checkpoint(args)
+    if args.bench == "es":
+        from mpievo.bench.es import main as bench_es
+
+        return bench_es(args.es_args)
     if args.bench == "genomes":
         return _bench_genomes(args)
     if args.bench == "bbob":

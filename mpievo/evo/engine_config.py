@@ -208,6 +208,7 @@ class EngineConfig(Settings):
     es_sigma_min: Any = _setting(0.0, number(0.0, 1e6), "ES: sigma's floor under es_sigma_decay")
     es_lr_decay: Any = _setting(1.0, number(0.0, 1.0, open_low=True), "ES: learning-rate factor per update")
     es_lr_min: Any = _setting(0.0, number(0.0, 1e6), "ES: learning rate's floor under es_lr_decay")
+    es_adam_bias_correction: Any = _setting(True, boolean, "ES: Adam's bias correction (false: as EvoX's OpenES)")
 
     def __post_init__(self):
         """Settings left unset (None) that :data:`ALGORITHM_DEFAULTS` lists take the

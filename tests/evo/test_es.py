@@ -27,7 +27,7 @@ def es_island(dim=9, seed=4, problem="sphere", **settings) -> Island:
     return Island(0, problem, config, seed=seed)
 
 
-def reference_adam(mean, fitness, z, sigma, lr, decay, steps_before=0, m=None, v=None):
+def reference_adam(mean, fitness, z, sigma, lr, decay, steps_before=0, m=None, v=None, bias=True):
     """OpenAI-ES with Adam in plain numpy from the noise matrix ``z`` (pairs, dim)."""
     P = len(fitness)
     u = centered_ranks(fitness)
@@ -39,13 +39,15 @@ def reference_adam(mean, fitness, z, sigma, lr, decay, steps_before=0, m=None, v
     t = steps_before + 1
     m = 0.9 * m + 0.1 * g
     v = 0.999 * v + 0.001 * g * g
-    return mean - lr * (m / (1 - 0.9 ** t)) / (np.sqrt(v / (1 - 0.999 ** t)) + 1e-8), m, v
+    fix1, fix2 = (1 - 0.9 ** t, 1 - 0.999 ** t) if bias else (1.0, 1.0)
+    return mean - lr * (m / fix1) / (np.sqrt(v / fix2) + 1e-8), m, v
 
 
-@pytest.mark.parametrize("optimizer, momentum", [("adam", 0.9), ("sgd", 0.5), ("sgd", 0.0)])
-def test_update_from_seeds_equals_the_full_noise_matrix_reference(optimizer, momentum):
+@pytest.mark.parametrize("optimizer, momentum, bias", [("adam", 0.9, True), ("adam", 0.9, False),
+                                                      ("sgd", 0.5, True), ("sgd", 0.0, True)])
+def test_update_from_seeds_equals_the_full_noise_matrix_reference(optimizer, momentum, bias):
     isl = es_island(dim=11, es_popsize=6, es_sigma=0.1, es_learning_rate=0.05, es_weight_decay=0.01,
-                    es_optimizer=optimizer, es_momentum=momentum)
+                    es_optimizer=optimizer, es_momentum=momentum, es_adam_bias_correction=bias)
     isl.initialize()
     es = isl.algorithm
     for g in range(1, 4):
@@ -59,7 +61,7 @@ def test_update_from_seeds_equals_the_full_noise_matrix_reference(optimizer, mom
         fitness = isl.evaluate(rows)
         isl.tell(fitness)
         if optimizer == "adam":
-            mean, m, v = reference_adam(mean, fitness, z, 0.1, 0.05, 0.01, g - 1, m, v)
+            mean, m, v = reference_adam(mean, fitness, z, 0.1, 0.05, 0.01, g - 1, m, v, bias)
         else:
             u = centered_ranks(fitness)
             grad = -(u[0::2] - u[1::2]) @ z / (6 * 0.1) + 0.01 * mean

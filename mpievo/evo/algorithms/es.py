@@ -132,6 +132,8 @@ class ES:
         weight_decay: L2 coefficient added to the gradient (>= 0).
         sigma_decay, lr_decay: factors per update in (0, 1] (1: constant).
         sigma_min, lr_min: floors of the schedules (>= 0).
+        bias_correction: Adam's bias correction of its moments (Kingma and Ba; OpenAI's
+            ES code); False: without, as EvoX's OpenES (early steps up to ~3x larger).
 
     Raises:
         ValueError: "expected X, got Y" for any bad setting, before any work.
@@ -148,7 +150,7 @@ class ES:
     def __init__(self, *, popsize: int = 30, sigma: float = 0.02, learning_rate: float = 0.01,
                  optimizer: str = "adam", momentum: float = 0.9, shaping: str = "centered_ranks",
                  weight_decay: float = 0.0, sigma_decay: float = 1.0, sigma_min: float = 0.0,
-                 lr_decay: float = 1.0, lr_min: float = 0.0):
+                 lr_decay: float = 1.0, lr_min: float = 0.0, bias_correction: bool = True):
         if isinstance(popsize, bool) or not isinstance(popsize, (int, np.integer)) or popsize < 2 or popsize % 2:
             raise ValueError(f"expected popsize to be an even int >= 2 (antithetic pairs), got {popsize!r}")
         self.popsize = int(popsize)
@@ -169,13 +171,17 @@ class ES:
             if isinstance(value, bool) or not float(value) >= 0:
                 raise ValueError(f"expected {name} >= 0, got {value!r}")
         self.sigma_min, self.lr_min = float(sigma_min), float(lr_min)
+        if not isinstance(bias_correction, (bool, np.bool_)):
+            raise ValueError(f"expected bias_correction to be a bool, got {bias_correction!r}")
+        self.bias_correction = bool(bias_correction)
 
     @classmethod
     def from_config(cls, config) -> "ES":
         return cls(popsize=config.es_popsize, sigma=config.es_sigma, learning_rate=config.es_learning_rate,
                    optimizer=config.es_optimizer, momentum=config.es_momentum, shaping=config.es_shaping,
                    weight_decay=config.es_weight_decay, sigma_decay=config.es_sigma_decay,
-                   sigma_min=config.es_sigma_min, lr_decay=config.es_lr_decay, lr_min=config.es_lr_min)
+                   sigma_min=config.es_sigma_min, lr_decay=config.es_lr_decay, lr_min=config.es_lr_min,
+                   bias_correction=config.es_adam_bias_correction)
 
     # --- schedules -------------------------------------------------------------------
     def current_sigma(self) -> float:
@@ -225,8 +231,7 @@ class ES:
         sigma = self.current_sigma()
         if self._batch is None:
             self._batch = np.empty((self.popsize, self.dim), self.dtype)
-        for i in range(self.popsize):
-            self.member_into(self._batch[i], i, key, base, sigma)
+        es_noise.members(self._batch, self.mean, sigma, key, base)
         self.clip(self._batch)
         self._pending = (key, base, sigma)
         return self._batch
@@ -277,7 +282,8 @@ class ES:
         if self.optimizer == "adam":
             es_noise.adam_update(self.mean, self.moment1, self.moment2, coeffs, key, base, half=self.half,
                                  start=0, decay=self.weight_decay, lr=lr, beta1=_ADAM_BETAS[0],
-                                 beta2=_ADAM_BETAS[1], eps=_ADAM_EPS, step=self.updates)
+                                 beta2=_ADAM_BETAS[1], eps=_ADAM_EPS,
+                                 step=self.updates if self.bias_correction else None)
         else:
             es_noise.sgd_update(self.mean, self.moment1, coeffs, key, base, half=self.half, start=0,
                                 decay=self.weight_decay, lr=lr, momentum=self.momentum)

@@ -1,0 +1,223 @@
+"""``mpievo bench es``: mpievo's ES against EvoX's OpenES, and the bytes ES sends between ranks.
+
+``quality`` -- like for like, one process each, on a shifted sphere of ``--dim`` genes
+(``sum((x - s)^2)``, float32, every start ``x0`` uniform in [-5, 5] and ``s`` uniform in
+[-4, 4], drawn from the seed; no box): the same population, sigma, learning rate, Adam
+and evaluation budget, antithetic pairs on both sides. mpievo: one ``es`` island,
+three rows: as EvoX's OpenES (``es_shaping = "none"``, the raw fitness, and
+``es_adam_bias_correction = false``), with bias correction (mpievo's default, OpenAI's
+ES code), and mpievo's default ``centered_ranks`` shaping. EvoX: ``OpenES(optimizer="adam",
+mirrored_sampling=True)`` in a ``StdWorkflow``, run by ``--evox-python`` (a separate
+environment: mpievo does not depend on EvoX). Printed per solver: the fitness of the
+mean after each tenth of the budget (median over the seeds) and evaluations/s (the
+generations' wall time only; the mean's fitness is measured with the clock stopped).
+
+What differs: the noise (mpievo's counter-based Philox rebuilt from the key, EvoX's torch
+``randn`` matrix); mpievo's island also keeps its archive of members.
+
+``bytes`` -- :class:`mpievo.parallel.es_group.SeededES` runs one generation on 2 ranks
+(``mpievo launch -n 2``) at each ``--bytes-dims`` size and prints the bytes the ranks
+sent (``comm.traffic``, all ranks summed): the ``popsize`` float64 fitness values, the
+same at 1e5 and 1e8 genes.
+
+Example: ``mpievo bench es quality --evox-python /tmp/evox-venv/bin/python``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+#: the EvoX side, run by another interpreter; JSON in on stdin, JSON out on stdout
+EVOX_SCRIPT = r"""
+import json, sys, time
+import torch
+from evox.algorithms import OpenES
+from evox.core import Problem
+from evox.workflows import StdWorkflow
+spec = json.load(sys.stdin)
+torch.manual_seed(spec["seed"])
+torch.set_num_threads(1)
+shift = torch.tensor(spec["shift"], dtype=torch.float32)
+def f(x):
+    return ((x - shift) ** 2).sum(dim=-1)
+class Sphere(Problem):
+    def evaluate(self, pop):
+        return f(pop)
+algo = OpenES(spec["popsize"], torch.tensor(spec["x0"], dtype=torch.float32), spec["lr"], spec["sigma"],
+              optimizer="adam", mirrored_sampling=True)
+workflow = StdWorkflow(algo, Sphere())
+generations, checkpoints = spec["generations"], spec["checkpoints"]
+curve, elapsed = [], 0.0
+for g in range(1, generations + 1):
+    start = time.perf_counter()
+    workflow.init_step() if g == 1 else workflow.step()
+    elapsed += time.perf_counter() - start
+    if g in checkpoints:
+        curve.append(float(f(algo.center)))
+print(json.dumps({"curve": curve, "seconds": elapsed}))
+"""
+
+
+def problem_data(dim: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(x0, shift) of a seed, float32."""
+    rng = np.random.default_rng(seed)
+    return rng.uniform(-5, 5, dim).astype(np.float32), rng.uniform(-4, 4, dim).astype(np.float32)
+
+
+def run_mpievo(dim, seed, popsize, sigma, lr, generations, checkpoints, shaping, bias_correction=True) -> dict:
+    """One ``es`` island on the shifted sphere; the mean's fitness at ``checkpoints``."""
+    from mpievo.evo import EngineConfig, Island, Problem
+
+    x0, shift = problem_data(dim, seed)
+
+    def sphere(genomes):
+        d = np.asarray(genomes, np.float32) - shift
+        return np.einsum("ij,ij->i", d, d)
+
+    problem = Problem(sphere, dim, -1e4, 1e4, name="sphere", initial=lambda rng, n: np.tile(x0, (n, 1)))
+    config = EngineConfig(algorithm="es", population=2, capacity=2, es_popsize=popsize, es_sigma=sigma,
+                          es_learning_rate=lr, es_shaping=shaping, es_adam_bias_correction=bias_correction)
+    island = Island(0, problem, config, seed=seed)
+    island.initialize()
+    curve, elapsed = [], 0.0
+    for g in range(1, generations + 1):
+        start = time.perf_counter()
+        island.step(g)
+        elapsed += time.perf_counter() - start
+        if g in checkpoints:
+            curve.append(float(sphere(island.algorithm.mean[None])[0]))
+    return {"curve": curve, "seconds": elapsed}
+
+
+def run_evox(python: str, dim, seed, popsize, sigma, lr, generations, checkpoints) -> dict:
+    """EvoX's OpenES on the same problem, in ``python`` (a subprocess)."""
+    x0, shift = problem_data(dim, seed)
+    spec = {"seed": seed, "x0": x0.tolist(), "shift": shift.tolist(), "popsize": popsize, "sigma": sigma,
+            "lr": lr, "generations": generations, "checkpoints": sorted(checkpoints)}
+    done = subprocess.run([python, "-c", EVOX_SCRIPT], input=json.dumps(spec), capture_output=True, text=True,
+                          timeout=3600)
+    if done.returncode:
+        raise RuntimeError(f"EvoX side: expected exit 0, got {done.returncode}: {done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def quality(options) -> list[dict]:
+    """Every solver on every seed; prints the median curve and evaluations/s."""
+    generations = options.budget // options.popsize
+    checkpoints = {max(1, generations * k // 10) for k in range(1, 11)}
+    solvers = {"mpievo es (as EvoX)": lambda s: run_mpievo(
+        options.dim, s, options.popsize, options.sigma, options.lr, generations, checkpoints, "none", False),
+        "mpievo es (raw fitness)": lambda s: run_mpievo(
+        options.dim, s, options.popsize, options.sigma, options.lr, generations, checkpoints, "none"),
+        "mpievo es (centred ranks)": lambda s: run_mpievo(
+        options.dim, s, options.popsize, options.sigma, options.lr, generations, checkpoints, "centered_ranks")}
+    if options.evox_python:
+        solvers["evox OpenES"] = lambda s: run_evox(options.evox_python, options.dim, s, options.popsize,
+                                                    options.sigma, options.lr, generations, checkpoints)
+    run_mpievo(options.dim, 0, options.popsize, options.sigma, options.lr, 2, {2}, "none")   # compile first
+    rows = []
+    for seed in options.seeds:
+        for name, solve in solvers.items():      # solvers take turns on each seed
+            result = solve(seed)
+            rows.append({"solver": name, "seed": seed, **result,
+                         "evaluations_per_s": generations * options.popsize / result["seconds"]})
+    print(f"shifted sphere, dim {options.dim}, popsize {options.popsize}, sigma {options.sigma}, lr {options.lr}, "
+          f"Adam, budget {generations * options.popsize} evaluations, seeds {list(options.seeds)} (medians)")
+    marks = sorted(checkpoints)
+    print(f"{'solver':34s} " + " ".join(f"{m * options.popsize:>9d}" for m in marks) + "   evals/s")
+    for name in solvers:
+        mine = [r for r in rows if r["solver"] == name]
+        curve = [statistics.median(r["curve"][i] for r in mine) for i in range(len(marks))]
+        speed = statistics.median(r["evaluations_per_s"] for r in mine)
+        print(f"{name:34s} " + " ".join(f"{v:9.3g}" for v in curve) + f"   {speed:8.0f}")
+    return rows
+
+
+# ------------------------------------------------------------------- bytes on the wire
+def bytes_worker(dim: int, popsize: int) -> None:
+    """Launched on several ranks: one SeededES generation; rank 0 prints the bytes sent."""
+    from mpievo.comm import Communicator
+    from mpievo.evo.algorithms.es import ES
+    from mpievo.parallel.es_group import SeededES
+
+    comm = Communicator()
+    es = ES(popsize=popsize, sigma=1e-3, learning_rate=5e-4, optimizer="sgd", momentum=0.0, shaping="zscore")
+    run = SeededES(comm, lambda row: float(row[0]), np.zeros(dim, np.float32), es, seed=0)
+    start = time.perf_counter()
+    run.step()
+    seconds = time.perf_counter() - start
+    sent = comm.allgather_object(int(comm.traffic.get("es", 0)))
+    if comm.rank == 0:
+        print(json.dumps({"dim": dim, "popsize": popsize, "ranks": comm.size, "bytes": sum(sent),
+                          "seconds": seconds}))
+
+
+def wire_bytes(options) -> list[dict]:
+    """Bytes per generation between ranks at each size, measured on ``options.ranks`` ranks."""
+    from ..launcher import launch_command, launch_env
+
+    rows = []
+    for dim in options.bytes_dims:
+        cmd = launch_command(options.ranks, ["python", "-m", "mpievo.bench.es", "bytes-worker",
+                                             "--dim", str(dim), "--popsize", str(options.bytes_popsize)])
+        done = subprocess.run(cmd, env=launch_env(), capture_output=True, text=True, timeout=3600)
+        if done.returncode:
+            raise RuntimeError(f"bytes worker at {dim} genes: exit {done.returncode}: {done.stderr[-2000:]}")
+        row = json.loads(done.stdout.strip().splitlines()[-1])
+        rows.append(row)
+        print(f"{row['dim']:>12,d} genes, popsize {row['popsize']}, {row['ranks']} ranks: {row['bytes']} bytes "
+              f"sent per generation (all ranks), genome {4 * row['dim']:,d} bytes; generation {row['seconds']:.1f} s")
+    return rows
+
+
+def _ints(text: str) -> list[int]:
+    return [int(float(t)) for t in text.split(",") if t.strip()]
+
+
+def main(argv=None) -> int:
+    """``mpievo bench es {quality,bytes}``; returns the exit status.
+
+    Example::
+
+        main(["quality", "--budget", "2000", "--seeds", "0"])
+    """
+    parser = argparse.ArgumentParser(prog="mpievo bench es", description=__doc__.split("\n")[0])
+    parser.add_argument("part", choices=("quality", "bytes", "bytes-worker"))
+    parser.add_argument("--dim", type=int, default=1000, help="quality: genes (default 1000)")
+    parser.add_argument("--popsize", type=int, default=50, help="quality: members per generation (default 50)")
+    parser.add_argument("--sigma", type=float, default=0.1, help="quality: noise deviation (default 0.1)")
+    parser.add_argument("--lr", type=float, default=0.05, help="quality: Adam learning rate (default 0.05)")
+    parser.add_argument("--budget", type=int, default=50_000, help="quality: evaluations per run (default 50000)")
+    parser.add_argument("--seeds", type=_ints, default=[0, 1, 2], help="quality: seeds (default 0,1,2)")
+    parser.add_argument("--evox-python", default=None, help="quality: the interpreter with evox installed")
+    parser.add_argument("--bytes-dims", type=_ints, default=[100_000, 100_000_000],
+                        help="bytes: genome sizes (default 1e5,1e8)")
+    parser.add_argument("--bytes-popsize", type=int, default=4, help="bytes: members per generation (default 4)")
+    parser.add_argument("--ranks", type=int, default=2, help="bytes: ranks (default 2)")
+    parser.add_argument("--json", dest="json_path", default=None, help="write the rows as JSON here")
+    options = parser.parse_args(argv)
+    for name in ("dim", "popsize", "budget", "ranks", "bytes_popsize"):
+        if getattr(options, name) < (2 if name in ("popsize", "ranks", "bytes_popsize") else 1):
+            print(f"mpievo bench es: --{name.replace('_', '-')}: expected a positive int, got "
+                  f"{getattr(options, name)}", file=sys.stderr)
+            return 2
+    if options.part == "bytes-worker":
+        bytes_worker(options.dim, options.popsize)
+        return 0
+    rows = quality(options) if options.part == "quality" else wire_bytes(options)
+    if options.json_path:
+        with open(options.json_path, "w") as handle:
+            json.dump(rows, handle, indent=1)
+        print(f"wrote {options.json_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
