@@ -20,6 +20,14 @@ What differs: the noise (mpievo's counter-based Philox rebuilt from the key, Evo
 sent (``comm.traffic``, all ranks summed): the ``popsize`` float64 fitness values, the
 same at 1e5 and 1e8 genes.
 
+``lowrank`` -- a GPT-2 of about 10 M parameters built from a config (no download),
+population 32, rank 4, one sequence of 32 tokens per member, on the CPU: the
+population's losses from one batched forward pass
+(:class:`mpievo.torch.lowrank.LowRankPopulation`) against materialising each member's
+perturbation into the model, running it, and taking it out again, and plain batched
+inference of the unperturbed model (the ceiling); evaluations/s of each (the fastest of
+``--repeats``) and whether the first two give the same losses.
+
 Example: ``mpievo bench es quality --evox-python /tmp/evox-venv/bin/python``.
 """
 
@@ -177,21 +185,83 @@ def wire_bytes(options) -> list[dict]:
     return rows
 
 
+# ------------------------------------------------------------------- low-rank population
+def lowrank(options) -> dict:
+    """Evaluations/s of a low-rank population in one batched forward pass against
+    materialising each member into the model and running it alone (same tokens per member)."""
+    import torch
+
+    from ..torch.lowrank import LowRankPopulation
+    from .models import build_model, fastest
+
+    torch.set_num_threads(options.threads)
+    model = build_model(options.layers, options.width)
+    params = sum(p.numel() for p in model.parameters())
+    population = LowRankPopulation(model, popsize=options.popsize, rank=options.rank, sigma=1e-3)
+    tokens = torch.randint(0, 256, (1, options.tokens), generator=torch.Generator().manual_seed(0))
+    stacked = tokens.repeat(options.popsize, 1)
+
+    def loss(logits, rows):
+        return torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]),
+                                                 rows[:, 1:].reshape(-1), reduction="none").view(len(rows), -1)
+
+    @torch.no_grad()
+    def batched():
+        with population.generation(1):
+            return loss(model(stacked).logits, stacked).mean(dim=1)
+
+    @torch.no_grad()
+    def plain():             # batched inference of the base model alone: the ceiling
+        return loss(model(stacked).logits, stacked).mean(dim=1)
+
+    @torch.no_grad()
+    def one_by_one():
+        population._noise = population.noise(1)
+        out = []
+        for member in range(options.popsize):
+            deltas = population.member_deltas(member)
+            for (_, module), delta in zip(population.modules, deltas):
+                for key, value in delta.items():
+                    getattr(module, key).add_(value)
+            out.append(loss(model(tokens).logits, tokens).mean())
+            for (_, module), delta in zip(population.modules, deltas):
+                for key, value in delta.items():
+                    getattr(module, key).sub_(value)
+        return torch.stack(out)
+
+    close = torch.allclose(batched(), one_by_one(), rtol=1e-3, atol=1e-3)
+    low, dense, base = fastest(batched, one_by_one, plain, repeats=options.repeats)
+    row = {"parameters": params, "popsize": options.popsize, "rank": options.rank, "tokens": options.tokens,
+           "threads": options.threads, "lowrank_evals_per_s": options.popsize / low,
+           "materialise_evals_per_s": options.popsize / dense, "ratio": dense / low, "same_fitness": close,
+           "plain_batched_evals_per_s": options.popsize / base}
+    print(f"GPT-2 {params / 1e6:.1f} M parameters ({options.layers} x {options.width}), population "
+          f"{options.popsize}, rank {options.rank}, {options.tokens} tokens per member, {options.threads} "
+          f"thread(s), fastest of {options.repeats}:")
+    print(f"  low-rank batched forward:  {row['lowrank_evals_per_s']:8.1f} evaluations/s")
+    print(f"  materialise then forward:  {row['materialise_evals_per_s']:8.1f} evaluations/s")
+    print(f"  plain batched inference:   {row['plain_batched_evals_per_s']:8.1f} evaluations/s (no perturbation)")
+    print(f"  ratio {row['ratio']:.2f}x; low-rank at {base / low:.0%} of plain batched inference; the same "
+          f"fitness (rtol 1e-3): {close}")
+    return row
+
+
 def _ints(text: str) -> list[int]:
     return [int(float(t)) for t in text.split(",") if t.strip()]
 
 
 def main(argv=None) -> int:
-    """``mpievo bench es {quality,bytes}``; returns the exit status.
+    """``mpievo bench es {quality,bytes,lowrank}``; returns the exit status.
 
     Example::
 
         main(["quality", "--budget", "2000", "--seeds", "0"])
     """
     parser = argparse.ArgumentParser(prog="mpievo bench es", description=__doc__.split("\n")[0])
-    parser.add_argument("part", choices=("quality", "bytes", "bytes-worker"))
+    parser.add_argument("part", choices=("quality", "bytes", "lowrank", "bytes-worker"))
     parser.add_argument("--dim", type=int, default=1000, help="quality: genes (default 1000)")
-    parser.add_argument("--popsize", type=int, default=50, help="quality: members per generation (default 50)")
+    parser.add_argument("--popsize", type=int, default=None,
+                        help="members per generation (default: quality 50, lowrank 32)")
     parser.add_argument("--sigma", type=float, default=0.1, help="quality: noise deviation (default 0.1)")
     parser.add_argument("--lr", type=float, default=0.05, help="quality: Adam learning rate (default 0.05)")
     parser.add_argument("--budget", type=int, default=50_000, help="quality: evaluations per run (default 50000)")
@@ -201,8 +271,15 @@ def main(argv=None) -> int:
                         help="bytes: genome sizes (default 1e5,1e8)")
     parser.add_argument("--bytes-popsize", type=int, default=4, help="bytes: members per generation (default 4)")
     parser.add_argument("--ranks", type=int, default=2, help="bytes: ranks (default 2)")
+    parser.add_argument("--layers", type=int, default=12, help="lowrank: GPT-2 blocks (default 12)")
+    parser.add_argument("--width", type=int, default=256, help="lowrank: GPT-2 width (default 256: ~10 M parameters)")
+    parser.add_argument("--rank", type=int, default=4, help="lowrank: rank of each perturbation (default 4)")
+    parser.add_argument("--tokens", type=int, default=32, help="lowrank: tokens per member (default 32)")
+    parser.add_argument("--threads", type=int, default=1, help="lowrank: torch threads (default 1)")
+    parser.add_argument("--repeats", type=int, default=3, help="lowrank: timed repetitions (default 3)")
     parser.add_argument("--json", dest="json_path", default=None, help="write the rows as JSON here")
     options = parser.parse_args(argv)
+    options.popsize = options.popsize or (32 if options.part == "lowrank" else 50)
     for name in ("dim", "popsize", "budget", "ranks", "bytes_popsize"):
         if getattr(options, name) < (2 if name in ("popsize", "ranks", "bytes_popsize") else 1):
             print(f"mpievo bench es: --{name.replace('_', '-')}: expected a positive int, got "
@@ -211,7 +288,8 @@ def main(argv=None) -> int:
     if options.part == "bytes-worker":
         bytes_worker(options.dim, options.popsize)
         return 0
-    rows = quality(options) if options.part == "quality" else wire_bytes(options)
+    parts = {"quality": quality, "bytes": wire_bytes, "lowrank": lowrank}
+    rows = parts[options.part](options)
     if options.json_path:
         with open(options.json_path, "w") as handle:
             json.dump(rows, handle, indent=1)

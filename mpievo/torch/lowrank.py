@@ -163,23 +163,25 @@ class LowRankPopulation:
         # pair j's noise serves members 2j and 2j + 1
         expand = {name: value.repeat_interleave(2, dim=0) for name, value in noise.items()}
 
+        signs = self.signs(module.weight)[:, None, None]
+        low_scale = signs * scale
+
         def hook(mod, inputs, output):
             x = inputs[0]
             p = self.popsize
             if x.shape[0] % p:
                 raise ValueError(f"expected a batch of popsize ({p}) x b rows, got {x.shape[0]}")
-            signs = self.signs(output)
             out = output.reshape(p, -1, output.shape[-1])
             if linear:
                 xs = x.reshape(p, -1, x.shape[-1])
                 low = torch.bmm(torch.bmm(xs, expand["u"]), expand["v"].transpose(1, 2))
-                out = out + (signs * scale)[:, None, None] * low
+                out = out + low_scale * low
             else:
                 normed = torch.nn.functional.layer_norm(x, mod.normalized_shape, None, None, mod.eps)
                 normed = normed.reshape(p, -1, normed.shape[-1])
-                out = out + signs[:, None, None] * normed * expand["weight"][:, None, :]
+                out = out + signs * normed * expand["weight"][:, None, :]
             if "bias" in expand:
-                out = out + signs[:, None, None] * expand["bias"][:, None, :]
+                out = out + signs * expand["bias"][:, None, :]
             return out.reshape(output.shape)
 
         return hook
