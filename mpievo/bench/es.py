@@ -28,6 +28,10 @@ perturbation into the model, running it, and taking it out again, and plain batc
 inference of the unperturbed model (the ceiling); evaluations/s of each (the fastest of
 ``--repeats``) and whether the first two give the same losses.
 
+``scale`` -- SeededES on 1 and ``--ranks`` ranks with a fitness that sleeps ``--cost-ms``
+(the evaluation dominates; sleeping, not burning, so that a shared machine's other
+work does not decide it): evaluations/s of each and their ratio.
+
 Example: ``mpievo bench es quality --evox-python /tmp/evox-venv/bin/python``.
 """
 
@@ -113,7 +117,15 @@ def run_evox(python: str, dim, seed, popsize, sigma, lr, generations, checkpoint
                           timeout=3600)
     if done.returncode:
         raise RuntimeError(f"EvoX side: expected exit 0, got {done.returncode}: {done.stderr[-2000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return _last_json(done.stdout)
+
+
+def _last_json(stdout: str) -> dict:
+    """The last line of ``stdout`` that is a JSON object (a launcher may print after it)."""
+    lines = [line for line in stdout.splitlines() if line.startswith("{")]
+    if not lines:
+        raise RuntimeError(f"expected a JSON line from the worker, got {stdout[-500:]!r}")
+    return json.loads(lines[-1])
 
 
 def quality(options) -> list[dict]:
@@ -167,6 +179,48 @@ def bytes_worker(dim: int, popsize: int) -> None:
                           "seconds": seconds}))
 
 
+def scale_worker(dim: int, popsize: int, cost_ms: float, generations: int) -> None:
+    """Launched on several ranks: SeededES with a fitness that sleeps ``cost_ms`` (the
+    evaluation dominates); rank 0 prints evaluations/s."""
+    from mpievo.evo.algorithms.es import ES
+    from mpievo.parallel.es_group import SeededES
+    from mpievo.parallel.world import world_comm
+
+    def fitness(row):
+        time.sleep(cost_ms / 1000)
+        return float(row[0])
+
+    comm = world_comm()
+    run = SeededES(comm, fitness, np.zeros(dim, np.float32), ES(popsize=popsize), seed=0)
+    run.es.popsize, saved = 2, run.es.popsize          # one tiny generation compiles the kernels
+    run.step()
+    run.es.popsize = saved
+    start = time.perf_counter()
+    run.run(generations)
+    seconds = time.perf_counter() - start
+    if comm.rank == 0:
+        print(json.dumps({"ranks": comm.size, "evaluations_per_s": generations * popsize / seconds}))
+
+
+def scale(options) -> list[dict]:
+    """Evaluations/s of SeededES on 1 and ``options.ranks`` ranks, the evaluation dominating."""
+    from ..launcher import launch_command, launch_env
+
+    rows = []
+    for ranks in (1, options.ranks):
+        cmd = launch_command(ranks, ["python", "-m", "mpievo.bench.es", "scale-worker", "--dim", str(options.dim),
+                                     "--popsize", str(options.popsize), "--cost-ms", str(options.cost_ms)])
+        done = subprocess.run(cmd, env=launch_env(), capture_output=True, text=True, timeout=3600)
+        if done.returncode:
+            raise RuntimeError(f"scale worker on {ranks} ranks: exit {done.returncode}: {done.stderr[-2000:]}")
+        rows.append(_last_json(done.stdout))
+    ratio = rows[1]["evaluations_per_s"] / rows[0]["evaluations_per_s"]
+    print(f"SeededES, {options.dim} genes, popsize {options.popsize}, {options.cost_ms} ms per evaluation: "
+          f"{rows[0]['evaluations_per_s']:.1f} evaluations/s on 1 rank, {rows[1]['evaluations_per_s']:.1f} on "
+          f"{options.ranks}: {ratio:.2f}x")
+    return rows
+
+
 def wire_bytes(options) -> list[dict]:
     """Bytes per generation between ranks at each size, measured on ``options.ranks`` ranks."""
     from ..launcher import launch_command, launch_env
@@ -178,7 +232,7 @@ def wire_bytes(options) -> list[dict]:
         done = subprocess.run(cmd, env=launch_env(), capture_output=True, text=True, timeout=3600)
         if done.returncode:
             raise RuntimeError(f"bytes worker at {dim} genes: exit {done.returncode}: {done.stderr[-2000:]}")
-        row = json.loads(done.stdout.strip().splitlines()[-1])
+        row = _last_json(done.stdout)
         rows.append(row)
         print(f"{row['dim']:>12,d} genes, popsize {row['popsize']}, {row['ranks']} ranks: {row['bytes']} bytes "
               f"sent per generation (all ranks), genome {4 * row['dim']:,d} bytes; generation {row['seconds']:.1f} s")
@@ -251,14 +305,14 @@ def _ints(text: str) -> list[int]:
 
 
 def main(argv=None) -> int:
-    """``mpievo bench es {quality,bytes,lowrank}``; returns the exit status.
+    """``mpievo bench es {quality,bytes,lowrank,scale}``; returns the exit status.
 
     Example::
 
         main(["quality", "--budget", "2000", "--seeds", "0"])
     """
     parser = argparse.ArgumentParser(prog="mpievo bench es", description=__doc__.split("\n")[0])
-    parser.add_argument("part", choices=("quality", "bytes", "lowrank", "bytes-worker"))
+    parser.add_argument("part", choices=("quality", "bytes", "lowrank", "scale", "bytes-worker", "scale-worker"))
     parser.add_argument("--dim", type=int, default=1000, help="quality: genes (default 1000)")
     parser.add_argument("--popsize", type=int, default=None,
                         help="members per generation (default: quality 50, lowrank 32)")
@@ -271,6 +325,7 @@ def main(argv=None) -> int:
                         help="bytes: genome sizes (default 1e5,1e8)")
     parser.add_argument("--bytes-popsize", type=int, default=4, help="bytes: members per generation (default 4)")
     parser.add_argument("--ranks", type=int, default=2, help="bytes: ranks (default 2)")
+    parser.add_argument("--cost-ms", type=float, default=20.0, help="scale: milliseconds per evaluation (default 20)")
     parser.add_argument("--layers", type=int, default=12, help="lowrank: GPT-2 blocks (default 12)")
     parser.add_argument("--width", type=int, default=256, help="lowrank: GPT-2 width (default 256: ~10 M parameters)")
     parser.add_argument("--rank", type=int, default=4, help="lowrank: rank of each perturbation (default 4)")
@@ -288,7 +343,10 @@ def main(argv=None) -> int:
     if options.part == "bytes-worker":
         bytes_worker(options.dim, options.popsize)
         return 0
-    parts = {"quality": quality, "bytes": wire_bytes, "lowrank": lowrank}
+    if options.part == "scale-worker":
+        scale_worker(options.dim, options.popsize, options.cost_ms, generations=4)
+        return 0
+    parts = {"quality": quality, "bytes": wire_bytes, "lowrank": lowrank, "scale": scale}
     rows = parts[options.part](options)
     if options.json_path:
         with open(options.json_path, "w") as handle:
