@@ -160,3 +160,15 @@ def test_bad_config_is_refused_with_expected_got():
     text = str(err.value)
     assert "engine.es_popsize: expected an even int >= 2" in text and "got 31" in text
     assert "engine.es_sigma: expected" in text and "got 0" in text
+
+
+def test_es_islands_share_a_ring_with_other_algorithms():
+    import mpievo
+
+    config = {"engine": {"algorithm": ["es", "cmaes"], "population": 8, "dtype": "float64", "es_sigma": 0.05,
+                         "es_learning_rate": 0.05},
+              "migration": {"interval": 5, "emigrants": 1}}
+    result = mpievo.minimize("sphere", dim=8, islands=2, budget=3000, config=config, seed=2)
+    es_island_log = result.islands[0]
+    assert result.migrations >= 1 and es_island_log["evaluations"] > 1000
+    assert result.fun < 1e-2
