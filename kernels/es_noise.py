@@ -1,4 +1,4 @@
-"""Evolution-strategy noise rebuilt from its key: members and the update, gene by gene.
+"""Evolution-strategy noise rebuilt from its key: members and the update, block by block.
 
 Pair ``j`` of an ES generation has the noise vector ``z_j`` whose gene ``g`` is
 normal ``g % 2`` of block ``base + j * half + g // 2`` of the generation's stream key
@@ -9,9 +9,10 @@ member ``2j + 1`` is ``mean - sigma z_j`` (antithetic pairs).
 
 :func:`perturb` writes genes ``start .. start + len(out)`` of a member (a whole row, or
 one tensor of a model in place); :func:`combine` gives ``sum_j c_j z_j`` over a block;
-:func:`adam_update` and :func:`sgd_update` fold that sum into the optimizer's step gene
-by gene, in place, with no temporary: the sum of each gene runs over the pairs in
-order, in float64, so the update is the same bits for any block split and any rank.
+:func:`adam_update` and :func:`sgd_update` fold that sum into the optimizer's step in
+place, :data:`BLOCK` genes at a time (the only temporary: no genome-sized one). The sum
+of each gene runs over the pairs in order, in float64, so the update is the same bits
+for any block split and any rank.
 
 Example::
 
@@ -49,20 +50,12 @@ def _sums(coeffs, base, half, gene, k0, k1, c2, c3):
 
 @numba.njit(nogil=True, cache=True)
 def _perturb(out, mean, scale, base, pair, half, start, k0, k1, c2, c3):
-    # one block per two genes: the genes of ``out`` walked block by block
-    n = out.shape[0]
-    i = 0
-    while i < n:
+    a = b = np.float32(0.0)
+    for i in range(out.shape[0]):
         gene = start + i
-        a, b = _pair(base, pair, half, gene, k0, k1, c2, c3)
-        if gene % 2 == 0:
-            out[i] = np.float64(mean[i]) + scale * np.float64(a)
-            if i + 1 < n:
-                out[i + 1] = np.float64(mean[i + 1]) + scale * np.float64(b)
-            i += 2
-        else:
-            out[i] = np.float64(mean[i]) + scale * np.float64(b)
-            i += 1
+        if i == 0 or gene % 2 == 0:          # one block per two genes
+            a, b = _pair(base, pair, half, gene, k0, k1, c2, c3)
+        out[i] = np.float64(mean[i]) + scale * np.float64(a if gene % 2 == 0 else b)
 
 
 @numba.njit(nogil=True, cache=True)
@@ -83,6 +76,7 @@ def _members(out, mean, sigma, base, half, k0, k1, c2, c3):
 
 @numba.njit(nogil=True, cache=True)
 def _combine(out, coeffs, base, half, start, k0, k1, c2, c3):
+    # the sums of two genes (one block per pair) at a time
     n = out.shape[0]
     i = 0
     while i < n:
@@ -98,60 +92,39 @@ def _combine(out, coeffs, base, half, start, k0, k1, c2, c3):
             i += 1
 
 
-@numba.njit(nogil=True, cache=True)
-def _adam_gene(mean, m, v, i, total, decay, lr, beta1, beta2, eps, fix1, fix2):
-    x = np.float64(mean[i])
-    g = -total + decay * x
-    mi = beta1 * np.float64(m[i]) + (1.0 - beta1) * g
-    vi = beta2 * np.float64(v[i]) + (1.0 - beta2) * g * g
-    m[i] = mi
-    v[i] = vi
-    mean[i] = x - lr * (mi / fix1) / (np.sqrt(vi / fix2) + eps)
+#: genes whose sums one update step holds at a time (the only temporary: 32 KiB)
+BLOCK = 4096
 
 
 @numba.njit(nogil=True, cache=True)
-def _sgd_gene(mean, m, i, total, decay, lr, momentum):
-    x = np.float64(mean[i])
-    g = -total + decay * x
-    if m.shape[0]:          # with momentum: m is the velocity
-        g = momentum * np.float64(m[i]) + g
-        m[i] = g
-    mean[i] = x - lr * g
+def _step(mean, m, v, coeffs, hyper, base, half, start, k0, k1, c2, c3):
+    # Adam where v holds second moments; else SGD, m the velocity (empty: the plain step)
+    decay, lr, beta1, beta2, eps, fix1, fix2, momentum = (hyper[0], hyper[1], hyper[2], hyper[3], hyper[4],
+                                                          hyper[5], hyper[6], hyper[7])
+    adam, velocity = v.shape[0] > 0, m.shape[0] > 0
+    sums = np.empty(min(BLOCK, mean.shape[0]))
+    for first in range(0, mean.shape[0], BLOCK):
+        count = min(BLOCK, mean.shape[0] - first)
+        _combine(sums[:count], coeffs, base, half, start + first, k0, k1, c2, c3)
+        for i in range(first, first + count):
+            x = np.float64(mean[i])
+            g = -sums[i - first] + decay * x
+            if adam:
+                mi = beta1 * np.float64(m[i]) + (1.0 - beta1) * g
+                vi = beta2 * np.float64(v[i]) + (1.0 - beta2) * g * g
+                m[i] = mi
+                v[i] = vi
+                mean[i] = x - lr * (mi / fix1) / (np.sqrt(vi / fix2) + eps)
+            else:
+                if velocity:
+                    g = momentum * np.float64(m[i]) + g
+                    m[i] = g
+                mean[i] = x - lr * g
 
 
-@numba.njit(nogil=True, cache=True)
-def _adam(mean, m, v, coeffs, decay, lr, beta1, beta2, eps, fix1, fix2, base, half, start,
-          k0, k1, c2, c3):
-    n = mean.shape[0]
-    i = 0
-    while i < n:
-        gene = start + i
-        even, odd = _sums(coeffs, base, half, gene, k0, k1, c2, c3)
-        if gene % 2 == 0:
-            _adam_gene(mean, m, v, i, even, decay, lr, beta1, beta2, eps, fix1, fix2)
-            if i + 1 < n:
-                _adam_gene(mean, m, v, i + 1, odd, decay, lr, beta1, beta2, eps, fix1, fix2)
-            i += 2
-        else:
-            _adam_gene(mean, m, v, i, odd, decay, lr, beta1, beta2, eps, fix1, fix2)
-            i += 1
-
-
-@numba.njit(nogil=True, cache=True)
-def _sgd(mean, m, coeffs, decay, lr, momentum, base, half, start, k0, k1, c2, c3):
-    n = mean.shape[0]
-    i = 0
-    while i < n:
-        gene = start + i
-        even, odd = _sums(coeffs, base, half, gene, k0, k1, c2, c3)
-        if gene % 2 == 0:
-            _sgd_gene(mean, m, i, even, decay, lr, momentum)
-            if i + 1 < n:
-                _sgd_gene(mean, m, i + 1, odd, decay, lr, momentum)
-            i += 2
-        else:
-            _sgd_gene(mean, m, i, odd, decay, lr, momentum)
-            i += 1
+def _args(coeffs, key, base, half, start, *hyper) -> tuple:
+    return (np.ascontiguousarray(coeffs, np.float64), np.array(hyper, np.float64), np.uint64(base),
+            np.int64(half), np.int64(start), *_key(key))
 
 
 def _key(key):
@@ -189,8 +162,8 @@ def combine(out: np.ndarray, coeffs: np.ndarray, key, base: int, *, half: int, s
 
         g = np.empty(dim); combine(g, np.array([0.5, -0.5]), key, 1, half=(dim + 1) // 2)
     """
-    _combine(out, np.ascontiguousarray(coeffs, np.float64), np.uint64(base), np.int64(half),
-             np.int64(start), *_key(key))
+    args = _args(coeffs, key, base, half, start)
+    _combine(out, args[0], *args[2:])          # no hyper-parameters
 
 
 def adam_update(mean, m, v, coeffs, key, base: int, *, half: int, start: int, decay: float, lr: float,
@@ -204,10 +177,8 @@ def adam_update(mean, m, v, coeffs, key, base: int, *, half: int, start: int, de
         adam_update(mean, m, v, coeffs, key, 1, half=half, start=0, decay=0.0, lr=0.01,
                     beta1=0.9, beta2=0.999, eps=1e-8, step=1)
     """
-    _adam(mean, m, v, np.ascontiguousarray(coeffs, np.float64), float(decay), float(lr), float(beta1),
-          float(beta2), float(eps), 1.0 if step is None else 1.0 - beta1 ** step,
-          1.0 if step is None else 1.0 - beta2 ** step, np.uint64(base),
-          np.int64(half), np.int64(start), *_key(key))
+    fix1, fix2 = (1.0, 1.0) if step is None else (1.0 - beta1 ** step, 1.0 - beta2 ** step)
+    _step(mean, m, v, *_args(coeffs, key, base, half, start, decay, lr, beta1, beta2, eps, fix1, fix2, 0.0))
 
 
 def sgd_update(mean, m, coeffs, key, base: int, *, half: int, start: int, decay: float, lr: float,
@@ -219,5 +190,4 @@ def sgd_update(mean, m, coeffs, key, base: int, *, half: int, start: int, decay:
 
         sgd_update(mean, m, coeffs, key, 1, half=half, start=0, decay=0.0, lr=0.01, momentum=0.9)
     """
-    _sgd(mean, m, np.ascontiguousarray(coeffs, np.float64), float(decay), float(lr), float(momentum),
-         np.uint64(base), np.int64(half), np.int64(start), *_key(key))
+    _step(mean, m, m[:0], *_args(coeffs, key, base, half, start, decay, lr, 0.0, 0.0, 0.0, 1.0, 1.0, momentum))

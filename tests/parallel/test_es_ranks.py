@@ -39,13 +39,19 @@ def test_es_over_ranks_equals_one_process_and_resumes(world, tmp_path_factory):
     all_ranks_agree(world, ok, f"es over {comm.size} ranks differs from one process")
 
 
+def bytes_by_dim(world, dims, run, purpose: str) -> dict:
+    """Bytes this rank sent under ``purpose`` while ``run(comm, dim)`` ran, per genome size."""
+    sent = {}
+    for dim in dims:
+        comm = Communicator(world)
+        run(comm, dim)
+        sent[dim] = comm.traffic.get(purpose, 0)
+    return sent
+
+
 @pytest.mark.mpi(min_size=2)
 def test_only_the_fitness_travels_whatever_the_genome_size(world):
-    sent = {}
-    for dim in (8, 4096):
-        comm = Communicator(world)
-        run_job(es_job(comm.size, dim=dim, generations=3), comm)
-        sent[dim] = comm.traffic.get("evaluation", 0)
-        comm.free()
+    sent = bytes_by_dim(world, (8, 4096), lambda comm, dim: run_job(es_job(comm.size, dim=dim, generations=3), comm),
+                        "evaluation")
     ok = sent[8] == sent[4096] and 0 < sent[8] <= 2 * 3 * 10 * 8 + 2 * 8   # <= P float64 per island-generation
     all_ranks_agree(world, ok, f"evaluation bytes by genome size: {sent}")

@@ -4,6 +4,7 @@ the genome size."""
 
 import numpy as np
 import pytest
+from test_es_ranks import bytes_by_dim
 
 from mpi_support import all_ranks_agree
 from mpievo.comm import Communicator
@@ -63,10 +64,9 @@ def test_seeded_over_ranks_is_one_process_bit_for_bit_and_resumes(world, setting
 
 @pytest.mark.mpi(min_size=2)
 def test_seeded_sends_popsize_scalars_whatever_the_genome_size(world):
-    sent = {}
-    for dim in (10, 20_000):
-        comm = Communicator(world)
+    def run(comm, dim):
         SeededES(comm, lambda row: float(row[0]), np.zeros(dim, np.float32), ES(popsize=8), seed=1).run(2)
-        sent[dim] = comm.traffic.get("es", 0)
+
+    sent = bytes_by_dim(world, (10, 20_000), run, "es")
     ok = sent[10] == sent[20_000] and 0 < sent[10] <= 2 * 8 * 8
     all_ranks_agree(world, ok, f"bytes by genome size: {sent}")
