@@ -336,9 +336,11 @@ def main(argv=None) -> int:
     options = parser.parse_args(argv)
     options.popsize = options.popsize or (32 if options.part == "lowrank" else 50)
     for name in ("dim", "popsize", "budget", "ranks", "bytes_popsize"):
-        if getattr(options, name) < (2 if name in ("popsize", "ranks", "bytes_popsize") else 1):
-            print(f"mpievo bench es: --{name.replace('_', '-')}: expected a positive int, got "
-                  f"{getattr(options, name)}", file=sys.stderr)
+        value, minimum = getattr(options, name), 2 if name in ("popsize", "ranks", "bytes_popsize") else 1
+        even = name in ("popsize", "bytes_popsize")
+        if value < minimum or (even and value % 2):
+            print(f"mpievo bench es: --{name.replace('_', '-')}: expected {'an even' if even else 'an'} int >= "
+                  f"{minimum}, got {value}", file=sys.stderr)
             return 2
     if options.part == "bytes-worker":
         bytes_worker(options.dim, options.popsize)
