@@ -172,3 +172,9 @@ def test_es_islands_share_a_ring_with_other_algorithms():
     es_island_log = result.islands[0]
     assert result.migrations >= 1 and es_island_log["evaluations"] > 1000
     assert result.fun < 1e-2
+
+
+def test_the_memory_estimate_counts_members_mean_and_moments():
+    from mpievo.parallel.memory import island_bytes
+
+    assert island_bytes(EngineConfig(algorithm="es", capacity=2), 10**6) == (2 + 30 + 3) * 10**6 * 4
