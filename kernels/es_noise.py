@@ -59,19 +59,25 @@ def _perturb(out, mean, scale, base, pair, half, start, k0, k1, c2, c3):
 
 
 @numba.njit(nogil=True, cache=True)
-def _members(out, mean, sigma, base, half, k0, k1, c2, c3):
-    # every antithetic pair from one pass over its noise: rows 2j and 2j + 1
+def _members(out, noise, mean, sigma, base, half, k0, k1, c2, c3):
+    # every antithetic pair from one pass over its noise: rows 2j and 2j + 1 (and row j of
+    # ``noise`` when it has rows: the update then reads it instead of drawing it again)
     n = out.shape[1]
+    keep = noise.shape[0] > 0
     for j in range(out.shape[0] // 2):
         for i in range(0, n, 2):
             a, b = _pair(base, j, half, i, k0, k1, c2, c3)
             x = np.float64(mean[i])
             out[2 * j, i] = x + sigma * np.float64(a)
             out[2 * j + 1, i] = x + (-sigma) * np.float64(a)
+            if keep:
+                noise[j, i] = a
             if i + 1 < n:
                 x = np.float64(mean[i + 1])
                 out[2 * j, i + 1] = x + sigma * np.float64(b)
                 out[2 * j + 1, i + 1] = x + (-sigma) * np.float64(b)
+                if keep:
+                    noise[j, i + 1] = b
 
 
 @numba.njit(nogil=True, cache=True)
@@ -97,7 +103,7 @@ BLOCK = 4096
 
 
 @numba.njit(nogil=True, cache=True)
-def _step(mean, m, v, coeffs, hyper, base, half, start, k0, k1, c2, c3):
+def _step(mean, m, v, coeffs, noise, hyper, base, half, start, k0, k1, c2, c3):
     # Adam where v holds second moments; else SGD, m the velocity (empty: the plain step)
     decay, lr, beta1, beta2, eps, fix1, fix2, momentum = (hyper[0], hyper[1], hyper[2], hyper[3], hyper[4],
                                                           hyper[5], hyper[6], hyper[7])
@@ -105,7 +111,14 @@ def _step(mean, m, v, coeffs, hyper, base, half, start, k0, k1, c2, c3):
     sums = np.empty(min(BLOCK, mean.shape[0]))
     for first in range(0, mean.shape[0], BLOCK):
         count = min(BLOCK, mean.shape[0] - first)
-        _combine(sums[:count], coeffs, base, half, start + first, k0, k1, c2, c3)
+        if noise.shape[0]:       # kept by _members: the same numbers, summed in the same order
+            for i in range(count):
+                total = 0.0
+                for j in range(coeffs.shape[0]):
+                    total += coeffs[j] * np.float64(noise[j, first + i])
+                sums[i] = total
+        else:
+            _combine(sums[:count], coeffs, base, half, start + first, k0, k1, c2, c3)
         for i in range(first, first + count):
             x = np.float64(mean[i])
             g = -sums[i - first] + decay * x
@@ -122,9 +135,21 @@ def _step(mean, m, v, coeffs, hyper, base, half, start, k0, k1, c2, c3):
                 mean[i] = x - lr * g
 
 
+#: no kept noise: the update draws it from the key
+_NO_NOISE = np.empty((0, 0), np.float32)
+
+
 def _args(coeffs, key, base, half, start, *hyper) -> tuple:
     return (np.ascontiguousarray(coeffs, np.float64), np.array(hyper, np.float64), np.uint64(base),
             np.int64(half), np.int64(start), *_key(key))
+
+
+def _noise(noise, start: int):
+    if noise is None:
+        return _NO_NOISE
+    if start:
+        raise ValueError(f"expected start 0 with kept noise (it holds every gene), got {start}")
+    return noise
 
 
 def _key(key):
@@ -144,15 +169,17 @@ def perturb(out: np.ndarray, mean: np.ndarray, sigma: float, sign: float, key, b
              np.int64(start), *_key(key))
 
 
-def members(out: np.ndarray, mean: np.ndarray, sigma: float, key, base: int) -> None:
+def members(out: np.ndarray, mean: np.ndarray, sigma: float, key, base: int, noise=None) -> None:
     """Every member of a generation into the rows of ``out`` (popsize, dim): the pairs'
-    noise made once for both rows, the same bits as :func:`perturb` of each member.
+    noise made once for both rows, the same bits as :func:`perturb` of each member; and
+    into ``noise`` (popsize / 2, dim) float32 when given, for the update of the generation.
 
     Example::
 
         rows = np.empty((30, dim), np.float32); members(rows, mean, 1e-3, key, 1)
     """
-    _members(out, mean, np.float64(sigma), np.uint64(base), np.int64((out.shape[1] + 1) // 2), *_key(key))
+    _members(out, _NO_NOISE if noise is None else noise, mean, np.float64(sigma), np.uint64(base),
+             np.int64((out.shape[1] + 1) // 2), *_key(key))
 
 
 def combine(out: np.ndarray, coeffs: np.ndarray, key, base: int, *, half: int, start: int = 0) -> None:
@@ -167,10 +194,11 @@ def combine(out: np.ndarray, coeffs: np.ndarray, key, base: int, *, half: int, s
 
 
 def adam_update(mean, m, v, coeffs, key, base: int, *, half: int, start: int, decay: float, lr: float,
-                beta1: float, beta2: float, eps: float, step: int | None) -> None:
+                beta1: float, beta2: float, eps: float, step: int | None, noise=None) -> None:
     """One Adam step in place on genes ``start ..`` of ``mean`` (``m``, ``v`` the same
     genes): gradient ``-sum_j coeffs[j] z_j + decay * mean``, bias-corrected for ``step``
-    (None: no bias correction).
+    (None: no bias correction). ``noise``: the generation's noise kept by :func:`members`
+    (the same bits as drawing it again from the key), else None.
 
     Example::
 
@@ -178,11 +206,12 @@ def adam_update(mean, m, v, coeffs, key, base: int, *, half: int, start: int, de
                     beta1=0.9, beta2=0.999, eps=1e-8, step=1)
     """
     fix1, fix2 = (1.0, 1.0) if step is None else (1.0 - beta1 ** step, 1.0 - beta2 ** step)
-    _step(mean, m, v, *_args(coeffs, key, base, half, start, decay, lr, beta1, beta2, eps, fix1, fix2, 0.0))
+    args = _args(coeffs, key, base, half, start, decay, lr, beta1, beta2, eps, fix1, fix2, 0.0)
+    _step(mean, m, v, args[0], _noise(noise, start), *args[1:])
 
 
 def sgd_update(mean, m, coeffs, key, base: int, *, half: int, start: int, decay: float, lr: float,
-               momentum: float) -> None:
+               momentum: float, noise=None) -> None:
     """One SGD-with-momentum step in place (``m`` the velocity; empty: the plain step, no
     velocity kept), gradient as :func:`adam_update`.
 
@@ -190,4 +219,5 @@ def sgd_update(mean, m, coeffs, key, base: int, *, half: int, start: int, decay:
 
         sgd_update(mean, m, coeffs, key, 1, half=half, start=0, decay=0.0, lr=0.01, momentum=0.9)
     """
-    _step(mean, m, m[:0], *_args(coeffs, key, base, half, start, decay, lr, 0.0, 0.0, 0.0, 1.0, 1.0, momentum))
+    args = _args(coeffs, key, base, half, start, decay, lr, 0.0, 0.0, 0.0, 1.0, 1.0, momentum)
+    _step(mean, m, m[:0], args[0], _noise(noise, start), *args[1:])

@@ -5,7 +5,7 @@ The estimate counts the arrays that grow with the settings (a lower bound, not a
 profile): per island, the archive (``engine.capacity`` rows) and a generation's children
 (``engine.batch_size`` rows) of ``problem.dim`` genes, plus the float64 random draws of the
 children; CMA-ES adds its covariance and eigenvectors (two dim x dim float64 matrices), ES
-counts ``engine.es_popsize`` members and three genomes (mean, moments) instead, a
+counts ``engine.es_popsize`` members, three genomes (mean, moments) and its kept noise instead, a
 rotated built-in its rotation matrix. A rank holds ``ceil(islands / ranks)`` islands.
 The ranks on one node share its memory: their estimates are summed and compared with the
 least of the cgroup's limit left (v2 ``memory.max - memory.current``, or v1's) and
@@ -20,6 +20,8 @@ import math
 import socket
 from pathlib import Path
 
+from ..evo.algorithms.es import NOISE_CACHE_BYTES
+
 #: float64 random draws per child gene (the GA's Gaussian mutation)
 _DRAW_BYTES = 8
 
@@ -33,8 +35,10 @@ def island_bytes(engine, dim: int) -> int:
         total = 2 * dim * itemsize
     if engine.algorithm == "cmaes":
         total += 2 * dim * dim * 8
-    if engine.algorithm == "es":         # its members (no draws kept), the mean, the optimizer's two moments
+    if engine.algorithm == "es":         # its members, the mean, the optimizer's two moments, kept noise
+        noise = (engine.es_popsize // 2) * dim * 4
         total = (engine.capacity + engine.es_popsize + 3) * dim * itemsize
+        total += noise if noise <= NOISE_CACHE_BYTES else 0
     return total
 
 

@@ -177,4 +177,20 @@ def test_es_islands_share_a_ring_with_other_algorithms():
 def test_the_memory_estimate_counts_members_mean_and_moments():
     from mpievo.parallel.memory import island_bytes
 
-    assert island_bytes(EngineConfig(algorithm="es", capacity=2), 10**6) == (2 + 30 + 3) * 10**6 * 4
+    assert island_bytes(EngineConfig(algorithm="es", capacity=2), 10**6) == (2 + 30 + 3 + 15) * 10**6 * 4
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "sgd"])
+def test_the_kept_noise_gives_the_bits_of_the_noise_drawn_again(monkeypatch, optimizer):
+    from mpievo.evo.algorithms import es as es_module
+
+    kept = es_island(dim=13, es_optimizer=optimizer, es_sigma=0.05).run(5)
+    assert kept.algorithm._noise is not None
+    monkeypatch.setattr(es_module, "NOISE_CACHE_BYTES", 0)
+    drawn = es_island(dim=13, es_optimizer=optimizer, es_sigma=0.05).run(5)
+    assert drawn.algorithm._noise is None
+    assert np.array_equal(kept.algorithm.mean, drawn.algorithm.mean)
+    with pytest.raises(ValueError, match="expected start 0 with kept noise"):
+        es_noise.adam_update(np.zeros(4), np.zeros(4), np.zeros(4), np.ones(1), (0, 0, 0, 0), 1, half=2, start=1,
+                             decay=0.0, lr=0.1, beta1=0.9, beta2=0.999, eps=1e-8, step=1,
+                             noise=np.zeros((1, 4), np.float32))

@@ -55,6 +55,9 @@ SHAPINGS = ("centered_ranks", "zscore", "none")
 OPTIMIZERS = ("adam", "sgd")
 _ADAM_BETAS = (0.9, 0.999)
 _ADAM_EPS = 1e-8
+#: the island path keeps a generation's noise ((popsize / 2) x dim float32) for its update
+#: up to this size, instead of drawing it a second time from the key (the same bits)
+NOISE_CACHE_BYTES = 256 << 20
 
 
 def centered_ranks(fitness: np.ndarray) -> np.ndarray:
@@ -218,7 +221,7 @@ class ES:
         self.moment2 = np.zeros(self.dim if self.optimizer == "adam" else 0, self.state_dtype)
         self.updates = 0
         self.last_best = np.inf
-        self._batch = None
+        self._batch = self._noise = None
         self._pending = None
 
     def clip(self, x: np.ndarray) -> None:
@@ -231,7 +234,9 @@ class ES:
         sigma = self.current_sigma()
         if self._batch is None:
             self._batch = np.empty((self.popsize, self.dim), self.dtype)
-        es_noise.members(self._batch, self.mean, sigma, key, base)
+            keep = (self.popsize // 2) * self.dim * 4 <= NOISE_CACHE_BYTES
+            self._noise = np.empty((self.popsize // 2, self.dim), np.float32) if keep else None
+        es_noise.members(self._batch, self.mean, sigma, key, base, self._noise)
         self.clip(self._batch)
         self._pending = (key, base, sigma)
         return self._batch
@@ -266,11 +271,12 @@ class ES:
         if self._pending is None:
             raise RuntimeError("expected ask() before tell(), got no pending batch")
         key, base, sigma = self._pending
-        self.update(np.asarray(fitness, np.float64), key, base, sigma)
+        self.update(np.asarray(fitness, np.float64), key, base, sigma, self._noise)
 
-    def update(self, fitness: np.ndarray, key, base: int, sigma: float) -> None:
+    def update(self, fitness: np.ndarray, key, base: int, sigma: float, noise=None) -> None:
         """The mean's step from the members' ``fitness`` and the generation's key, rebuilt
-        gene by gene in place (the same bits on every rank holding the same mean).
+        block by block in place (the same bits on every rank holding the same mean);
+        ``noise``: the generation's noise kept by :meth:`ask` (the same bits), else None.
 
         Example::
 
@@ -283,10 +289,10 @@ class ES:
             es_noise.adam_update(self.mean, self.moment1, self.moment2, coeffs, key, base, half=self.half,
                                  start=0, decay=self.weight_decay, lr=lr, beta1=_ADAM_BETAS[0],
                                  beta2=_ADAM_BETAS[1], eps=_ADAM_EPS,
-                                 step=self.updates if self.bias_correction else None)
+                                 step=self.updates if self.bias_correction else None, noise=noise)
         else:
             es_noise.sgd_update(self.mean, self.moment1, coeffs, key, base, half=self.half, start=0,
-                                decay=self.weight_decay, lr=lr, momentum=self.momentum)
+                                decay=self.weight_decay, lr=lr, momentum=self.momentum, noise=noise)
         np.clip(self.mean, self._low, self._high, out=self.mean)
         finite = fitness[np.isfinite(fitness)]
         self.last_best = float(finite.min()) if len(finite) else np.inf
