@@ -2,17 +2,18 @@
 
 A Gaussian search distribution ``N(mean, sigma^2 I)`` whose mean follows a stochastic
 gradient estimate (Salimans et al. 2017, "Evolution Strategies as a Scalable Alternative
-to Reinforcement Learning"; Qiu et al. 2025, "Evolution Strategies at the Hyperscale"
-/ "ES at Scale" for full-parameter fine-tuning of language models):
+to Reinforcement Learning"; Qiu et al. 2025, "Evolution Strategies at Scale: LLM
+Fine-Tuning Beyond Reinforcement Learning", for full-parameter fine-tuning):
 
 * **Antithetic pairs**: generation ``t`` draws ``popsize / 2`` noise vectors ``z_j`` and
   asks for ``mean + sigma z_j`` (member ``2j``) and ``mean - sigma z_j`` (member ``2j+1``).
 * **Seeds, not noise**: ``z_j`` comes from the counter-based generator keyed by
   ``(seed, island, generation, "breed")`` and the pair (:mod:`mpievo.kernels.es_noise`),
-  so the update is rebuilt from the key and the ``popsize`` fitness values alone, gene
-  by gene in place, with no noise matrix and no genome-sized temporary; every rank
-  that holds the mean computes the same bits (the replicated scheme: only the fitness
-  travels, 8 bytes per member).
+  so the update is rebuilt from the key and the ``popsize`` fitness values alone, block
+  by block in place, with no genome-sized temporary (an island, which holds its members
+  anyway, keeps the generation's noise up to :data:`NOISE_CACHE_BYTES` instead of
+  drawing it again: the same bits); every rank that holds the mean computes the same
+  bits (the replicated scheme: only the fitness travels, 8 bytes per member).
 * **Fitness shaping**: ``centered_ranks`` (utilities ``rank / (P-1) - 1/2``, the best
   ``+1/2``; Salimans), ``zscore`` (``(f - mean) / std``; ES at Scale) or ``none`` (raw
   fitness, negated).
