@@ -9,7 +9,7 @@ exact-match accuracy and answer log-probability on the task's held-out test spli
 the base, the ES-tuned model and the gradient-fine-tuned expert (AdamW, the example's
 training). Run::
 
-    python examples/es_merge_finetune.py --task reverse --generations 200
+    python examples/es_merge_finetune.py --task sort --generations 200
     mpievo launch -n 2 -- python examples/es_merge_finetune.py      # the same numbers, members shared
 """
 
@@ -43,13 +43,13 @@ def scores(model, batch: Batch) -> tuple[float, float]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--task", choices=TASKS, default="reverse")
+    parser.add_argument("--task", choices=TASKS, default="sort")
     parser.add_argument("--size", choices=sorted(SPECS), default="full")
     parser.add_argument("--cache", default=None, help="the zoo's cache folder (as build.py)")
     parser.add_argument("--generations", type=int, default=200)
     parser.add_argument("--popsize", type=int, default=30)
     parser.add_argument("--sigma", type=float, default=1e-3)
-    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--lines", type=int, default=256, help="training lines the fitness scores")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
