@@ -270,10 +270,10 @@ def lowrank(options) -> dict:
 
     @torch.no_grad()
     def one_by_one():
-        population._noise = population.noise(1)
+        noise = population.noise(1)
         out = []
         for member in range(options.popsize):
-            deltas = population.member_deltas(member)
+            deltas = population.member_deltas(member, noise)
             for (_, module), delta in zip(population.modules, deltas):
                 for key, value in delta.items():
                     getattr(module, key).add_(value)

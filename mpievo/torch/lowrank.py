@@ -119,7 +119,6 @@ class LowRankPopulation:
         pairs, out, block = self.popsize // 2, [], 1
         for _, module in self.modules:
             entry = {}
-            shapes = {}
             if type(module).__name__ in _LINEAR_TYPES:
                 fan_in, fan_out = self._fans(module)
                 shapes = {"u": (pairs, fan_in, self.rank), "v": (pairs, fan_out, self.rank)}
@@ -187,27 +186,30 @@ class LowRankPopulation:
         return hook
 
     # --- materialised members (reference) and the update --------------------------------
-    def member_deltas(self, member: int) -> list[dict]:
+    def member_deltas(self, member: int, noise: list[dict] | None = None) -> list[dict]:
         """Member ``member``'s perturbation of each module as dense tensors (``weight``,
-        ``bias``), for checks and for writing a member into a model (needs :meth:`generation`
-        or :meth:`noise` of the generation first).
+        ``bias``), for checks and for writing a member into a model: from ``noise`` (what
+        :meth:`noise` gives), else from the last :meth:`generation`'s.
 
         Example::
 
             with population.generation(1):
                 deltas = population.member_deltas(3)
         """
+        noise = self._noise if noise is None else noise
+        if noise is None:
+            raise RuntimeError("expected the noise of a generation (generation() or noise=), got none")
         sign = self.sigma if member % 2 == 0 else -self.sigma
         j, out = member // 2, []
-        for (_, module), noise in zip(self.modules, self._noise):
+        for (_, module), drawn in zip(self.modules, noise):
             entry = {}
-            if "u" in noise:
-                delta = sign / math.sqrt(self.rank) * noise["u"][j] @ noise["v"][j].T     # (fan_in, fan_out)
+            if "u" in drawn:
+                delta = sign / math.sqrt(self.rank) * drawn["u"][j] @ drawn["v"][j].T     # (fan_in, fan_out)
                 entry["weight"] = delta if _is_conv1d(module) else delta.T
             else:
-                entry["weight"] = sign * noise["weight"][j]
-            if "bias" in noise:
-                entry["bias"] = sign * noise["bias"][j]
+                entry["weight"] = sign * drawn["weight"][j]
+            if "bias" in drawn:
+                entry["bias"] = sign * drawn["bias"][j]
             out.append(entry)
         return out
 
