@@ -58,19 +58,24 @@ def round_tile(values, out, bf16):
 
 
 @numba.njit(parallel=True, **_JIT)
-def vary_half(genomes, idx_a, idx_b, omega, x, steps, scale, lower, upper, mode, threshold, inv_log_q,
+def vary_half(genomes, idx_a, idx_b, omega, steps, scale, lower, upper, mode, threshold, inv_log_q,
               dense, key, base, counts, out, bf16):
-    """:func:`.counter_operators.vary` with interpolation, parents read from half bits.
+    """:func:`.counter_operators.vary` with interpolation, from half bits to half bits.
+
+    Each task breeds one tile of one child in a float32 tile of its own (the parents'
+    tiles widened, the child's rounded into ``out``): no float32 row of genome size.
+    The tile's draws are the genome's: the mutation kernels take the tile's genes from
+    0 with the counter base moved by ``g0 // 2`` (tiles start at even genes), which is
+    the block ``base + c*pairs + g//2`` of every gene ``g`` as in ``vary``.
 
     Args:
         genomes: (m, dim) uint16 bits of the half-precision archive.
         idx_a, idx_b, omega, steps, scale, lower, upper, mode, threshold, inv_log_q, dense,
             key, base, counts: as :func:`.counter_operators.vary` (float32 arrays).
-        x: (n, dim) float32 children (the float32 result, as ``vary`` leaves it).
-        out: (n, dim) uint16: the children rounded to the half type, tile by tile.
+        out: (n, dim) uint16: the children, rounded to the half type.
         bf16: bfloat16 (True) or float16 bits.
     """
-    n, dim = x.shape
+    n, dim = out.shape
     tiles = _tiles(dim)
     pairs = (dim + 1) // 2
     per_tile = np.zeros((n, tiles), np.int64)
@@ -78,21 +83,25 @@ def vary_half(genomes, idx_a, idx_b, omega, x, steps, scale, lower, upper, mode,
         c, t = _child_and_tile(task, n)
         g0 = t * TILE
         g1 = min(g0 + TILE, dim)
-        ga = np.empty(g1 - g0, _F32)
-        gb = np.empty(g1 - g0, _F32)
+        size = g1 - g0
+        ga = np.empty(size, _F32)
+        gb = np.empty(size, _F32)
+        x = np.empty((n, size), _F32)       # row c is this task's; n: the resample words' range
         widen_tile(genomes[idx_a[c], g0:g1], ga, bf16)
         widen_tile(genomes[idx_b[c], g0:g1], gb, bf16)
         w = omega[c]
+        st, lt, ut = scale[g0:g1], lower[g0:g1], upper[g0:g1]
+        start = base + np.uint64(g0 >> 1)
         if dense and threshold != 0:
             flags = np.empty(TILE // 2, np.uint32)
-            per_tile[c, t] = _mutate_dense(x, c, g0, g1, steps[c], scale, lower, upper, mode, threshold,
-                                           key, base, pairs, flags, ga, gb, w, True)
+            per_tile[c, t] = _mutate_dense(x, c, 0, size, steps[c], st, lt, ut, mode, threshold,
+                                           key, start, pairs, flags, ga, gb, w, True)
         else:
-            _interpolate_tile(ga, gb, w, x[c, g0:g1], lower[g0:g1], upper[g0:g1])
+            _interpolate_tile(ga, gb, w, x[c], lt, ut)
             if threshold != 0:
-                per_tile[c, t] = _mutate_sparse(x, c, g0, g1, steps[c], scale, lower, upper,
-                                                mode, inv_log_q, key, base, pairs)
-        round_tile(x[c, g0:g1], out[c, g0:g1], bf16)
+                per_tile[c, t] = _mutate_sparse(x, c, 0, size, steps[c], st, lt, ut,
+                                                mode, inv_log_q, key, start, pairs)
+        round_tile(x[c], out[c, g0:g1], bf16)
     for c in range(n):
         counts[c] = per_tile[c].sum()
 

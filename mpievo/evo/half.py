@@ -189,7 +189,7 @@ class HalfBreeding:
         plan = ops.vary_plan(rng, n, dim, rate, code)
         counts = np.empty(n, np.int64)
         half_rows.vary_half(bits(genomes), np.asarray(idx_a, np.int64), np.asarray(idx_b, np.int64), w,
-                            self.work(tuple(out.shape)), ops.steps_array(steps, n, np.float32), scale, lower,
+                            ops.steps_array(steps, n, np.float32), scale, lower,
                             upper, code, np.uint64(plan.threshold), plan.inv_log_q, plan.dense, plan.key,
                             np.uint64(plan.base), counts, bits(out), self.dtype == BFLOAT16)
         return out, counts
