@@ -27,7 +27,7 @@ from numba.core import types
 from numba.extending import intrinsic
 
 from .bitcast import _bf16_to_f32, _f16_to_f32, _f32_to_bf16, _f32_to_f16
-from .counter_operators import TILE, _child_and_tile, _interpolate_tile, _mutate_dense, _mutate_sparse, _tiles
+from .counter_operators import TILE, _child_and_tile, _mutate_dense, _mutate_sparse, _tiles
 
 _JIT = dict(nogil=True, cache=True)
 _F32 = np.float32
@@ -84,26 +84,39 @@ def vary_half(genomes, idx_a, idx_b, omega, steps, scale, lower, upper, mode, th
         g0 = t * TILE
         g1 = min(g0 + TILE, dim)
         size = g1 - g0
-        ga = np.empty(size, _F32)
-        gb = np.empty(size, _F32)
         x = np.empty((n, size), _F32)       # row c is this task's; n: the resample words' range
-        widen_tile(genomes[idx_a[c], g0:g1], ga, bf16)
-        widen_tile(genomes[idx_b[c], g0:g1], gb, bf16)
         w = omega[c]
         st, lt, ut = scale[g0:g1], lower[g0:g1], upper[g0:g1]
         start = base + np.uint64(g0 >> 1)
         if dense and threshold != 0:
+            ga = np.empty(size, _F32)
+            gb = np.empty(size, _F32)
+            widen_tile(genomes[idx_a[c], g0:g1], ga, bf16)
+            widen_tile(genomes[idx_b[c], g0:g1], gb, bf16)
             flags = np.empty(TILE // 2, np.uint32)
             per_tile[c, t] = _mutate_dense(x, c, 0, size, steps[c], st, lt, ut, mode, threshold,
                                            key, start, pairs, flags, ga, gb, w, True)
-        else:
-            _interpolate_tile(ga, gb, w, x[c], lt, ut)
+        else:     # _interpolate_tile on the parents' bits, widened in the same pass
+            _interpolate_bits(genomes[idx_a[c], g0:g1], genomes[idx_b[c], g0:g1], w, x[c], lt, ut, bf16)
             if threshold != 0:
                 per_tile[c, t] = _mutate_sparse(x, c, 0, size, steps[c], st, lt, ut,
                                                 mode, inv_log_q, key, start, pairs)
         round_tile(x[c], out[c, g0:g1], bf16)
     for c in range(n):
         counts[c] = per_tile[c].sum()
+
+
+@numba.njit(**_JIT)
+def _interpolate_bits(ta, tb, w, xt, lt, ut, bf16):
+    """:func:`.counter_operators._interpolate_tile` of the half bits ``ta``, ``tb``."""
+    if bf16:
+        for g in range(xt.shape[0]):
+            a, b = _bf16(ta[g]), _bf16(tb[g])
+            xt[g] = min(max(b + w * (a - b), lt[g]), ut[g])
+    else:
+        for g in range(xt.shape[0]):
+            a, b = _f16(ta[g]), _f16(tb[g])
+            xt[g] = min(max(b + w * (a - b), lt[g]), ut[g])
 
 
 @intrinsic
