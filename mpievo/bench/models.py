@@ -233,6 +233,8 @@ def main(argv=None) -> int:
     parser.add_argument("--tokens-batch", type=int, default=32,
                         help="scale: sequences of 64 tokens per forward pass (the evaluation's cost)")
     parser.add_argument("--sources", type=int, default=4, help="child: source models (a base and 3 more)")
+    parser.add_argument("--sources-dir", default=None,
+                        help="child: use the source* directories there (as save_sources writes them)")
     parser.add_argument("--vocab", type=int, default=None, help="child: vocabulary (default 50257: GPT-2's)")
     parser.add_argument("--positions", type=int, default=None, help="child: positions (default 1024)")
     parser.add_argument("--generations", type=int, default=12, help="child: generations after generation 0")

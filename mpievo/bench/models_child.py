@@ -98,9 +98,9 @@ def measure_child(options) -> None:
 
     comm = world_comm()
     torch.set_num_threads(1)
-    directory = tempfile.mkdtemp(prefix="mpievo-child-") if comm.rank == 0 else None
+    directory = options.sources_dir or (tempfile.mkdtemp(prefix="mpievo-child-") if comm.rank == 0 else None)
     directory = comm.allgather_object(directory)[0]     # one directory on a one-node run
-    if comm.rank == 0:
+    if comm.rank == 0 and not options.sources_dir:
         subprocess.run([sys.executable, "-c", "import sys; from mpievo.bench.models_child import save_sources; "
                         f"save_sources({directory!r}, {options.sources}, {options.layers}, {options.width}, "
                         f"{options.vocab}, {options.positions})"], check=True)

@@ -100,7 +100,7 @@ def test_a_merge_too_large_for_the_memory_left_is_refused():
     need = hf.memory_estimate(1_000_000, 3, archive_rows=20, ranks_per_node=2)
     assert need == 1_000_000 * 3 * 4 + 2 * 1_000_000 * (2 * 4 + 20 * 4)     # two genome buffers a rank
     hf.check_memory(need, available=need)
-    with pytest.raises(MemoryError, match=r"expected the merge to fit in the 0.13 GiB .* got an estimate of 0.18 GiB"):
+    with pytest.raises(MemoryError, match=r"expected the merge to fit in the 0.12 GiB .* got an estimate of 0.18 GiB"):
         hf.check_memory(need, available=need - 60_000_000)
 
 
