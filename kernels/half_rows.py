@@ -35,7 +35,14 @@ _F32 = np.float32
 
 @numba.njit(**_JIT)
 def widen_tile(bits, out, bf16):
-    """float32 values of half bits ``bits`` into ``out`` (same length)."""
+    """float32 values of half bits ``bits`` into ``out`` (same length).
+
+    Example:
+        >>> import numpy as np
+        >>> out = np.empty(1, np.float32)
+        >>> widen_tile(np.array([0x3F80], np.uint16), out, True); out.tolist()   # bfloat16 1.0
+        [1.0]
+    """
     u = out.view(np.uint32)
     if bf16:
         for i in range(bits.shape[0]):
@@ -47,7 +54,14 @@ def widen_tile(bits, out, bf16):
 
 @numba.njit(**_JIT)
 def round_tile(values, out, bf16):
-    """Half bits of float32 ``values`` into ``out`` (nearest, ties to even)."""
+    """Half bits of float32 ``values`` into ``out`` (nearest, ties to even).
+
+    Example:
+        >>> import numpy as np
+        >>> out = np.empty(1, np.uint16)
+        >>> round_tile(np.array([1.0], np.float32), out, True); hex(out[0])
+        '0x3f80'
+    """
     u = values.view(np.uint32)
     if bf16:
         for i in range(u.shape[0]):
@@ -74,6 +88,9 @@ def vary_half(genomes, idx_a, idx_b, omega, steps, scale, lower, upper, mode, th
             key, base, counts: as :func:`.counter_operators.vary` (float32 arrays).
         out: (n, dim) uint16: the children, rounded to the half type.
         bf16: bfloat16 (True) or float16 bits.
+
+    Example:
+        >>> # HalfBreeding.breed(...) calls it: the GA's children of a half archive
     """
     n, dim = out.shape
     tiles = _tiles(dim)
@@ -218,6 +235,14 @@ def materialize_half(base, base_bits, rows, lower, upper, out, bf16):
         rows: (n, dim) uint16 half bits of the deltas.
         lower, upper: (dim,) uint16 half bits of the genome box, or (1,): a uniform box.
         out: (n, dim) uint16: the genomes (e.g. a model's flat buffer), written once.
+
+    Example:
+        >>> import numpy as np
+        >>> one = np.array([0x3F80], np.uint16)                     # bfloat16 1.0
+        >>> out = np.empty((1, 1), np.uint16)
+        >>> materialize_half(np.empty(0, np.float32), one, one[None, :], np.array([0], np.uint16),
+        ...                  np.array([0x3FC0], np.uint16), out, True); hex(out[0, 0])   # 2.0 clipped to 1.5
+        '0x3fc0'
     """
     n, dim = rows.shape
     for task in numba.prange(n * _tiles(dim)):
@@ -230,7 +255,11 @@ def materialize_half(base, base_bits, rows, lower, upper, out, bf16):
 @numba.njit(**_JIT)
 def centroid_distances_half(genomes, bf16, width, out):
     """:func:`.operators.centroid_distances` over (m, dim) half bits ``genomes`` (widened a
-    tile at a time; the same sums in the same order)."""
+    tile at a time; the same sums in the same order).
+
+    Example:
+        >>> # mpievo.evo.half.centroid_distances(rows, width, out) calls it
+    """
     m, dim = genomes.shape
     out[:] = 0.0
     rows = np.empty((m, TILE), _F32)

@@ -35,12 +35,16 @@ import numpy as np
 
 def save_sources(directory: str, count: int, layers: int, width: int, vocab: int, positions: int) -> None:
     """Write ``count`` bfloat16 GPT-2s (seeds 1..count) as Hugging Face directories
-    ``directory/source{i}`` (one model in memory at a time)."""
+    ``directory/source{i}`` (one model in memory at a time).
+
+    Example:
+        >>> # save_sources("/tmp/sources", 4, 12, 768, 50257, 1024)   # GPT-2 small x 4
+    """
     import gc
 
     import torch
 
-    from .models import build_model
+    from .model_tools import build_model
 
     for seed in range(1, count + 1):
         model = build_model(layers, width, seed, vocab=vocab, positions=positions).to(torch.bfloat16)
@@ -51,7 +55,12 @@ def save_sources(directory: str, count: int, layers: int, width: int, vocab: int
 
 def read_once(paths) -> float:
     """Seconds to read every safetensors file of ``paths`` once (tensor by tensor, as
-    the loader does; the page cache as the run will find it)."""
+    the loader does; the page cache as the run will find it).
+
+    Example:
+        >>> read_once([]) < 1.0
+        True
+    """
     from safetensors import safe_open
 
     start = time.perf_counter()
@@ -64,8 +73,13 @@ def read_once(paths) -> float:
 
 
 def memcpy_seconds(nbytes: int) -> float:
-    """The fastest of 7 copies of ``nbytes`` between two touched arrays."""
-    from .models import fastest
+    """The fastest of 7 copies of ``nbytes`` between two touched arrays.
+
+    Example:
+        >>> memcpy_seconds(1 << 20) > 0
+        True
+    """
+    from .model_tools import fastest
 
     source, target = np.ones(nbytes // 2, np.uint16), np.zeros(nbytes // 2, np.uint16)
     return fastest(lambda: np.copyto(target, source))[0]
@@ -73,10 +87,14 @@ def memcpy_seconds(nbytes: int) -> float:
 
 def write_seconds(problem, dtype) -> float:
     """The fastest delta child written into the model's buffer (the delta encoding's
-    materialisation over one base row of the model's size)."""
+    materialisation over one base row of the model's size).
+
+    Example:
+        >>> # write_seconds(model_problem, genome_dtype("bfloat16"))
+    """
     from mpievo.evo.genomes import BaseModels, DeltaProblem
 
-    from .models import fastest
+    from .model_tools import fastest
 
     rng = np.random.default_rng(0)
     base = rng.standard_normal((1, problem.dim), np.float32).astype(dtype)
@@ -87,10 +105,15 @@ def write_seconds(problem, dtype) -> float:
 
 
 def measure_child(options) -> None:
+    """The ``child`` part (module docstring), on every launched rank; rank 0 prints.
+
+    Example:
+        >>> # mpievo launch -n 2 -- python -m mpievo.bench.models child
+    """
     import torch
 
     import mpievo
-    from mpievo.bench.models import _peak_bytes, _reset_peak, _status_bytes, build_model
+    from mpievo.bench.model_tools import _peak_bytes, _reset_peak, _status_bytes, build_model
     from mpievo.evo.half import genome_dtype
     from mpievo.parallel.memory import genomes_estimate
     from mpievo.parallel.world import world_comm
