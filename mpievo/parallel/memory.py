@@ -22,6 +22,7 @@ import math
 import socket
 from pathlib import Path
 
+from ..evo.base_models import as_bases
 from ..evo.half import genome_dtype
 from ..evo.operators import counter_based
 
@@ -116,7 +117,8 @@ def _bases(job):
     """The base models a job's genomes are read against (delta, seeded), else None."""
     if job.engines[0].genome == "dense":
         return None
-    return getattr(job.problem, "bases", None)
+    bases = getattr(job.problem, "bases", None)      # BaseModels, an array, or a job's .npy path
+    return None if bases is None else as_bases(bases)
 
 
 def device_memory_problem(comm, job) -> str | None:

@@ -116,3 +116,22 @@ def test_delta_genomes_over_half_bases_are_the_reference_formula(dtype, uniform)
     np.add(bases[0].astype(np.float32), rows, out=expected, casting="unsafe")
     np.clip(expected, low, high, out=expected)
     assert out.tobytes() == expected.tobytes()
+
+
+def test_the_run_check_counts_the_bases_once_per_node_and_two_genome_buffers_a_rank(tmp_path, monkeypatch):
+    from mpievo.comm.protocol import SelfComm
+    from mpievo.config import validate
+    from mpievo.parallel import memory
+
+    dim = 200_000
+    np.save(tmp_path / "bases.npy", np.zeros((3, dim), np.float32))
+    job = validate({"problem": {"name": "sphere", "dim": dim, "bases": str(tmp_path / "bases.npy")},
+                    "run": {"islands": 2}, "engine": {"genome": "delta", "capacity": 4, "batch_size": 2}}, 1)
+    host, _ = memory.rank_estimate(job, 1)
+    assert host == 2 * 6 * dim * 4 + 2 * dim * 4          # two islands' rows (no draw rows), two buffers
+    need = host + 3 * dim * 4                              # and the bases, once
+    monkeypatch.setattr(memory, "usable_host_bytes", lambda: (need - 1, "a test"))
+    refusal = memory.memory_problem(SelfComm(), job)
+    assert refusal is not None and f"got an estimate of {need / 2**30:.3g} GiB" in refusal, refusal
+    monkeypatch.setattr(memory, "usable_host_bytes", lambda: (need, "a test"))
+    assert memory.memory_problem(SelfComm(), job) is None
