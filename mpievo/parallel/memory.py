@@ -109,7 +109,8 @@ def memory_problem(comm, job) -> str | None:
         known = [(entry[2], entry[3]) for entry in here if entry[2] is not None]
         if known and need > min(known)[0]:
             usable, source = min(known)
-            return _refusal(job, f"{len(here)} rank(s) on {node}", need, usable, source, "host")
+            kind = "host" if bases is None else f"host ({bases.count} base models of {_gib(shared)} included)"
+            return _refusal(job, f"{len(here)} rank(s) on {node}", need, usable, source, kind)
     return None
 
 

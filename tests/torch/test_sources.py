@@ -132,6 +132,7 @@ def test_the_run_check_counts_the_bases_once_per_node_and_two_genome_buffers_a_r
     need = host + 3 * dim * 4                              # and the bases, once
     monkeypatch.setattr(memory, "usable_host_bytes", lambda: (need - 1, "a test"))
     refusal = memory.memory_problem(SelfComm(), job)
-    assert refusal is not None and f"got an estimate of {need / 2**30:.3g} GiB" in refusal, refusal
+    assert refusal is not None and f"got an estimate of {need / 2**30:.3g} GiB of host (3 base models of " \
+        f"{3 * dim * 4 / 2**30:.3g} GiB included)" in refusal, refusal
     monkeypatch.setattr(memory, "usable_host_bytes", lambda: (need, "a test"))
     assert memory.memory_problem(SelfComm(), job) is None
