@@ -12,6 +12,9 @@ Three measurements on a GPT-2 built from a config (no download; ``--layers``,
   of what is resident, per phase (generation 0, then later generations: Linux resets the
   peak in between; other ranks print the whole run's): sources, archive, batch (target
   within 10 %); generation 0 holds its population beside the archive it enters.
+* ``child`` (:mod:`.models_child`): a model-sized child at scale (GPT-2 small in
+  bfloat16 by default) against a genome-sized memcpy, generation 0 against reading the
+  sources' safetensors files once, and the node's peak RSS against the pre-run estimate.
 * ``scale``: evaluations/s of the same job (islands and budget fixed) on all the
   launched ranks against rank 0 alone, the fitness a forward pass that dominates (target
   >= 1.8x at 2 ranks). Run it under ``mpievo launch -n 2 -- python -m mpievo.bench.models
@@ -23,37 +26,12 @@ Example: ``python -m mpievo.bench.models copy --layers 8 --width 256``.
 from __future__ import annotations
 
 import argparse
-import resource
 import time
 import tracemalloc
 
 import numpy as np
 
-#: repetitions of each timed copy (the fastest counts)
-REPEATS = 7
-
-
-def build_model(layers: int, width: int, seed: int = 0, device: str = "cpu"):
-    """A GPT-2 of ``layers`` blocks of ``width`` (vocabulary 256, 64 positions), eval mode."""
-    import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    torch.manual_seed(seed)
-    config = GPT2Config(n_layer=layers, n_embd=width, n_head=max(1, width // 64), vocab_size=256,
-                        n_positions=64, bos_token_id=0, eos_token_id=0)
-    return GPT2LMHeadModel(config).eval().to(device)
-
-
-def fastest(*actions, repeats: int = REPEATS) -> list[float]:
-    """The fastest of ``repeats`` timed calls of each action (seconds), the actions taking
-    turns so that a busy moment of a shared machine hits them alike."""
-    best = [float("inf")] * len(actions)
-    for _ in range(repeats):
-        for index, action in enumerate(actions):
-            start = time.perf_counter()
-            action()
-            best[index] = min(best[index], time.perf_counter() - start)
-    return best
+from .model_tools import _peak_bytes, _reset_peak, _status_bytes, build_model, fastest
 
 
 def measure_copy(options) -> None:
@@ -87,35 +65,6 @@ def measure_copy(options) -> None:
     print(f"delta base+delta -> flat buffer {delta * 1e3:.2f} ms: {copy / delta:.2f}x memcpy "
           "(reads two genomes, writes one)")
     print(f"allocated while writing a child: {peak} B ({peak / flat.nbytes:.2e} of a genome)")
-
-
-def _status_bytes(key: str) -> int | None:
-    """``VmRSS`` / ``VmHWM`` of this process from /proc (Linux), else None."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as status:
-            for line in status:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
-
-
-def _peak_bytes() -> int:
-    """Peak resident set since the last :func:`_reset_peak` (Linux VmHWM; else the
-    process's peak so far, ru_maxrss)."""
-    peak = _status_bytes("VmHWM")
-    return peak if peak is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
-def _reset_peak() -> bool:
-    """Start a new peak at the current resident set (Linux: ``5 > /proc/self/clear_refs``)."""
-    try:
-        with open("/proc/self/clear_refs", "w", encoding="ascii") as refs:
-            refs.write("5")
-        return _status_bytes("VmHWM") is not None
-    except OSError:
-        return False
 
 
 def measure_memory(options) -> None:
@@ -217,17 +166,33 @@ def measure_scale(options) -> None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="mpievo bench models", description=__doc__.split("\n")[0])
-    parser.add_argument("part", choices=("copy", "memory", "scale"))
+    parser.add_argument("part", choices=("copy", "memory", "scale", "child"))
     parser.add_argument("--layers", type=int, default=None, help="GPT-2 blocks (default: copy, memory 8; scale 2)")
     parser.add_argument("--width", type=int, default=None,
                         help="GPT-2 embedding width (default: copy, memory 256; scale 64)")
     parser.add_argument("--device", default="cpu", help="copy: cpu or cuda")
-    parser.add_argument("--capacity", type=int, default=8, help="memory: archive capacity")
-    parser.add_argument("--batch", type=int, default=4, help="memory: GA batch")
+    parser.add_argument("--capacity", type=int, default=None, help="memory, child: archive capacity (8; 4)")
+    parser.add_argument("--batch", type=int, default=None, help="memory, child: GA batch (4; 2)")
     parser.add_argument("--evaluations", type=int, default=96, help="scale: evaluations per run")
     parser.add_argument("--tokens-batch", type=int, default=32,
                         help="scale: sequences of 64 tokens per forward pass (the evaluation's cost)")
+    parser.add_argument("--sources", type=int, default=4, help="child: source models (a base and 3 more)")
+    parser.add_argument("--sources-dir", default=None,
+                        help="child: use the source* directories there (as save_sources writes them)")
+    parser.add_argument("--vocab", type=int, default=None, help="child: vocabulary (default 50257: GPT-2's)")
+    parser.add_argument("--positions", type=int, default=None, help="child: positions (default 1024)")
+    parser.add_argument("--generations", type=int, default=12, help="child: generations after generation 0")
+    parser.add_argument("--tokens", type=int, default=16, help="child: tokens of the fitness's forward pass")
     options = parser.parse_args(argv)
+    if options.part == "child":          # GPT-2 small unless told: 12 x 768, 50,257 tokens, 124 M genes
+        from .models_child import measure_child
+
+        options.layers, options.width = options.layers or 12, options.width or 768
+        options.vocab, options.positions = options.vocab or 50257, options.positions or 1024
+        options.capacity, options.batch = options.capacity or 4, options.batch or 2
+        measure_child(options)
+        return 0
+    options.capacity, options.batch = options.capacity or 8, options.batch or 4
     small = options.part == "scale"        # scale: a small genome, an evaluation that dominates
     options.layers = options.layers or (2 if small else 8)
     options.width = options.width or (64 if small else 256)

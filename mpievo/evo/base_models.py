@@ -19,6 +19,10 @@ from pathlib import Path
 
 import numpy as np
 
+from ..kernels.host import BFLOAT16
+
+#: dtypes bases may have: half-precision models' sources stay in their dtype (2 bytes a gene)
+BASES_DTYPES = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.float16), BFLOAT16)
 #: bytes hashed at a time (the bases may be far larger than memory we want to copy)
 _HASH_CHUNK = 64 << 20
 
@@ -26,7 +30,8 @@ _HASH_CHUNK = 64 << 20
 def checksum(array: np.ndarray) -> str:
     """BLAKE2b-128 (hex) of ``array``'s shape, dtype and bytes, hashed in chunks."""
     h = hashlib.blake2b(digest_size=16)
-    h.update(f"{array.shape}|{array.dtype.str}|".encode())
+    kind = array.dtype.str if array.dtype.kind != "V" else array.dtype.name   # bfloat16 is '<V2'
+    h.update(f"{array.shape}|{kind}|".encode())
     flat = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
     for start in range(0, flat.size, _HASH_CHUNK):
         h.update(flat[start:start + _HASH_CHUNK])
@@ -76,8 +81,8 @@ class BaseModels:
             raise ValueError(f"expected bases of shape (count >= 1, dim >= 1), got {shape}")
         self.shape = shape
         self.dtype = np.dtype(dtype)
-        if self.dtype not in (np.float32, np.float64):
-            raise TypeError(f"expected float32 or float64 bases, got {self.dtype}")
+        if self.dtype not in BASES_DTYPES:
+            raise TypeError(f"expected bases of dtype float32, float64, float16 or bfloat16, got {self.dtype}")
 
     @property
     def count(self) -> int:
@@ -140,7 +145,11 @@ class BaseModels:
         if row not in cache:
             from mpievo.kernels import cuda_rows
 
-            cache[row] = cuda_rows.from_host(np.ascontiguousarray(bases if row is None else bases[row]))
+            host = bases if row is None else bases[row]
+            if self.dtype.itemsize == 2:     # half bases: float32 on the device (its kernels' dtype)
+                cache[row] = _widened_on_device(host)
+            else:
+                cache[row] = cuda_rows.from_host(np.ascontiguousarray(host))
         return cache[row]
 
     @property
@@ -162,6 +171,23 @@ class BaseModels:
         if self._checksum is None:
             self._checksum = checksum(self.array)
         return self._checksum
+
+
+def _widened_on_device(host: np.ndarray):
+    """A float32 device copy of half-precision host rows, widened in chunks of
+    :data:`_HASH_CHUNK` bytes on the host (no genome-sized float32 host copy)."""
+    from numba import cuda
+
+    from ..kernels import cuda_rows
+    from .half import widen_into
+
+    out = cuda.device_array(host.shape, np.float32)
+    flat, dst = host.reshape(-1), out.reshape(-1)
+    step = _HASH_CHUNK // 4
+    for start in range(0, flat.size, step):
+        part = flat[start:start + step]
+        cuda_rows.from_host(widen_into(part, np.empty(part.shape, np.float32)), dst[start:start + part.size])
+    return out
 
 
 def as_bases(value) -> BaseModels | None:

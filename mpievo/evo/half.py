@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kernels import bitcast
+from ..kernels import bitcast, half_rows
 from ..kernels.host import BFLOAT16
+from . import operators as ops
 from .operators import cast_bound
 
 #: every ``engine.dtype``
@@ -79,6 +80,27 @@ def _bits(arr: np.ndarray, itemsize: int) -> np.ndarray:
 def widen_into(rows: np.ndarray, out: np.ndarray) -> np.ndarray:
     """Half-precision host ``rows`` as float32 in ``out`` (same shape, C-contiguous), exactly."""
     bitcast.decode_bits(_bits(np.ascontiguousarray(rows), 2), _bits(out, 4), rows.dtype == BFLOAT16)
+    return out
+
+
+def bits(rows: np.ndarray) -> np.ndarray:
+    """A ``uint16`` view of half-precision host ``rows`` (what the half kernels read)."""
+    return rows.view(np.uint16)
+
+
+def centroid_distances(rows: np.ndarray, width, out: np.ndarray) -> np.ndarray:
+    """Each half-precision host row's scaled distance to the rows' centroid (as
+    :func:`mpievo.kernels.operators.centroid_distances` of the rows widened), widened a
+    tile at a time: no float32 copy of the rows.
+
+    Example:
+        >>> import numpy as np
+        >>> rows = np.array([[0.0, 1.0], [2.0, 1.0]], np.float16)
+        >>> centroid_distances(rows, np.ones(2), np.empty(2)).tolist()
+        [1.0, 1.0]
+    """
+    width = np.broadcast_to(np.asarray(width, np.float64), (rows.shape[1],))
+    half_rows.centroid_distances_half(bits(np.ascontiguousarray(rows)), rows.dtype == BFLOAT16, width, out)
     return out
 
 
@@ -136,6 +158,41 @@ class HalfBreeding:
             used_rows = genomes.view(np.uint16)[used].view(self.dtype)   # numpy gathers uint16 fast
             rows = widen_into(used_rows, np.empty((len(used), genomes.shape[1]), np.float32))
         return rows, inverse[:n].astype(np.int64), inverse[n:].astype(np.int64)
+
+    def fuses(self, dim: int) -> bool:
+        """Whether :meth:`breed` breeds children of ``dim`` genes in one pass (host rows of
+        the counter-based kernels' size)."""
+        return not self.on_device and ops.counter_based(dim)
+
+    def breed(self, genomes, idx_a, idx_b, rng, lower, upper, out, *, omega, rate, steps, scale,
+              bounds: str = "clip"):
+        """Interpolation crossover and mutation of the half-precision ``genomes``' rows
+        ``idx_a``, ``idx_b`` into the half-precision children ``out`` in one pass: the
+        draws, the float32 arithmetic and the rounding of :meth:`parents`,
+        :func:`mpievo.evo.operators.breed` and :meth:`round_into` (same bits), each
+        parent's tile widened where it is used (no float32 copy of the parents, no second
+        pass to round). Host rows of at least :data:`mpievo.evo.operators.COUNTER_DIM` genes
+        (:meth:`fuses`).
+
+        Returns:
+            (children ``out``, per-row number of mutated genes).
+
+        Example:
+            >>> import numpy as np
+            >>> breeding = HalfBreeding("float16")
+            >>> breeding.fuses(10)   # small rows: the pre-drawn kernels, not this one
+            False
+        """
+        n, dim = out.shape
+        code = ops.bound_code(bounds)
+        w = ops.draw_omega(rng, n, omega, np.float32)
+        plan = ops.vary_plan(rng, n, dim, rate, code)
+        counts = np.empty(n, np.int64)
+        half_rows.vary_half(bits(genomes), np.asarray(idx_a, np.int64), np.asarray(idx_b, np.int64), w,
+                            ops.steps_array(steps, n, np.float32), scale, lower,
+                            upper, code, np.uint64(plan.threshold), plan.inv_log_q, plan.dense, plan.key,
+                            np.uint64(plan.base), counts, bits(out), self.dtype == BFLOAT16)
+        return out, counts
 
     def round_into(self, work, out):
         """Round the float32 children ``work`` into the half-precision ``out``, once."""

@@ -337,6 +337,8 @@ class Island:
             from mpievo.kernels import cuda_rows
 
             out = cuda_rows.centroid_distances(self._measured_rows(), width)
+        elif half.is_half(self.archive.dtype):    # widened a tile at a time: no float32 copy
+            out = half.centroid_distances(self.archive.genomes, width, np.empty(self.archive.size))
         else:
             out = np.empty(self.archive.size)
             kernels.centroid_distances(self._measured_rows(), width, out)  # no float64 copy of the rows

@@ -36,6 +36,7 @@ import numpy as np
 
 from mpievo.kernels import operators as kernels
 from . import half, operators
+from ..kernels.host import BFLOAT16
 from .base_models import as_bases
 from .operators import box_arrays, counter_based
 from .streams import stream
@@ -64,12 +65,17 @@ def check_fitness(values, n: int, name: str = "problem") -> np.ndarray:
     return arr.astype(np.float64, copy=False)
 
 
+#: bounds kept in their own dtype (a delta island's row box, in the rows' dtype)
+_ROW_BOUND_DTYPES = (np.dtype(np.float32), np.dtype(np.float16), BFLOAT16)
+
+
 def _as_bound(value, dim: int, name: str) -> np.ndarray:
-    """A bound as a (dim,) float64 array (a float32 array stays float32: the box of a
-    float32 delta island's rows, exact in float64); a scalar as a read-only broadcast
-    view of one number (no genome-sized array for the common uniform box)."""
+    """A bound as a (dim,) float64 array (a float32, float16 or bfloat16 array stays as it
+    is: the box of a delta island's rows, exact in float64, with no float64 copy of genome
+    size); a scalar as a read-only broadcast view of one number (no genome-sized array for
+    the common uniform box)."""
     arr = np.asarray(value)
-    if arr.dtype != np.float32:
+    if arr.dtype not in _ROW_BOUND_DTYPES:
         arr = arr.astype(np.float64, copy=False)
     if arr.ndim == 0:
         arr = np.broadcast_to(arr, (dim,))

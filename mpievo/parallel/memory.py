@@ -3,9 +3,12 @@ against what the rank can use.
 
 The estimate counts the arrays that grow with the settings (a lower bound, not a
 profile): per island, the archive (``engine.capacity`` rows) and a generation's children
-(``engine.batch_size`` rows) of ``problem.dim`` genes, plus the float64 random draws of the
-children; CMA-ES adds its covariance and eigenvectors (two dim x dim float64 matrices), ES
-counts ``engine.es_popsize`` members, three genomes (mean, moments) and its kept noise instead, a
+(``engine.batch_size`` rows) of ``problem.dim`` genes in ``engine.dtype``, plus the float64
+random draws of the children below :data:`~mpievo.evo.operators.COUNTER_DIM` genes (above,
+the counter-based kernels draw nothing ahead); genomes over base models (delta, seeded)
+add two genome buffers per rank and the bases once per node (:func:`genomes_estimate`);
+CMA-ES adds its covariance and eigenvectors (two dim x dim float64 matrices), ES counts
+``engine.es_popsize`` members, three genomes (mean, moments) and its kept noise instead, a
 rotated built-in its rotation matrix. A rank holds ``ceil(islands / ranks)`` islands.
 The ranks on one node share its memory: their estimates are summed and compared with the
 least of the cgroup's limit left (v2 ``memory.max - memory.current``, or v1's) and
@@ -21,16 +24,40 @@ import socket
 from pathlib import Path
 
 from ..evo.algorithms.es import NOISE_CACHE_BYTES
+from ..evo.base_models import as_bases
+from ..evo.half import genome_dtype
+from ..evo.operators import counter_based
 
 #: float64 random draws per child gene (the GA's Gaussian mutation)
 _DRAW_BYTES = 8
 
 
+def genomes_estimate(dim: int, *, sources: int = 0, bases_itemsize: int = 4, rows_per_rank: int = 0,
+                     row_itemsize: int = 4, genome_itemsize: int = 4, ranks_per_node: int = 1) -> int:
+    """Bytes a node needs for model-sized genomes: the ``sources`` once (``bases_itemsize``
+    bytes a gene: a half model's sources stay in their dtype), and per rank
+    ``rows_per_rank`` rows (archives and batches) of ``row_itemsize`` and two genome
+    buffers of ``genome_itemsize`` (the model's buffer a child is written into, and the
+    best genome handed out). The one estimate of the pre-run checks
+    (:func:`memory_problem`, :func:`mpievo.torch.hf.check_memory`) and of
+    ``mpievo bench models``.
+
+    Example:
+        >>> genomes_estimate(1000, sources=3, bases_itemsize=2, rows_per_rank=6, row_itemsize=2,
+        ...                  genome_itemsize=2, ranks_per_node=2)
+        38000
+    """
+    per_rank = dim * (rows_per_rank * row_itemsize + 2 * genome_itemsize)
+    return dim * sources * bases_itemsize + ranks_per_node * per_rank
+
+
 def island_bytes(engine, dim: int) -> int:
     """The estimated bytes of one island's arrays (see the module docstring)."""
-    itemsize = 4 if engine.dtype == "float32" else 8
+    itemsize = genome_dtype(engine.dtype).itemsize
     rows = engine.capacity + engine.batch_size
-    total = rows * dim * itemsize + engine.batch_size * dim * _DRAW_BYTES
+    # counter-based kernels (large genomes) draw where they use a number: no draw rows
+    draws = 0 if counter_based(dim) else engine.batch_size * dim * _DRAW_BYTES
+    total = rows * dim * itemsize + draws
     if engine.genome == "seeded":        # rows are recipes; one genome at a time is whole
         total = 2 * dim * itemsize
     if engine.algorithm == "cmaes":
@@ -50,6 +77,8 @@ def rank_estimate(job, nranks: int) -> tuple[int, int]:
     on_device = any(engine.device == "cuda" for engine in job.engines)
     islands = per_rank * largest
     host = 0 if on_device else islands
+    if _bases(job) is not None and not on_device:     # the genome buffers of genomes over bases
+        host += 2 * dim * genome_dtype(job.engines[0].dtype).itemsize
     if getattr(job.problem, "rotate", False):
         host += 8 * dim * dim
     return host, islands if on_device else 0
@@ -78,14 +107,25 @@ def memory_problem(comm, job) -> str | None:
     usable, source = usable_host_bytes()
     with comm.purpose("control"):
         seen = comm.allgather_object((socket.gethostname(), host, usable, source))
+    bases = _bases(job)
+    shared = 0 if bases is None else bases.nbytes      # once per node (mpievo.parallel.shared_bases)
     for node in dict.fromkeys(name for name, *_ in seen):
         here = [entry for entry in seen if entry[0] == node]
-        need = sum(entry[1] for entry in here)
+        need = sum(entry[1] for entry in here) + shared
         known = [(entry[2], entry[3]) for entry in here if entry[2] is not None]
         if known and need > min(known)[0]:
             usable, source = min(known)
-            return _refusal(job, f"{len(here)} rank(s) on {node}", need, usable, source, "host")
+            kind = "host" if bases is None else f"host ({bases.count} base models of {_gib(shared)} included)"
+            return _refusal(job, f"{len(here)} rank(s) on {node}", need, usable, source, kind)
     return None
+
+
+def _bases(job):
+    """The base models a job's genomes are read against (delta, seeded), else None."""
+    if job.engines[0].genome == "dense":
+        return None
+    bases = getattr(job.problem, "bases", None)      # BaseModels, an array, or a job's .npy path
+    return None if bases is None else as_bases(bases)
 
 
 def device_memory_problem(comm, job) -> str | None:

@@ -8,8 +8,11 @@ merged model written back as one.
   :func:`check_memory`) models too large for the memory the settings leave.
 * :func:`load_model` loads one directory with ``transformers`` (``local_files_only``:
   nothing is downloaded).
-* :func:`hf_bases` makes the sources the bases of genomes in a model's flat layout,
-  loaded when first used: once per node under MPI (:mod:`mpievo.parallel.shared_bases`).
+* :func:`hf_bases` makes the sources the bases of genomes in a model's flat layout, in
+  its dtype, loaded when first used: once per node under MPI
+  (:mod:`mpievo.parallel.shared_bases`), tensor by tensor from the memory-mapped
+  safetensors files (:func:`fill_from_files`; sharded checkpoints through their
+  ``model.safetensors.index.json``, a missing shard or a truncated file named).
 * :func:`save_merged` writes a model with ``save_pretrained`` (``from_pretrained``
   loads it) and, beside it, ``mpievo_merge.json``: the recipe or genome that made it;
   :func:`save_best` does so for the best genome of a finished run.
@@ -29,6 +32,7 @@ from typing import Sequence
 import numpy as np
 
 from ..evo.genomes import BaseModels, checksum
+from ..parallel.memory import genomes_estimate
 from .flat import FlatParameters
 from .problem import ModelProblem, bases_dtype, fill_genome
 from .recipes import RecipeProblem
@@ -50,16 +54,61 @@ class SourceInfo:
     numel: int
 
 
-def _tensor_headers(directory: Path) -> dict[str, tuple[tuple[int, ...], str, Path]] | None:
-    """``{name: (shape, dtype, file)}`` from the directory's safetensors files (None: none)."""
+#: the index file of a sharded safetensors checkpoint
+INDEX_FILE = "model.safetensors.index.json"
+
+
+def checkpoint_files(directory: Path) -> list[Path] | None:
+    """The safetensors files of a model directory: the shards its
+    ``model.safetensors.index.json`` names, else every ``*.safetensors`` file (None: none).
+
+    Raises:
+        FileNotFoundError: a shard the index names that is not there (both named).
+        ValueError: an index file that is not JSON with a ``weight_map``.
+
+    Example:
+        >>> checkpoint_files(Path("/nonexistent")) is None
+        True
+    """
+    index = directory / INDEX_FILE
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+        except (ValueError, KeyError, TypeError) as err:
+            raise ValueError(f"expected a JSON index with a 'weight_map' in {index}, got {err!r}") from None
+        files = [directory / name for name in dict.fromkeys(weight_map.values())]
+        missing = [file for file in files if not file.is_file()]
+        if missing:
+            raise FileNotFoundError(f"expected every shard named in {index}, got {missing[0]} missing"
+                                    + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+        return files
     files = sorted(directory.glob("*.safetensors"))
-    if not files:
-        return None
+    return files or None
+
+
+def _open(file: Path):
+    """``safe_open(file)`` (memory-mapped), a corrupt or truncated file named.
+
+    Raises:
+        ValueError: a file whose header does not parse or whose data it does not cover.
+    """
     from safetensors import safe_open
 
+    try:
+        return safe_open(str(file), "pt")
+    except Exception as err:  # noqa: BLE001 - safetensors raises its own error type
+        raise ValueError(f"expected a readable safetensors file, got {file} ({err}; truncated or "
+                         "corrupt? copy it again)") from None
+
+
+def _tensor_headers(directory: Path) -> dict[str, tuple[tuple[int, ...], str, Path]] | None:
+    """``{name: (shape, dtype, file)}`` from the directory's safetensors files (None: none)."""
+    files = checkpoint_files(directory)
+    if files is None:
+        return None
     headers = {}
     for file in files:
-        with safe_open(str(file), "pt") as handle:
+        with _open(file) as handle:
             for name in handle.keys():
                 part = handle.get_slice(name)
                 headers[name] = (tuple(part.get_shape()), part.get_dtype(), file)
@@ -149,18 +198,29 @@ def available_memory() -> int:
 
 def memory_estimate(numel: int, sources: int, *, archive_rows: int = 0, ranks_per_node: int = 1,
                     bases_itemsize: int = 4, gene_itemsize: int = 4, row_itemsize: int = 4) -> int:
-    """Bytes a node needs: the sources once (``bases_itemsize`` per gene), and per rank one
-    model (its genes) and ``archive_rows`` rows of ``row_itemsize`` (archive and batch)."""
-    per_rank = numel * (gene_itemsize + archive_rows * row_itemsize)
-    return numel * sources * bases_itemsize + ranks_per_node * per_rank
+    """Bytes a node needs: the sources once (``bases_itemsize`` per gene: a half model's
+    stay in their dtype), and per rank two genome buffers (``gene_itemsize``) and
+    ``archive_rows`` rows of ``row_itemsize`` (archive and batch):
+    :func:`mpievo.parallel.memory.genomes_estimate`, what ``mpievo bench models`` prints.
+
+    Example:
+        >>> memory_estimate(1000, 3, archive_rows=6, ranks_per_node=2, bases_itemsize=2,
+        ...                 gene_itemsize=2, row_itemsize=2)
+        38000
+    """
+    return genomes_estimate(numel, sources=sources, bases_itemsize=bases_itemsize, rows_per_rank=archive_rows,
+                            row_itemsize=row_itemsize, genome_itemsize=gene_itemsize,
+                            ranks_per_node=ranks_per_node)
 
 
-def check_memory(needed: int, available: int | None = None, *, what: str = "the merge") -> None:
-    """Raises MemoryError when ``needed`` bytes exceed ``available`` (default: this node's)."""
+def check_memory(needed: int, available: int | None = None, *, what: str = "the merge",
+                 detail: str = "sources, models and archives") -> None:
+    """Raises MemoryError when ``needed`` bytes exceed ``available`` (default: this node's),
+    naming both and what the estimate counts (``detail``)."""
     available = available_memory() if available is None else int(available)
     if needed > available:
         raise MemoryError(f"expected {what} to fit in the {available / 2**30:.2f} GiB of memory available, "
-                          f"got an estimate of {needed / 2**30:.2f} GiB (sources, models and archives; "
+                          f"got an estimate of {needed / 2**30:.2f} GiB ({detail}; "
                           "use fewer sources or ranks per node, a smaller engine.capacity, or delta genomes)")
 
 
@@ -193,15 +253,21 @@ def load_model(path: str | os.PathLike, *, dtype=None, device=None):
 
 
 def hf_bases(paths: Sequence[str | os.PathLike], flat: FlatParameters, *, check: bool = True,
-             archive_rows: int = 0, row_itemsize: int = 4, ranks_per_node: int = 1,
+             archive_rows: int = 0, row_itemsize: int | None = None, ranks_per_node: int = 1,
              available: int | None = None) -> BaseModels:
-    """The models in ``paths`` as the bases of genomes of ``flat``'s layout (loaded on
-    first use, once per node under MPI; each model is loaded, copied into its row, freed).
+    """The models in ``paths`` as the bases of genomes of ``flat``'s layout, in ``flat``'s
+    dtype (bfloat16 and float16 sources stay 2 bytes a gene), loaded on first use: once
+    per node under MPI, straight into the node's shared array. A directory of safetensors
+    files (sharded with ``model.safetensors.index.json`` or not) is read tensor by tensor
+    from the memory-mapped files (nothing beyond one tensor is held besides the bases);
+    one without them, or whose tensor names differ from the model's, is loaded with
+    :func:`load_model`, copied into its row and freed.
 
-    With ``check`` (the default) the sources are inspected and the node's memory
-    estimated (:func:`memory_estimate` with ``archive_rows`` rows of ``row_itemsize`` bytes
-    per gene per rank: the archive
-    capacity plus the batch of every island of a rank) before anything is loaded.
+    With ``check`` (the default) the sources are inspected (corrupt or truncated files and
+    missing shards named) and the node's memory estimated (:func:`memory_estimate` with
+    ``archive_rows`` rows of ``row_itemsize`` bytes a gene per rank, default the genes'
+    own: the archive capacity plus the batch of every island of a rank) before anything
+    is loaded.
 
     Raises:
         as :func:`inspect_sources` and :func:`check_memory`.
@@ -213,19 +279,69 @@ def hf_bases(paths: Sequence[str | os.PathLike], flat: FlatParameters, *, check:
         bases.shape                             # (2, genes)
     """
     paths = [Path(p) for p in paths]
+    dtype = bases_dtype(flat)
     if check:
         info = inspect_sources(paths)
-        check_memory(memory_estimate(info.numel, len(paths), archive_rows=archive_rows,
-                                     ranks_per_node=ranks_per_node, bases_itemsize=bases_dtype(flat).itemsize,
-                                     gene_itemsize=flat.flat.element_size(), row_itemsize=row_itemsize), available)
+        itemsize = flat.flat.element_size()
+        need = memory_estimate(info.numel, len(paths), archive_rows=archive_rows, ranks_per_node=ranks_per_node,
+                               bases_itemsize=dtype.itemsize, gene_itemsize=itemsize,
+                               row_itemsize=itemsize if row_itemsize is None else row_itemsize)
+        check_memory(need, available, detail=f"{len(paths)} sources of {info.numel:,} genes in {dtype.name}, and "
+                                             f"per rank of {ranks_per_node}: {archive_rows} archive and batch rows "
+                                             "and two genome buffers")
 
     def load(out: np.ndarray) -> None:
         for row, path in zip(out, paths):
-            fill_genome(load_model(path), flat, row, label=str(path))
+            if not fill_from_files(path, flat, row):
+                fill_genome(load_model(path), flat, row, label=str(path))
 
     load.__qualname__ = "hf:" + ",".join(str(p) for p in paths)
-    return BaseModels(load, shape=(len(paths), flat.dim), dtype=bases_dtype(flat),
-                      reference=load.__qualname__)
+    return BaseModels(load, shape=(len(paths), flat.dim), dtype=dtype, reference=load.__qualname__)
+
+
+def fill_from_files(directory: str | os.PathLike, flat: FlatParameters, out: np.ndarray) -> bool:
+    """Fill the row ``out`` (``flat``'s layout) from ``directory``'s safetensors files, one
+    memory-mapped tensor at a time, cast to ``out``'s dtype; False (nothing written) when
+    the directory has no safetensors files or lacks a gene tensor under its name or a
+    tied alias (then load the model instead).
+
+    Raises:
+        FileNotFoundError: a shard its index names that is missing.
+        ValueError: a corrupt or truncated file, or a tensor of another shape (named).
+
+    Example:
+        >>> # fill_from_files("ft-a", flat, bases_row)
+    """
+    import torch
+
+    from .flat import as_numpy
+
+    directory = Path(directory)
+    headers = _tensor_headers(directory)
+    if headers is None:
+        return False
+    found = []
+    for name, shape in zip(flat.names, flat.shapes):
+        name = next((n for n in (name, *flat.aliases.get(name, ())) if n in headers), None)
+        if name is None:
+            return False
+        if headers[name][0] != shape:
+            raise ValueError(f"expected tensor {name!r} of shape {shape}, got {headers[name][0]} in "
+                             f"{headers[name][2]}")
+        found.append(name)
+    by_file: dict[Path, list[int]] = {}
+    for index, name in enumerate(found):
+        by_file.setdefault(headers[name][2], []).append(index)
+    for file, indices in by_file.items():
+        with _open(file) as handle:
+            for index in indices:
+                start, stop = flat.offsets[index], flat.offsets[index + 1]
+                tensor = handle.get_tensor(found[index]).reshape(-1)
+                if tensor.dtype not in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
+                    raise TypeError(f"expected a float tensor {found[index]!r}, got {tensor.dtype} in {file}")
+                out[start:stop] = as_numpy(tensor).astype(out.dtype, copy=False)
+                del tensor
+    return True
 
 
 def save_merged(model, directory: str | os.PathLike, *, recipe: dict | None = None, genome=None,

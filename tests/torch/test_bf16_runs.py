@@ -44,7 +44,8 @@ def test_a_bfloat16_run_writes_bfloat16_rows_and_its_genome_gives_the_logits_it_
     seen, rows = {}, []
     problem = recording_problem(seen, rows)
     buffer = problem.flat.genome()
-    assert problem.bases.dtype == np.float32       # half sources are held as exact float32 bases
+    assert problem.bases.dtype == BF16               # half sources stay in their dtype: 2 bytes a gene
+    assert problem.bases.nbytes == 2 * 2 * problem.dim
     result = mpievo.minimize(problem, budget=96, islands=1, seed=4,
                              config={"engine": {"dtype": "bfloat16", "genome": genome, "capacity": 8,
                                                 "batch_size": 8}})

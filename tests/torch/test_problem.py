@@ -78,7 +78,7 @@ def test_a_bfloat16_model_takes_float32_genomes_rounded_once():
     seen = []
     problem = ModelProblem(model, lambda m: seen.append(problem.flat.read()) or 0.0,
                            sources=[Small(1).to(torch.bfloat16), Small(2).to(torch.bfloat16)])
-    assert problem.bases.dtype == np.float32 and problem.flat.numpy_dtype == np.dtype(ml_dtypes.bfloat16)
+    assert problem.bases.dtype == problem.flat.numpy_dtype == np.dtype(ml_dtypes.bfloat16)   # kept in bf16
     genome = np.random.default_rng(1).uniform(-1, 1, (1, problem.dim)).astype(np.float32)
     problem.evaluate(genome)
     np.testing.assert_array_equal(seen[0], genome[0].astype(ml_dtypes.bfloat16))

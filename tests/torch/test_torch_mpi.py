@@ -59,3 +59,20 @@ def _mpi():
     from mpi4py import MPI
 
     return MPI.COMM_WORLD
+
+
+@pytest.mark.mpi(min_size=2)
+def test_bfloat16_delta_merge_keeps_its_sources_in_bfloat16_and_matches_one_process():
+    import ml_dtypes
+
+    from mpievo.parallel.world import world_comm
+
+    comm = world_comm()
+    bf16 = lambda seed: Small(seed).to(torch.bfloat16)   # noqa: E731
+    make = lambda: ModelProblem(bf16(3), lambda m: float((m(X.to(torch.bfloat16)).float() ** 2).mean()),  # noqa: E731
+                                sources=[bf16(1), bf16(2)], maximize=False)
+    seen = make()
+    kept = seen.bases.dtype == np.dtype(ml_dtypes.bfloat16) and seen.bases.nbytes == 2 * 2 * seen.dim
+    parallel, alone = runs(make, {"engine": {"genome": "delta", "dtype": "bfloat16"}}, comm)
+    same = parallel.x.tobytes() == alone.x.tobytes() and parallel.fun == alone.fun
+    all_ranks_agree(_mpi(), kept and same, f"bases {seen.bases.dtype}; {parallel.fun} vs {alone.fun}")

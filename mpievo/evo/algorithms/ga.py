@@ -298,12 +298,20 @@ class GeneticAlgorithm:
             parents = self._pool[self.select(archive.fitness[self._pool], 2 * n, rng)]
         genomes = archive.genomes
         idx_a, idx_b = parents[:n], parents[n:]
-        if self._half is not None:   # float32 copies of the parents used (mpievo.evo.half)
+        fused = (self._half is not None and self.crossover_name == "interpolate"
+                 and self._half.fuses(archive.dim))   # one pass: mpievo.evo.half.HalfBreeding.breed
+        if self._half is not None and not fused:   # float32 copies of the parents used
             genomes, idx_a, idx_b = self._half.parents(genomes, idx_a, idx_b)
         if self.step_adaptation == "self":
             steps = ops.self_adapt_steps(self.sigma, n, rng, tau=self.tau)
         else:
             steps = np.full(n, self.sigma)
+        if fused:
+            out, self._counts = self._half.breed(genomes, idx_a, idx_b, rng, self.lower, self.upper,
+                                                 self._children, omega=self.omega, rate=self.rate,
+                                                 steps=steps, scale=self.scale, bounds=self.bounds)
+            self._steps = steps
+            return out
         out = self._work()
         if self.crossover_name == "interpolate":
             _, counts = self.ops.breed(genomes, idx_a, idx_b, rng, self.lower, self.upper, out,

@@ -13,7 +13,9 @@ Deltas are dense rows in the engine's dtype, never sparse: interpolation crossov
 a few generations). Half-precision deltas (``engine.dtype`` bfloat16 or float16, see
 :mod:`mpievo.evo.half`) breed in float32 and round once per child; their genome is
 ``float32(base) + float32(delta)`` rounded once to the half type, then clipped (the
-bases must be float32). What ``delta`` saves is the base: one copy per node instead
+bases float32 or of the genomes' half type: a half model's sources stay in their dtype),
+in one pass per genome (:func:`mpievo.kernels.half_rows.materialize_half`: the base and
+the delta read once, the genome written once, no float32 temporary). What ``delta`` saves is the base: one copy per node instead
 of one per rank, and checkpoints that hold deltas and the base's checksum. For
 genomes far larger than memory use ``seeded``.
 
@@ -33,6 +35,8 @@ from __future__ import annotations
 import numpy as np
 
 from .. import device
+from ...kernels import half_rows
+from ...kernels.host import BFLOAT16
 from ..problems import Problem
 from ..base_models import BaseModels
 from ..half import compute_dtype, is_half
@@ -62,14 +66,19 @@ class DeltaProblem(EncodedProblem):
     device_rows = True
 
     def __init__(self, problem: Problem, bases: BaseModels, *, dtype, budget: int):
-        if is_half(dtype) and bases.dtype != np.float32:
+        if is_half(dtype) and bases.dtype not in (np.float32, np.dtype(dtype)):
             raise ValueError(f"engine.dtype = {np.dtype(dtype).name!r} with delta genomes: expected float32 "
-                             f"base models (the sum is computed in float32), got {bases.dtype.name}")
+                             f"or {np.dtype(dtype).name} base models (the sum is computed in float32), got "
+                             f"{bases.dtype.name}")
         initial = None if problem.initial is None else self._initial_deltas
         row_lower, row_upper = shifted_box(problem, bases.array[0], dtype)
         super().__init__(problem, bases, row_dim=problem.dim, row_lower=row_lower, row_upper=row_upper,
                          row_dtype=dtype, dtype=dtype, budget=budget, initial=initial)
         self._box = box_arrays(problem.lower, problem.upper, dtype)
+        # the half kernel's box: one value per bound when every gene has the same (read once)
+        uniform = all(np.all(b == b[0]) for b in self._box)
+        self._box_bits = tuple((b[:1] if uniform else b).view(np.uint16) for b in self._box) \
+            if is_half(dtype) else None
         self.device = device.evaluates_on_device(problem)   # rows evaluate where the genomes can
         self._placed = None                                   # (base, lower, upper, block) on the GPU
 
@@ -87,7 +96,14 @@ class DeltaProblem(EncodedProblem):
         return deltas
 
     def materialize_into(self, rows: np.ndarray, out: np.ndarray) -> None:
-        np.add(self.bases.array[0], rows, out=out, casting="unsafe")
+        base = self.bases.array[0]
+        if is_half(self.dtype) and out.flags.c_contiguous:   # one pass, no float32 temporary
+            none = np.empty(0, np.float32), np.empty(0, np.uint16)
+            base = (none[0], base.view(np.uint16)) if is_half(base.dtype) else (base, none[1])
+            half_rows.materialize_half(*base, np.ascontiguousarray(rows).view(np.uint16), *self._box_bits,
+                                       out.view(np.uint16), self.dtype == BFLOAT16)
+            return
+        np.add(base, rows, out=out, casting="unsafe")
         np.clip(out, *self._box, out=out)
 
     def _evaluate_rows(self, rows) -> np.ndarray:

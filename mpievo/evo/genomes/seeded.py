@@ -195,9 +195,21 @@ class SeededProblem(EncodedProblem):
     def materialize_into(self, rows: np.ndarray, out: np.ndarray) -> None:
         rows = np.asarray(rows, np.float64)
         layout = self.layout
-        kernels.materialize_rows(self.bases.array, rows[:, :layout.bases],
+        kernels.materialize_rows(self._float_bases(), rows[:, :layout.bases],
                                  rows[:, layout.bases:].reshape(len(rows), layout.terms, 3),
                                  self._scale, *self._box, out)
+
+    def _float_bases(self) -> np.ndarray:
+        """The bases as the recipe kernels read them: half-precision bases (a half model's
+        sources, kept in their dtype) widened once to a float32 copy of this process."""
+        bases = self.bases.array
+        if bases.dtype.itemsize != 2:
+            return bases
+        if getattr(self, "_widened", None) is None or self._widened[0] is not bases.base:
+            from ..half import widen_into
+
+            self._widened = (bases.base, widen_into(bases, np.empty(bases.shape, np.float32)))
+        return self._widened[1]
 
     def _evaluate_rows(self, rows: np.ndarray) -> np.ndarray:
         """User values of the genomes of ``rows``; on the GPU for a device problem: the
