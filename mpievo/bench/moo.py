@@ -171,7 +171,13 @@ def run_peer_defaults(pygmo, problem, seed: int, options: MooBenchOptions) -> di
 
 
 def pymoo_available() -> bool:
-    """Whether pymoo (the moo extra) can be imported, for :func:`run_pymoo_defaults`."""
+    """Whether pymoo (the moo extra) can be imported, for :func:`run_pymoo_defaults`.
+
+    Example::
+
+        if pymoo_available():
+            run = run_pymoo_defaults(moo_problem("zdt1"), 0, MooBenchOptions(defaults=True))
+    """
     try:
         import pymoo.algorithms.moo.nsga2  # noqa: F401
     except ImportError:
