@@ -304,11 +304,11 @@ def bench_moo(comm, options: MooBenchOptions, pygmo=None, log=print) -> list[dic
                        for a in options.algorithms]
             if pygmo is not None and comm.rank == 0 and options.defaults:
                 solvers.append(("pygmo nsga2", lambda: run_peer_defaults(pygmo, problem, seed, options)))
-            if options.defaults and options.peers and comm.rank == 0 and pymoo_available():
-                solvers.append(("pymoo nsga2", lambda: run_pymoo_defaults(problem, seed, options)))
             elif pygmo is not None and comm.rank == 0:
                 solvers += [(f"pygmo {peer}", lambda peer=peer: run_peer(pygmo, peer, problem, seed, options))
                             for peer in PEERS]
+            if options.defaults and options.peers and comm.rank == 0 and pymoo_available():
+                solvers.append(("pymoo nsga2", lambda: run_pymoo_defaults(problem, seed, options)))
             for solver, run in solvers:
                 start = time.perf_counter()
                 result = run()

@@ -55,7 +55,7 @@ def test_options_are_refused_with_what_was_expected(capsys):
         bm.parse_problem("sphere")
 
 
-def test_defaults_mode_leaves_both_sides_at_their_defaults():
+def test_defaults_mode_leaves_both_sides_at_their_defaults(monkeypatch):
     try:
         import pygmo
     except ImportError:
@@ -80,3 +80,7 @@ def test_defaults_mode_leaves_both_sides_at_their_defaults():
         assert "pymoo nsga2 median [min, max]" in table and "pymoo: NSGA2 at its defaults" in table
         assert ("mpievo nsga2 >= pygmo nsga2" in table) == (pygmo is not None)
         assert ("mpievo nsga2 >= pymoo nsga2" in table) == (pygmo is None)
+    monkeypatch.setattr(bm, "pymoo_available", lambda: False)   # without pymoo: pygmo's nsga2 at defaults only
+    options = bm.MooBenchOptions(problems=("dtlz2:2",), seeds=(0,), budget=400, islands=2, defaults=True)
+    rows = bm.bench_moo(SelfComm(), options, pygmo, log=lambda text: None)
+    assert [r["solver"] for r in rows] == ["mpievo nsga2"] + (["pygmo nsga2"] if pygmo else [])
