@@ -24,8 +24,10 @@ resident does not dominate it):
 defaults: mpievo's job gives only the islands, the budget, the seed, the problem (name and
 objectives) and ``engine.algorithm`` (population, batch, variation and migration: the
 library's defaults); pygmo runs ``nsga2`` at its defaults on ``islands`` populations of
-``population``, unconnected (an ``archipelago``'s default topology: no migration). The
-table then compares the medians (:func:`defaults_table`).
+``population``, unconnected (an ``archipelago``'s default topology: no migration); where
+pymoo is installed, its ``NSGA2`` at its defaults runs beside them the same way
+(:func:`run_pymoo_defaults`), the reference of mpievo's defaults. The table then compares
+the medians with pygmo's (:func:`defaults_table`).
 
 Checks (:class:`MooCheckError` otherwise): every final point is evaluated again and must
 give the objectives the solver reported, and no solver may pass the budget (pygmo's
@@ -168,6 +170,51 @@ def run_peer_defaults(pygmo, problem, seed: int, options: MooBenchOptions) -> di
             "evaluations": sum(int(p.problem.get_fevals()) for p in pops)}
 
 
+def pymoo_available() -> bool:
+    """Whether pymoo (the moo extra) can be imported, for :func:`run_pymoo_defaults`.
+
+    Example::
+
+        if pymoo_available():
+            run = run_pymoo_defaults(moo_problem("zdt1"), 0, MooBenchOptions(defaults=True))
+    """
+    try:
+        import pymoo.algorithms.moo.nsga2  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def run_pymoo_defaults(problem, seed: int, options: MooBenchOptions) -> dict:
+    """pymoo's ``NSGA2`` at its defaults (SBX 15 at 0.9, mutation 20 at 1/dim, duplicates
+    eliminated) with a population of ``population``, as ``islands`` independent runs of
+    ``budget // islands // population`` generations each (the initial one included), so
+    no run passes its share of the budget.
+
+    Example::
+
+        run = run_pymoo_defaults(moo_problem("zdt1"), 0, MooBenchOptions(defaults=True))
+    """
+    from pymoo.algorithms.moo.nsga2 import NSGA2
+    from pymoo.core.problem import Problem
+    from pymoo.optimize import minimize
+
+    class _Problem(Problem):
+        def __init__(self):
+            super().__init__(n_var=problem.dim, n_obj=problem.n_obj,
+                             xl=np.asarray(problem.lower, np.float64), xu=np.asarray(problem.upper, np.float64))
+
+        def _evaluate(self, x, out, *args, **kwargs):
+            out["F"] = problem(np.asarray(x, dtype=np.float64))
+
+    size, n = options.population, options.islands
+    runs = [minimize(_Problem(), NSGA2(pop_size=size), ("n_gen", options.budget // n // size), seed=seed * n + i)
+            for i in range(n)]
+    return {"points": np.concatenate([r.pop.get("F") for r in runs]),
+            "genomes": np.concatenate([r.pop.get("X") for r in runs]),
+            "evaluations": sum(int(r.algorithm.evaluator.n_eval) for r in runs)}
+
+
 class _PygmoProblem:
     """pygmo's view of a built-in problem (pygmo counts the evaluations of each population's copy)."""
 
@@ -260,6 +307,8 @@ def bench_moo(comm, options: MooBenchOptions, pygmo=None, log=print) -> list[dic
             elif pygmo is not None and comm.rank == 0:
                 solvers += [(f"pygmo {peer}", lambda peer=peer: run_peer(pygmo, peer, problem, seed, options))
                             for peer in PEERS]
+            if options.defaults and options.peers and comm.rank == 0 and pymoo_available():
+                solvers.append(("pymoo nsga2", lambda: run_pymoo_defaults(problem, seed, options)))
             for solver, run in solvers:
                 start = time.perf_counter()
                 result = run()
@@ -334,7 +383,7 @@ def defaults_table(rows: list[dict], options: MooBenchOptions) -> str:
         print(defaults_table(bench_moo(comm, options, pygmo), options))
     """
     ours, peers, grouped = _grouped(rows)
-    peer = peers[0] if peers else None
+    peer = "pygmo nsga2" if "pygmo nsga2" in peers else (peers[0] if peers else None)
     head = ["problem", "m", "dim"] + [f"{s} median [min, max]" for s in ours + peers]
     head += [f"{s} >= {peer}" for s in ours if peer]
     body, wins = [], dict.fromkeys(ours, 0)
@@ -344,10 +393,12 @@ def defaults_table(rows: list[dict], options: MooBenchOptions) -> str:
         body.append(cells)
     conditions = (f"at defaults: {options.budget} evaluations per run over {options.islands} islands, seeds "
                   f"{list(options.seeds)}; mpievo: only engine.algorithm, run.islands, run.budget and the "
-                  f"problem given (population, batch, variation, ring migration: the library's defaults); "
-                  f"pygmo: nsga2() at its defaults, {options.islands} unconnected islands (an archipelago's "
-                  f"default topology) of {options.population}; hypervolume (moocore) of all islands' "
-                  f"non-dominated points at 1.1 x the true front's nadir")
+                  f"problem given (population, batch, variation, ring migration: the library's defaults)"
+                  + ("" if "pygmo nsga2" not in peers else f"; pygmo: nsga2() at its defaults, {options.islands} "
+                     f"unconnected islands (an archipelago's default topology) of {options.population}")
+                  + ("" if "pymoo nsga2" not in peers else f"; pymoo: NSGA2 at its defaults, {options.islands} "
+                     f"independent runs of {options.population}")
+                  + "; hypervolume (moocore) of all islands' non-dominated points at 1.1 x the true front's nadir")
     for s in ours if peer else ():
         conditions += f"; {s}'s median >= {peer}'s median on {wins[s]} of {len(grouped)} problems"
     return _markdown(head, body, conditions)

@@ -55,16 +55,20 @@ def test_options_are_refused_with_what_was_expected(capsys):
         bm.parse_problem("sphere")
 
 
-def test_defaults_mode_leaves_both_sides_at_their_defaults():
+def test_defaults_mode_leaves_both_sides_at_their_defaults(monkeypatch):
     try:
         import pygmo
     except ImportError:
         pygmo = None
     options = bm.MooBenchOptions(problems=("zdt1", "dtlz2:2"), seeds=(0, 1), budget=600, islands=2, defaults=True)
     rows = bm.bench_moo(SelfComm(), options, pygmo, log=lambda text: None)
-    assert {r["solver"] for r in rows} == {"mpievo nsga2"} | ({"pygmo nsga2"} if pygmo else set())
-    for row in rows:     # 2 islands of 100 (both sides' population) and 2 generations of 100 each
-        assert row["evaluations"] == 600 and row["dim"] == (30 if row["problem"] == "zdt1" else 11)
+    pymoo = bm.pymoo_available()
+    assert {r["solver"] for r in rows} == ({"mpievo nsga2"} | ({"pygmo nsga2"} if pygmo else set())
+                                           | ({"pymoo nsga2"} if pymoo else set()))
+    for row in rows:     # 2 islands of 100 (every side's population) and 2 generations of 100 each
+        assert row["dim"] == (30 if row["problem"] == "zdt1" else 11)
+        # pymoo: 3 generations of at most 100 (it drops duplicate children before evaluating them)
+        assert 500 < row["evaluations"] <= 600 if row["solver"] == "pymoo nsga2" else row["evaluations"] == 600
     table = bm.defaults_table(rows, options)
     assert "| zdt1 | 2 | 30 | " in table and "only engine.algorithm, run.islands, run.budget" in table
     if pygmo is not None:
@@ -72,3 +76,11 @@ def test_defaults_mode_leaves_both_sides_at_their_defaults():
                    >= np.median([r["hypervolume"] for r in rows if r["problem"] == p and r["solver"] == "pygmo nsga2"])
                    for p in options.problems)
         assert f"mpievo nsga2's median >= pygmo nsga2's median on {wins} of 2 problems" in table
+    if pymoo:             # pymoo's column beside pygmo's; pygmo's (or, without it, pymoo's) is the one compared
+        assert "pymoo nsga2 median [min, max]" in table and "pymoo: NSGA2 at its defaults" in table
+        assert ("mpievo nsga2 >= pygmo nsga2" in table) == (pygmo is not None)
+        assert ("mpievo nsga2 >= pymoo nsga2" in table) == (pygmo is None)
+    monkeypatch.setattr(bm, "pymoo_available", lambda: False)   # without pymoo: pygmo's nsga2 at defaults only
+    options = bm.MooBenchOptions(problems=("dtlz2:2",), seeds=(0,), budget=400, islands=2, defaults=True)
+    rows = bm.bench_moo(SelfComm(), options, pygmo, log=lambda text: None)
+    assert [r["solver"] for r in rows] == ["mpievo nsga2"] + (["pygmo nsga2"] if pygmo else [])
