@@ -60,7 +60,8 @@ def main(argv=None) -> int:
     problem = recipe_problem(zoo)
     problem.zoo_splits = zoo.splits
     arms = {"full": (args.budget, 1.0), "fidelity, same budget": (args.budget, args.sample),
-            f"fidelity, budget / {args.divisor}": (args.budget // args.divisor, args.sample)}
+            f"fidelity, budget / {args.divisor}": (args.budget // args.divisor, args.sample),
+            f"full, budget / {args.divisor}": (args.budget // args.divisor, 1.0)}
     table = {name: [] for name in arms}
     for seed in args.seeds:
         for name, (budget, sample) in arms.items():
