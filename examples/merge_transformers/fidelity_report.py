@@ -53,9 +53,10 @@ def main(argv=None) -> int:
     parser.add_argument("--sample", type=float, default=0.125, help="problem.fidelity_sample")
     parser.add_argument("--margin", type=float, default=0.05, help="problem.fidelity_margin")
     parser.add_argument("--capacity", type=int, default=16, help="engine.capacity (the archive whose worst screens)")
+    parser.add_argument("--algorithm", default="cmaes", help="engine.algorithm (ga: batch_size = cma_popsize)")
     parser.add_argument("--divisor", type=int, default=3, help="the cheap runs' smaller budget: budget / this")
     args = parser.parse_args(argv)
-    CONFIG["engine"]["capacity"] = args.capacity
+    CONFIG["engine"].update(capacity=args.capacity, algorithm=args.algorithm, batch_size=8)
     zoo = default_zoo()
     problem = recipe_problem(zoo)
     problem.zoo_splits = zoo.splits
@@ -70,7 +71,7 @@ def main(argv=None) -> int:
             print(f"seed {seed}  {name:24s} cost {row['cost']:5d}  children {row['children']:5d}  "
                   f"validation {row['validation']:.4f}  test {row['test']:.4f}", flush=True)
     print(f"\nmedians over seeds {args.seeds} (sample {args.sample}, margin {args.margin}, "
-          f"capacity {args.capacity}): | run | cost units | test mean | validation |")
+          f"capacity {args.capacity}, {args.algorithm}): | run | cost units | test mean | validation |")
     for name, rows in table.items():
         print(f"| {name} | {np.median([r['cost'] for r in rows]):.0f} | "
               f"{np.median([r['test'] for r in rows]):.4f} | {np.median([r['validation'] for r in rows]):.4f} |")
