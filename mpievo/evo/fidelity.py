@@ -163,7 +163,9 @@ def screened_step(island, generation: int, limit: int | None) -> int:
     spent = m * fidelity.sample_rows
     chosen = screen(cheap, worst, fidelity, None if budget is None else budget - spent)
     told = np.maximum(cheap, worst + fidelity.margin)     # the cheap score itself where screened out
-    scored, bad_full = sanitized_values(island.evaluate(genomes[chosen]), 1, problem.name, len(chosen))
+    scored, bad_full = np.empty(0), 0              # no full score: nothing to call
+    if len(chosen):
+        scored, bad_full = sanitized_values(island.evaluate(genomes[chosen]), 1, problem.name, len(chosen))
     told[chosen] = scored
     island._spend(len(chosen), spent)
     island.nonfinite += bad + bad_full

@@ -65,6 +65,18 @@ def test_a_child_that_would_enter_the_archive_is_always_fully_scored(algorithm, 
     assert screened_out > 20        # the screen did work: children that cost a sample only
 
 
+def test_a_generation_all_screened_out_costs_its_samples_only():
+    island = island_of("ga", 6)
+    island.initialize()
+    before = island.archive.fitness.copy()
+    island.problem.evaluate_rows = lambda genomes, rows: np.full(len(genomes), 1e9)   # every child hopeless
+    island.problem.full_log.clear()
+    island.step(1)
+    assert not island.problem.full_log                      # no full score, not even an empty call
+    assert np.array_equal(island.archive.fitness, before)
+    assert island.fidelity_rows == 8 * 64 + 12 * 8          # 8 initial full scores, 12 samples of 8 rows
+
+
 def test_the_budget_counts_cost_and_is_never_exceeded():
     budget, rows = 120, 64
     problem = with_fidelity(rows_problem(rows=rows), 0.125, 2 * NOISE)
