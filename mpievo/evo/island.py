@@ -15,7 +15,8 @@ The parallel layer drives islands through this API only::
 Budgets: ``island.step(g, limit=k)`` evaluates at most ``k`` children (the last,
 partial batch of an evaluation budget); :mod:`.island_sizes` tells from the settings
 alone how many evaluations an island starts with and takes per step, so every rank can
-plan every island's share.
+plan every island's share. A problem with fidelity (:mod:`.fidelity`) is stepped in two
+stages and counted in cost units (a full score 1, a sample score its fraction).
 
 Determinism: generation ``g`` of island ``i`` draws only from
 ``stream(seed, i, g, purpose)``, so a run's result depends on the seed, the
@@ -311,7 +312,8 @@ class Island:
 
         Args:
             generation: the generation to run (after the last one).
-            limit: evaluate at most this many children (>= 1; default: the whole batch).
+            limit: evaluate at most this many children (>= 1; default: the whole batch);
+                with fidelity, spend at most this many cost units.
         """
         if self.fidelity is not None:
             return screened_step(self, generation, limit)
