@@ -29,7 +29,7 @@ CONFIG = {"run": {"islands": 4, "scheme": "island", "log_every": 10_000},
           "migration": {"topology": "ring", "interval": 10, "emigrants": 1}}
 
 
-def run(problem, budget: int, seed: int, sample: float, margin: float) -> dict:
+def run(problem, splits, budget: int, seed: int, sample: float, margin: float) -> dict:
     """One search: its cost (cost units), children cheaply scored, and the best merge's test mean."""
     searched = with_fidelity(problem, sample, margin)
     cheap = [0]
@@ -43,7 +43,7 @@ def run(problem, budget: int, seed: int, sample: float, margin: float) -> dict:
     result = mpievo.minimize(searched, config=CONFIG, budget=budget, seed=seed, comm=SelfComm())
     problem.materialize(result.x)
     return {"cost": int(result.nfev), "children": cheap[0], "validation": float(result.fun),
-            "test": task_scores(problem.model, problem.zoo_splits, "test")["mean"]}
+            "test": task_scores(problem.model, splits, "test")["mean"]}
 
 
 def main(argv=None) -> int:
@@ -59,14 +59,13 @@ def main(argv=None) -> int:
     CONFIG["engine"].update(capacity=args.capacity, algorithm=args.algorithm, batch_size=8)
     zoo = default_zoo()
     problem = recipe_problem(zoo)
-    problem.zoo_splits = zoo.splits
     arms = {"full": (args.budget, 1.0), "fidelity, same budget": (args.budget, args.sample),
             f"fidelity, budget / {args.divisor}": (args.budget // args.divisor, args.sample),
             f"full, budget / {args.divisor}": (args.budget // args.divisor, 1.0)}
     table = {name: [] for name in arms}
     for seed in args.seeds:
         for name, (budget, sample) in arms.items():
-            row = run(problem, budget, seed, sample, args.margin)
+            row = run(problem, zoo.splits, budget, seed, sample, args.margin)
             table[name].append(row)
             print(f"seed {seed}  {name:24s} cost {row['cost']:5d}  children {row['children']:5d}  "
                   f"validation {row['validation']:.4f}  test {row['test']:.4f}", flush=True)
