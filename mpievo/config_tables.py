@@ -197,6 +197,13 @@ class ProblemConfig(Settings):
     reference_point: Any = setting(None, optional(list_of(number(-1e300, 1e300))),
                                    "several objectives: the point hypervolumes are measured to (n_obj "
                                    "numbers); default: a built-in's, none for a user function")
+    fidelity_sample: float = setting(1.0, number(0.0, 1.0, open_low=True),
+                                     "cheaper fitness: the fraction of the data rows a child is scored on first "
+                                     "(a problem with fidelity_rows and evaluate_rows; scheme island); 1: full "
+                                     "scores only (see mpievo.evo.fidelity)")
+    fidelity_margin: float = setting(0.0, number(0.0, 1e300),
+                                     "cheaper fitness: a child is scored fully when its sample score is at most "
+                                     "the archive's worst plus this (fitness units)")
     bases: Any = setting(None, optional(text),
                          "delta/seeded genomes: a .npy file of the base models, shape (count, dim) or "
                          "(dim,), loaded once per node; none: the problem object's own")

@@ -36,8 +36,8 @@ import numpy as np
 from data import TASKS
 from zoo import SPECS, Zoo, new_model
 from mpievo.evo.moo import MultiObjectiveProblem
-from mpievo.torch import FlatParameters, ModelProblem, RecipeProblem, hf_bases
-from scoring import fitness, task_scores
+from mpievo.torch import FlatParameters, ModelProblem, RecipeProblem, hf_bases, row_scores
+from scoring import fitness, fitness_rows, task_scores
 
 #: box of every weight of a whole-weight genome (the models' weights lie well inside)
 WEIGHT_BOX = 8.0
@@ -69,9 +69,12 @@ def _evaluate(zoo: Zoo):
 def recipe_problem(zoo: Zoo) -> RecipeProblem:
     """Layer-wise task arithmetic of the experts over the base (module docstring)."""
     flat = FlatParameters(new_model(zoo.spec))      # architecture only: the merges overwrite it
-    return RecipeProblem(flat, _evaluate(zoo), sources(zoo, flat), base=0, method="task_arithmetic", lam=1.0,
-                         group_by=block_half, start="average",
-                         name="transformer merge: layer-wise task arithmetic")
+    problem = RecipeProblem(flat, _evaluate(zoo), sources(zoo, flat), base=0, method="task_arithmetic", lam=1.0,
+                            group_by=block_half, start="average",
+                            name="transformer merge: layer-wise task arithmetic")
+    # cheaper fitness (problem.fidelity_sample): the same fitness on some validation lines of each task
+    return row_scores(problem, lambda model, rows: fitness_rows(model, zoo.splits, rows),
+                      rows=min(len(zoo.splits[task].validation) for task in TASKS))
 
 
 def whole_weight_problem(zoo: Zoo, noise: float = 0.002) -> ModelProblem:

@@ -41,3 +41,14 @@ def fitness(model, splits: dict, split: str = "validation") -> float:
     ``LOGP_WEIGHT`` times the mean answer log-probability."""
     values = [answer_hits(model, getattr(splits[task], split)) for task in TASKS]
     return float(np.mean([hits.mean() + LOGP_WEIGHT * logp.mean() for hits, logp in values]))
+
+
+def fitness_rows(model, splits: dict, rows, split: str = "validation") -> float:
+    """:func:`fitness` on the lines ``rows`` (indices) of each task's ``split`` only: the
+    cheap score of ``problem.fidelity_sample`` (the full fitness where ``rows`` is all)."""
+    values = []
+    for task in TASKS:
+        batch = getattr(splits[task], split)
+        hits, logp = answer_hits(model, Batch(batch.ids[rows], batch.answer_mask[rows]))
+        values.append(hits.mean() + LOGP_WEIGHT * logp.mean())
+    return float(np.mean(values))

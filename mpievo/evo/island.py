@@ -15,7 +15,8 @@ The parallel layer drives islands through this API only::
 Budgets: ``island.step(g, limit=k)`` evaluates at most ``k`` children (the last,
 partial batch of an evaluation budget); :mod:`.island_sizes` tells from the settings
 alone how many evaluations an island starts with and takes per step, so every rank can
-plan every island's share.
+plan every island's share. A problem with fidelity (:mod:`.fidelity`) is stepped in two
+stages and counted in cost units (a full score 1, a sample score its fraction).
 
 Determinism: generation ``g`` of island ``i`` draws only from
 ``stream(seed, i, g, purpose)``, so a run's result depends on the seed, the
@@ -35,6 +36,7 @@ import numpy as np
 from mpievo.kernels import operators as kernels
 from .algorithms.base import make_algorithm
 from . import device, genomes, half
+from .fidelity import fidelity_of, screened_step
 from .archive import Archive, first_id, make_ids
 from .engine_config import EngineConfig
 from .island_sizes import initial_population
@@ -117,6 +119,11 @@ class Island:
                                      genomes.row_dtype(self.problem, self.config.dtype),
                                      unique=self.config.unique, island=self.index,
                                      limit=initial_population(self.config), **extra)
+        self.fidelity = fidelity_of(problem)    # two-stage scoring (mpievo.evo.fidelity), or None
+        if self.fidelity is not None and (self.on_device or encoded is not None or self.n_obj > 1):
+            raise ValueError(f"problem.fidelity_sample: expected dense host genomes of one objective, got "
+                             f"genome {self.config.genome!r} on device {self.config.device!r}, {self.n_obj} objectives")
+        self.fidelity_rows = 0        # rows scored (fidelity only): evaluations = ceil(rows / N)
         self.algorithm = make_algorithm(spec, self.config)
         check_algorithm_objectives(self.algorithm, self.problem, self.n_obj)
         self.generation = -1          # last completed generation; -1 before initialize()
@@ -151,9 +158,18 @@ class Island:
     def _count(self, fitness) -> np.ndarray:
         """Evaluated ``fitness`` sanitised and counted (evaluations, non-finite values)."""
         fitness, bad = sanitized_values(fitness, self.n_obj, self.problem.name)
-        self.evaluations += len(fitness)
+        self._spend(len(fitness))
         self.nonfinite += bad
         return fitness
+
+    def _spend(self, full: int, sample_rows: int = 0) -> None:
+        """Count ``full`` full scores and ``sample_rows`` rows of cheap ones: in calls, or
+        with fidelity in cost units (``ceil(rows / N)``, exact in rows)."""
+        if self.fidelity is None:
+            self.evaluations += full
+            return
+        self.fidelity_rows += full * self.fidelity.rows + sample_rows
+        self.evaluations = -(-self.fidelity_rows // self.fidelity.rows)
 
     def _new_ids(self, count: int) -> np.ndarray:
         ids = make_ids(self.index, self._next_id, count)
@@ -263,18 +279,28 @@ class Island:
             raise ValueError(f"expected evaluated to be an int in [1, {size}], got {evaluated!r}")
         fitness, bad = sanitized_values(fitness, self.n_obj, self.problem.name, n)
         self._pending = None
-        self.evaluations += n
+        self._spend(n)
         self.nonfinite += bad
-        told = fitness if n == size else np.concatenate([fitness, np.full((size - n,) + fitness.shape[1:], np.inf)])
+        return self._settle(generation, genomes, fitness, genomes[:n], fitness)
+
+    def _settle(self, generation: int, genomes, told, rows, fitness) -> int:
+        """The algorithm told ``told`` for its batch ``genomes`` (the unevaluated rest +inf),
+        the archive offered ``rows`` of ``fitness``; returns the children that entered."""
+        size, n = genomes.shape[0], len(fitness)
+        if len(told) < size:
+            told = np.concatenate([told, np.full((size - len(told),) + told.shape[1:], np.inf)])
         self.algorithm.tell(genomes, told)
         # validated once: the rows by ask, the fitness above
-        if self.archive.merges_in_one_call:
+        if n == 0:
+            entered = 0
+            before = after = self.best_internal()
+        elif self.archive.merges_in_one_call:
             entered, before, after = self.archive.insert_children(
-                genomes[:n], fitness, first_id(self.index, self._next_id, n), generation)
+                rows, fitness, first_id(self.index, self._next_id, n), generation)
             self._next_id += n
         else:
             before = self.best_internal()
-            result = self.archive.insert_rows(genomes[:n], fitness, self._new_ids(n), self.index, generation)
+            result = self.archive.insert_rows(rows, fitness, self._new_ids(n), self.index, generation)
             entered, after = len(result.entered), self.best_internal()
         self.stalled = 0 if after < before else self.stalled + 1
         self.children_accepted += entered
@@ -286,8 +312,11 @@ class Island:
 
         Args:
             generation: the generation to run (after the last one).
-            limit: evaluate at most this many children (>= 1; default: the whole batch).
+            limit: evaluate at most this many children (>= 1; default: the whole batch);
+                with fidelity, spend at most this many cost units.
         """
+        if self.fidelity is not None:
+            return screened_step(self, generation, limit)
         genomes = self.ask(generation)
         n = genomes.shape[0] if limit is None else min(limit, genomes.shape[0])
         return self.tell(self.evaluate(genomes[:n]), evaluated=n)
@@ -459,7 +488,8 @@ class Island:
         state = {
             "format": STATE_FORMAT,
             "island": {"index": self.index, "seed": self.seed, "dim": self.problem.dim,
-                       "next_id": self._next_id, **self.counters(), "stalled": self.stalled},
+                       "next_id": self._next_id, **self.counters(), "stalled": self.stalled,
+                       "fidelity_rows": self.fidelity_rows},
             "algorithm": {"name": str(self.algorithm.name), "state": self.algorithm.state_dict()},
         }
         encoded = genomes.encoding_of(self.problem)
@@ -497,4 +527,5 @@ class Island:
             setattr(self, key, int(island[key]))
         self._next_id = int(island["next_id"])
         self.stalled = int(island.get("stalled", 0))    # states from before the count: 0
+        self.fidelity_rows = int(island.get("fidelity_rows", 0))
         self._pending = None

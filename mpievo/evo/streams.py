@@ -29,6 +29,7 @@ PURPOSES = MappingProxyType({
     "immigrate": 4,   # immigration policies that draw
     "problem": 5,     # shift and rotation of built-in problems
     "topology": 6,    # for the parallel layer: random migration partners
+    "fidelity": 7,    # the rows of a generation's cheap scores (mpievo.evo.fidelity)
 })
 
 

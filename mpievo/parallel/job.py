@@ -24,6 +24,7 @@ import numpy as np
 
 from ..config import ProblemConfig
 from ..evo import genomes
+from ..evo.fidelity import fidelity_of, with_fidelity
 from ..evo.genomes import BaseModels
 from ..evo.moo.problems import MultiObjectiveProblem, moo_problem
 from ..evo.problem_wrappers import RowFitness, TimeLimitedFitness
@@ -52,7 +53,7 @@ def build_problem(problem: ProblemConfig | Problem, stack: contextlib.ExitStack 
     if problem.bases is not None:
         built = copy.copy(built)          # a problem object named by the job stays as it is
         built.bases = BaseModels(problem.bases)
-    return built
+    return with_fidelity(built, problem.fidelity_sample, problem.fidelity_margin)
 
 
 def _problem_of_table(problem: ProblemConfig, stack: contextlib.ExitStack | None) -> Problem:
@@ -112,8 +113,13 @@ def build_scheme(comm, job, problem: Problem | None = None) -> Scheme:
     problem = job_problem(job, build_problem(job.problem) if problem is None else problem)
     common = dict(seed=job.run.seed, policy=job.policy, schedule=job.schedule, budget=job.run.budget)
     if job.run.scheme == "master_worker" and comm.size > 1:
+        if fidelity_of(problem) is not None:
+            raise ValueError("problem.fidelity_sample: expected run.scheme 'island', got 'master_worker'")
         return MasterWorkerScheme(comm, problem, job.engines, **common)
     layout = scheme_layout(comm, job.run)
+    if fidelity_of(problem) is not None and not layout.trivial:
+        raise ValueError(f"problem.fidelity_sample: expected run.scheme 'island' (one rank per island group), "
+                         f"got {job.run.scheme!r}")
     if layout.trivial:      # one rank per group: the plain island model
         return IslandScheme(comm, problem, job.engines, leader_rate=job.run.leader_rate,
                             leader_rate_final=job.run.leader_rate_final,

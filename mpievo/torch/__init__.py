@@ -32,3 +32,8 @@ __all__ = ["CudaView", "FlatParameters", "ModelProblem", "RecipeProblem", "Recip
 from .merge import breadcrumbs, della, model_stock, passthrough  # noqa: E402
 
 __all__ += ["breadcrumbs", "della", "model_stock", "passthrough"]
+
+# cheaper fitness: scores on rows of the validation data (mpievo.evo.fidelity; merging guide, "Cheaper fitness")
+from .fidelity import row_scores  # noqa: E402
+
+__all__ += ["row_scores"]

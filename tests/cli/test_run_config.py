@@ -75,8 +75,8 @@ def test_all_problems_are_reported_at_once_path_first():
         "'log_every', 'memory_check', 'ranks_per_island', 'scheme', 'seed', 'target'], got an unknown key",
         "run.seed: expected an int >= 0, got -1",
         "run.generations: expected an int >= 1, got str 'many'",
-        "problem.dimension: expected a key among ['bases', 'batched', 'dim', 'lower', 'maximize', 'n_obj', 'name', "
-        "'reference_point', 'rotate', 'seed', 'shift', 'time_limit', 'time_limit_method', 'upper'], got an unknown key",
+        "problem.dimension: expected a key among ['bases', 'batched', 'dim', 'fidelity_margin', 'fidelity_sample', "
+        "'lower', 'maximize', 'n_obj', 'name', 'reference_point', 'rotate', 'seed', 'shift', 'time_limit', 'time_limit_method', 'upper'], got an unknown key",
         "migration.topology: expected one of ['ring', 'bidirectional_ring', 'torus', 'fully_connected', "
         "'random', 'graph', 'unconnected'], got str 'star'",
         "migration.adaptive.enabled: expected true or false, got str 'yes'",
