@@ -85,8 +85,9 @@ def test_an_occupied_directory_and_a_changed_seed_are_refused(tmp_path):
 
 @pytest.mark.mpi(min_size=2)
 def test_on_two_ranks_run_and_resume_give_the_one_process_run(world, tmp_path, mpi_tmp_path):
-    one = mpievo.run(SMALL, out=tmp_path / "one", overrides={"run.generations": 10}, comm=SelfComm())
-    first = mpievo.run(SMALL, out=mpi_tmp_path / "run")           # COMM_WORLD under the launcher
+    job = {**SMALL, "run": {**SMALL["run"], "islands": 4}}        # an island per rank at -n 2 and -n 4
+    one = mpievo.run(job, out=tmp_path / "one", overrides={"run.generations": 10}, comm=SelfComm())
+    first = mpievo.run(job, out=mpi_tmp_path / "run")             # COMM_WORLD under the launcher
     resumed = mpievo.resume(mpi_tmp_path / "run", overrides={"run.generations": 10})
     ok = first.summary["ranks"] == world.size and _same(resumed, one)
     all_ranks_agree(world, ok, f"{resumed} against {one}")
