@@ -148,7 +148,7 @@ def test_a_half_delta_device_island_is_the_host_island_bit_for_bit(monkeypatch, 
     assert runs[0] == runs[1]
 
 
-def test_half_delta_genomes_want_float32_bases():
+def test_half_delta_genomes_want_float32_or_half_bases():
     problem = Problem(_fitness, 4, -1.0, 1.0, bases=np.zeros((1, 4)))
-    with pytest.raises(ValueError, match="expected float32 base models .*, got float64"):
+    with pytest.raises(ValueError, match="expected float32 or bfloat16 base models .*, got float64"):
         Island(0, problem, EngineConfig(dtype="bfloat16", genome="delta"), seed=0)
