@@ -145,7 +145,8 @@ def test_user_function_from_the_command_line(tmp_path, monkeypatch, capsys):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["config"]["problem"] == {"name": "mymod:f", "dim": 5, "shift": False, "rotate": False,
                                             "seed": 0, "lower": -1.0, "upper": 1.0, "maximize": False,
-                                            "batched": True, "time_limit": 0.0, "time_limit_method": "process", "n_obj": 1}
+                                            "batched": True, "time_limit": 0.0, "time_limit_method": "process", "n_obj": 1,
+                                            "fidelity_sample": 1.0, "fidelity_margin": 0.0}
     genome = summary["best_genome"]
     assert len(genome) == 5 and all(-1 <= g <= 1 for g in genome)
     assert summary["best_fitness"] == pytest.approx(sum(g * g for g in genome), rel=1e-5)
