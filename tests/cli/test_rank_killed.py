@@ -1,5 +1,6 @@
 """A rank killed with SIGKILL ends the job promptly, and the run resumes from its last
-checkpoint losing at most one checkpoint interval (serial test driving mpiexec)."""
+checkpoint losing less than two checkpoint intervals: with background writes (the default)
+the checkpoint being written when the rank dies is not usable yet (serial test driving mpiexec)."""
 
 from __future__ import annotations
 
@@ -56,7 +57,7 @@ def last_logged_generation(out: Path) -> int:
 
 
 @pytest.mark.skipif(not Path("/proc").exists(), reason="needs /proc to find the rank processes")
-def test_sigkill_of_one_rank_ends_job_and_resume_loses_at_most_one_interval(tmp_path):
+def test_sigkill_of_one_rank_ends_job_and_resume_loses_less_than_two_intervals(tmp_path):
     out = tmp_path / "run"
     job = subprocess.Popen([MPIEVO, "launch", "-n", "2", "--", "mpievo", "run", "--out", str(out),
                             "--generations", "1000000", *COMMON],
@@ -81,7 +82,9 @@ def test_sigkill_of_one_rank_ends_job_and_resume_loses_at_most_one_interval(tmp_
     assert ended_after < 30
     saved = latest_checkpoint_generation(out)
     reached = last_logged_generation(out)
-    assert reached - saved <= INTERVAL, f"checkpoint {saved} lags the run ({reached}) by more than one interval"
+    # checkpoint g is published once written; g + INTERVAL waits for it, so the newest usable one
+    # is at most the one before the checkpoint in flight
+    assert reached - saved < 2 * INTERVAL, f"checkpoint {saved} lags the run ({reached}) by two intervals or more"
 
     target = saved + 10
     resumed = subprocess.run([MPIEVO, "launch", "-n", "2", "--", "mpievo", "run", "--resume", str(out),

@@ -51,10 +51,14 @@ def test_ctrl_c_to_one_rank_checkpoints_every_rank(tmp_path):
                                                                                      interrupted_at)
 
 
-def test_a_second_ctrl_c_aborts_at_once_and_keeps_the_previous_checkpoint(tmp_path):
+def test_a_second_ctrl_c_aborts_at_once_and_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
     out = tmp_path / "run"
-    # checkpoints of a 20000-gene job every generation: the second Ctrl-C often lands in a write
-    job = start(out, 2, "--checkpoint-every", "1", "--dim", "20000")
+    # a generation of about a second (a sleeping fitness): the second Ctrl-C comes while the ranks
+    # still finish the generation the first one stopped, whatever the speed of the checkpoint writes
+    (tmp_path / "slow_fitness.py").write_text(
+        "import time\ndef f(X):\n    time.sleep(0.5)\n    return (X * X).sum(axis=1)\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])))
+    job = start(out, 2, "--checkpoint-every", "1", "--problem", "slow_fitness:f", "--lower", "-1", "--upper", "1")
     wait_until(lambda: (out / "checkpoints" / "manifest.json").exists(), job)
     send(job.pid, signal.SIGINT)
     time.sleep(0.5)     # two signals at once are one: the second must come after the first was handled
