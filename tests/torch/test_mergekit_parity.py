@@ -1,11 +1,11 @@
 """`mpievo merge` against mergekit's own `mergekit-yaml` on tiny GPT-2 and Llama models.
 
 Runs only where mergekit is installed in a virtual environment of its own (it pulls
-transformers >= 5): set ``MERGEKIT_YAML`` to its ``mergekit-yaml`` (default
-``/tmp/mk-venv/bin/mergekit-yaml``), e.g.::
+transformers >= 5): set ``MERGEKIT_YAML`` to its ``mergekit-yaml`` (unset: skipped, so
+a mergekit left on a machine does not add minutes to CI), e.g.::
 
     python3 -m venv /tmp/mk-venv && /tmp/mk-venv/bin/pip install torch==2.13.0 mergekit
-    python -m pytest -q tests/torch/test_mergekit_parity.py
+    MERGEKIT_YAML=/tmp/mk-venv/bin/mergekit-yaml python -m pytest -q tests/torch/test_mergekit_parity.py
 
 Deterministic methods must agree within the dtype's rounding. DARE and DELLA draw their
 masks from different generators in the two tools, so for them one source is merged and
@@ -32,8 +32,8 @@ from mpievo.torch import merge_methods as mm  # noqa: E402
 from mpievo.torch.mergekit_apply import apply_config  # noqa: E402
 from mpievo.torch.mergekit_config import parse_config  # noqa: E402
 
-MERGEKIT = Path(os.environ.get("MERGEKIT_YAML", "/tmp/mk-venv/bin/mergekit-yaml"))
-pytestmark = pytest.mark.skipif(not MERGEKIT.is_file(), reason=f"mergekit not installed ({MERGEKIT})")
+MERGEKIT = Path(os.environ.get("MERGEKIT_YAML", ""))
+pytestmark = pytest.mark.skipif(not MERGEKIT.is_file(), reason="MERGEKIT_YAML names no mergekit-yaml")
 
 DETERMINISTIC = {
     "linear": "models:\n{models_w}",
