@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .run import CHECKPOINT_SUBDIR
+from ..jobs import CHECKPOINT_SUBDIR
 
 HELP = "summarise a run's checkpoints (checkpoints, islands, best fitness) and verify their checksums"
 

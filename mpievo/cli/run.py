@@ -23,7 +23,6 @@ import math
 import sys
 from pathlib import Path
 
-from ..jobs import CHECKPOINT_SUBDIR  # noqa: F401 (the run's layout, for callers)
 
 HELP = "run an island-model optimisation (a TOML job config, or the built-in default job)"
 EXIT_CONFIG_ERROR = 2

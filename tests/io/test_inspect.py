@@ -13,7 +13,7 @@ from io_helpers import flip_data_byte, make_island
 
 from mpievo.cli.inspect import EXIT_BROKEN_PIPE
 from mpievo.cli.main import main as mpievo_main
-from mpievo.cli.run import CHECKPOINT_SUBDIR
+from mpievo.jobs import CHECKPOINT_SUBDIR
 from mpievo.io import Checkpointer, load_latest
 
 MPIEVO = str(Path(sys.executable).parent / "mpievo")
