@@ -86,6 +86,43 @@ def _as_bound(value, dim: int, name: str) -> np.ndarray:
     return arr
 
 
+def integer_genes(integer, dim: int, lower, upper) -> np.ndarray | None:
+    """The sorted indices of a problem's integer genes (None: none), from a (dim,) bool
+    mask or gene indices; their bounds must be integers.
+
+    Raises:
+        ValueError: another shape, an index outside ``[0, dim)``, or a fractional bound
+            of an integer gene (named).
+
+    Example::
+
+        integer_genes([True, False, True], 3, 0.0, [1.0, 0.5, 4.0])    # array([0, 2])
+    """
+    if integer is None:
+        return None
+    arr = np.asarray(integer)
+    if arr.dtype == bool:
+        if arr.shape != (dim,):
+            raise ValueError(f"integer: expected a bool mask of shape ({dim},) or gene indices, got shape {arr.shape}")
+        arr = np.flatnonzero(arr)
+    elif arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
+        raise ValueError(f"integer: expected a bool mask of shape ({dim},) or int gene indices, "
+                         f"got {arr.dtype} of shape {arr.shape}")
+    columns = np.unique(arr.astype(np.int64))
+    if columns.size and (columns[0] < 0 or columns[-1] >= dim):
+        raise ValueError(f"integer: expected gene indices in [0, {dim}), got {columns[0] if columns[0] < 0 else columns[-1]}")
+    if not columns.size:
+        return None
+    for name, bound in (("lower", lower), ("upper", upper)):
+        values = np.asarray(bound, np.float64)[columns]
+        fractional = np.flatnonzero(values != np.rint(values))
+        if fractional.size:
+            gene = int(columns[fractional[0]])
+            raise ValueError(f"integer: expected integer bounds of integer genes, got gene {gene}'s {name} "
+                             f"{values[fractional[0]]}")
+    return columns
+
+
 class Problem:
     """A batch fitness function over the box ``[lower, upper]``.
 
@@ -111,6 +148,12 @@ class Problem:
         bases: base models for ``engine.genome = "delta"`` or ``"seeded"``: a
             :class:`~mpievo.evo.genomes.BaseModels`, an array ``(count, dim)`` or ``(dim,)``,
             or a path to a ``.npy`` file (see :mod:`mpievo.evo.genomes`).
+        integer: the integer genes: a (dim,) bool mask or gene indices (their bounds
+            integers; ``[0, 1]``: a binary gene). They are bred like the others and
+            rounded to the nearest integer wherever a genome is made (generation 0, every
+            child an island asks for), so archives, migrants and checkpoints hold
+            integers; CMA-ES learns from its continuous samples with a margin
+            (:mod:`mpievo.evo.algorithms.cmaes`). Dense host genomes only.
 
     Raises:
         ValueError, TypeError: bad dimension or bounds.
@@ -124,7 +167,7 @@ class Problem:
 
     def __init__(self, func: Callable, dim: int, lower, upper, *, maximize: bool = False,
                  name: str | None = None, batched: bool = True, initial: Callable | None = None,
-                 device: bool = False, bases=None):
+                 device: bool = False, bases=None, integer=None):
         if not callable(func):
             raise TypeError(f"expected a callable fitness function, got {type(func).__name__}")
         if initial is not None and not callable(initial):
@@ -146,6 +189,7 @@ class Problem:
         self.device = bool(device)
 
         self.bases = as_bases(bases)
+        self.integer = integer_genes(integer, self.dim, self.lower, self.upper)
 
     def __repr__(self) -> str:
         sense = "maximize" if self.maximize else "minimize"
@@ -192,7 +236,9 @@ class Problem:
                 row[...] = rng.uniform(self.lower, self.upper)
         else:
             genomes = self._check_initial(self.initial(rng, n), n).astype(dtype)
-        return np.clip(genomes, lower, upper, out=genomes)
+        np.clip(genomes, lower, upper, out=genomes)
+        operators.round_integers(genomes, getattr(self, "integer", None))
+        return genomes
 
     def starting_from(self, x0) -> "Problem":
         """A copy of this problem whose islands all start with ``x0`` (SciPy's starting
