@@ -58,7 +58,8 @@ def main(argv=None) -> int:
         DATAFLOW["engine"].update(RECIPE["engine"])
     zoo = default_zoo()
     recipe = recipe_problem(zoo)
-    table = {"recipe (parameter space)": [], "data flow": [], "combined (recipe, then data flow)": []}
+    table = {"recipe (parameter space)": [], "data flow": [], "combined (recipe, then data flow)": [],
+             "combined, layers only (scales 1)": []}
     written = None
     for seed in args.seeds:
         ps = search(recipe, RECIPE, args.budget, seed)
@@ -69,13 +70,17 @@ def main(argv=None) -> int:
         combined_problem = dataflow_problem(zoo, merged=recipe_merge(zoo, ps.x))
         combined = search(combined_problem, DATAFLOW, args.budget, seed)
         combined_test = test_mean(combined_problem, combined.x, zoo.splits)
-        rows = [(ps, ps_test), (dfs, dfs_test), (combined, combined_test)]
+        layers_problem = dataflow_problem(zoo, merged=recipe_merge(zoo, ps.x), scales=False)
+        layers = search(layers_problem, DATAFLOW, args.budget, seed)
+        layers_test = test_mean(layers_problem, layers.x, zoo.splits)
+        rows = [(ps, ps_test), (dfs, dfs_test), (combined, combined_test), (layers, layers_test)]
         for name, (result, test) in zip(table, rows):
             table[name].append((test, float(result.fun)))
         paths = [[(s, layer, round(c, 2)) for s, layer, c in problem.space.decode(x)["path"]]
                  for problem, x in ((dfs_problem, dfs.x), (combined_problem, combined.x))]
         print(f"seed {seed}: test recipe {ps_test:.4f}  data flow {dfs_test:.4f}  combined {combined_test:.4f}"
-              f"  (validation {ps.fun:.4f} {dfs.fun:.4f} {combined.fun:.4f}); paths (source, layer, scale): "
+              f"  combined, layers only {layers_test:.4f} (validation {ps.fun:.4f} {dfs.fun:.4f} {combined.fun:.4f} "
+              f"{layers.fun:.4f}); paths (source, layer, scale): "
               f"data flow {paths[0]}, combined {paths[1]}", flush=True)
         if written is None:
             with tempfile.TemporaryDirectory() as folder:
@@ -96,9 +101,12 @@ def main(argv=None) -> int:
         tests = [t for t, _ in rows]
         print(f"| **{name}** | {np.median(tests):.4f} (seeds: {', '.join(f'{t:.4f}' for t in tests)}) | "
               f"{np.median([v for _, v in rows]):.4f} |")
-    gain = [c[0] - p[0] for c, p in zip(table["combined (recipe, then data flow)"], table["recipe (parameter space)"])]
-    print(f"\ncombined - recipe, test mean per seed: {', '.join(f'{g:+.4f}' for g in gain)}; "
-          f"median of the medians: {np.median([c for c, _ in table['combined (recipe, then data flow)']]) - np.median([p for p, _ in table['recipe (parameter space)']]):+.4f}")
+    recipe_tests = [t for t, _ in table["recipe (parameter space)"]]
+    for name in list(table)[2:]:
+        tests = [t for t, _ in table[name]]
+        print(f"\n{name} - recipe, test mean per seed: "
+              f"{', '.join(f'{c - p:+.4f}' for c, p in zip(tests, recipe_tests))}; "
+              f"of the medians: {np.median(tests) - np.median(recipe_tests):+.4f}")
     return 0
 
 

@@ -134,15 +134,15 @@ def front_problem(zoo: Zoo) -> MultiObjectiveProblem:
 REPEATS = 2
 
 
-def dataflow_problem(zoo: Zoo, merged=None, repeats: int = REPEATS) -> DataFlowProblem:
+def dataflow_problem(zoo: Zoo, merged=None, repeats: int = REPEATS, scales: bool = True) -> DataFlowProblem:
     """The data flow through the base's and the experts' layers (module docstring); with
     ``merged`` (a model of the zoo's architecture) that model is source 0: its embeddings,
-    head and own path are the start (the combined job)."""
+    head and own path are the start (the combined job); ``scales=False``: the layers only."""
     folder = zoo.build()
     models = [load_model(folder / name) for name in ["base", *zoo.expert_names]]
     if merged is not None:
         models = [merged, *models]
-    problem = DataFlowProblem(models, _evaluate(zoo), repeats=repeats, start=0,
+    problem = DataFlowProblem(models, _evaluate(zoo), repeats=repeats, scales=scales, start=0,
                               name="transformer merge: data flow" + (" over a recipe merge" if merged else ""))
     return row_scores(problem, lambda model, rows: fitness_rows(model, zoo.splits, rows),
                       rows=min(len(zoo.splits[task].validation) for task in TASKS))

@@ -98,7 +98,8 @@ def check_sources(models: Sequence[torch.nn.Module]) -> list[int]:
 class DataFlowSpace:
     """The genes of a data-flow merge of sources with ``layers[s]`` layers each, repeated
     ``repeats`` times: ``T = sum(layers) * repeats`` slots, the T "runs" genes (binary,
-    the problem's integer genes) then the T "scale" genes.
+    the problem's integer genes) then the T "scale" genes (with ``scales``; else every
+    scale is 1).
 
     Attributes:
         slots: ``(source, layer)`` of each slot, in order.
@@ -114,6 +115,7 @@ class DataFlowSpace:
 
     layers: list[int]
     repeats: int = 1
+    scales: bool = True
     slots: list[tuple[int, int]] = field(init=False)
     names: list[str] = field(init=False)
     lower: np.ndarray = field(init=False)
@@ -129,14 +131,14 @@ class DataFlowSpace:
         one = [(s, layer) for s, count in enumerate(self.layers) for layer in range(count)]
         self.slots = one * int(self.repeats)
         labels = [f"slot {t} (source {s} layer {layer})" for t, (s, layer) in enumerate(self.slots)]
-        self.names = [f"{label}/runs" for label in labels] + [f"{label}/scale" for label in labels]
-        t = len(self.slots)
-        self.lower = np.concatenate([np.zeros(t), np.full(t, SCALE_BOX[0])])
-        self.upper = np.concatenate([np.ones(t), np.full(t, SCALE_BOX[1])])
+        t, kinds = len(self.slots), 1 + bool(self.scales)
+        self.names = [f"{label}/runs" for label in labels] + [f"{label}/scale" for label in labels][:t * (kinds - 1)]
+        self.lower = np.concatenate([np.zeros(t), np.full(t, SCALE_BOX[0])])[:kinds * t]
+        self.upper = np.concatenate([np.ones(t), np.full(t, SCALE_BOX[1])])[:kinds * t]
 
     @property
     def dim(self) -> int:
-        return 2 * len(self.slots)
+        return len(self.names)
 
     @property
     def integer(self) -> np.ndarray:
@@ -149,7 +151,8 @@ class DataFlowSpace:
         if genome.shape != (self.dim,):
             raise ValueError(f"expected a data-flow genome of {self.dim} genes, got shape {genome.shape}")
         t = len(self.slots)
-        path = [[s, layer, float(genome[t + i])] for i, (s, layer) in enumerate(self.slots) if genome[i] >= 0.5]
+        scale = genome[t:] if self.scales else np.ones(t)
+        path = [[s, layer, float(scale[i])] for i, (s, layer) in enumerate(self.slots) if genome[i] >= 0.5]
         return {"method": "dataflow", "path": path}
 
     def encode(self, path) -> np.ndarray:
@@ -171,8 +174,9 @@ class DataFlowSpace:
             if not 0 <= layer < self.layers[source]:
                 raise ValueError(f"path: expected a layer of source {source} in 0..{self.layers[source] - 1}, "
                                  f"got {layer}")
-            if not SCALE_BOX[0] <= scale <= SCALE_BOX[1]:
-                raise ValueError(f"path: expected a scale in [{SCALE_BOX[0]}, {SCALE_BOX[1]}], got {scale}")
+            if not SCALE_BOX[0] <= scale <= SCALE_BOX[1] or (scale != 1.0 and not self.scales):
+                box = f"in [{SCALE_BOX[0]}, {SCALE_BOX[1]}]" if self.scales else "of 1 (scales=False)"
+                raise ValueError(f"path: expected a scale {box}, got {scale}")
             try:
                 slot = self.slots.index((source, layer), position)
             except ValueError:
@@ -180,7 +184,7 @@ class DataFlowSpace:
                                  f"source {source} layer {layer} after slot {position - 1}") from None
             genome[slot], genome[t + slot] = 1.0, scale
             position = slot + 1
-        return genome
+        return genome[:self.dim]
 
     def identity_genome(self, source: int = 0) -> np.ndarray:
         """The path of ``source``'s own layers in order, scales 1 (source 0's: source 0 itself;
@@ -264,6 +268,7 @@ class DataFlowProblem(Problem):
             architecture; source 0 gives embeddings, final norm and head).
         evaluate: ``evaluate(model) -> float``, called under ``torch.no_grad()`` in eval mode.
         repeats: passes over every source's layers (``T = layers x repeats`` slots).
+        scales: a scale gene per slot (True), or only the run genes, every scale 1.
         start: generation 0's first genome, the others its neighbours (a few run genes
             flipped, the scales moved a little): a path (``[(source, layer[, scale]), ...]``),
             a source index (its own path), or None (uniform: runs 0/1, scales in the box).
@@ -280,11 +285,11 @@ class DataFlowProblem(Problem):
     """
 
     def __init__(self, sources: Sequence[torch.nn.Module], evaluate: Callable[[torch.nn.Module], float], *,
-                 repeats: int = 1, start=0, maximize: bool = True, name: str | None = None):
+                 repeats: int = 1, scales: bool = True, start=0, maximize: bool = True, name: str | None = None):
         if not callable(evaluate):
             raise TypeError(f"expected a callable evaluate(model) -> float, got {type(evaluate).__name__}")
         self.model = DataFlowModel(sources)
-        self.space = DataFlowSpace(self.model.layers, repeats)
+        self.space = DataFlowSpace(self.model.layers, repeats, scales)
         self.score = evaluate
         if start is None:
             first = None
@@ -309,7 +314,7 @@ class DataFlowProblem(Problem):
         flips = rng.random((n, t)) < 1.0 / t
         flips[np.arange(n), rng.integers(t, size=n)] = True
         genomes[:, :t] = np.where(flips, 1.0 - genomes[:, :t], genomes[:, :t])
-        genomes[:, t:] += 0.1 * rng.standard_normal((n, t))
+        genomes[:, t:] += 0.1 * rng.standard_normal((n, self.space.dim - t))
         genomes[0] = self._first
         return np.clip(genomes, self.space.lower, self.space.upper)
 
@@ -326,7 +331,13 @@ class DataFlowProblem(Problem):
 def written_model(model: DataFlowModel) -> torch.nn.Module:
     """A plain model of source 0's class with the path's layers copied (``n_layer`` = the
     path's length), each block's input scale folded into its output projections
-    (module docstring)."""
+    (module docstring).
+
+    Example::
+
+        model.set_path([(0, 0, 1.0), (1, 1, 0.8)])
+        plain = written_model(model)          # a GPT2LMHeadModel with n_layer 2, the same logits
+    """
     head = model.sources[0]
     config = copy.deepcopy(head.config)
     config.n_layer = len(model.path)

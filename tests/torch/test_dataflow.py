@@ -82,6 +82,8 @@ def test_the_genome_is_binary_run_genes_then_scales_and_the_search_keeps_them_bi
     space = problem.space
     assert space.dim == 8 and list(problem.integer) == [0, 1, 2, 3] and space.slots[2] == (1, 0)
     assert problem(space.identity_genome(0)[None])[0] == pytest.approx(closeness(sources[0]))
+    fixed = DataFlowSpace([2, 2], scales=False)          # run genes only, every scale 1
+    assert fixed.dim == 4 and fixed.decode([0, 1, 1, 0])["path"] == [[0, 1, 1.0], [1, 0, 1.0]]
     result = mpievo.minimize(problem, budget=120, islands=2, seed=4, algorithm="ga", comm=SelfComm(), config=SMALL)
     runs = result.x[:4]
     assert set(runs.tolist()) <= {0.0, 1.0}
@@ -98,6 +100,7 @@ def test_the_genome_is_binary_run_genes_then_scales_and_the_search_keeps_them_bi
     (lambda: DataFlowSpace([2, 2]).encode([(0, 1), (0, 0)]), "path: expected at most 1 passes over the layers"),
     (lambda: DataFlowSpace([2, 2]).encode([(0, 1, 3.0)]), "path: expected a scale in [0.5, 1.5], got 3.0"),
     (lambda: DataFlowSpace([2], repeats=0), "repeats: expected an int >= 1, got 0"),
+    (lambda: DataFlowSpace([2], scales=False).encode([(0, 0, 0.8)]), "path: expected a scale of 1 (scales=False)"),
     (lambda: DataFlowModel([gpt2(0)]).set_path([(0, 2, 1.0)]), "path: expected (source, layer) within sources "
                                                                 "of [2] layers, got (0, 2)"),
     (lambda: DataFlowProblem([gpt2(0), gpt2(1)], lambda m: 0.0, start=[(1, 4)]),
