@@ -113,7 +113,7 @@ def test_bad_input_is_refused_naming_it(make, fragment):
 
 
 @pytest.mark.mpi(min_size=2)
-def test_a_dataflow_search_on_two_ranks_is_the_one_process_search():
+def test_a_dataflow_search_on_two_ranks_is_the_one_process_search(world):
     from mpievo.parallel.world import world_comm
 
     comm = world_comm()
@@ -128,4 +128,4 @@ def test_a_dataflow_search_on_two_ranks_is_the_one_process_search():
     common = dict(budget=40 * islands, islands=islands, seed=2, algorithm="ga", config=SMALL)
     here, alone = (mpievo.minimize(make(), comm=c, **common) for c in (comm, SelfComm()))
     ok = here.x.tobytes() == alone.x.tobytes() and set(here.x[:4].tolist()) <= {0.0, 1.0}
-    all_ranks_agree(comm, ok, f"{here.x} against {alone.x}")
+    all_ranks_agree(world, ok, f"{here.x} against {alone.x}")
