@@ -15,6 +15,7 @@ loaded back with ``from_pretrained`` (its test mean printed beside the module's)
 from __future__ import annotations
 
 import argparse
+import copy
 import sys
 import tempfile
 
@@ -25,13 +26,12 @@ from mpievo.comm.protocol import SelfComm
 from mpievo.torch import load_model
 from mpievo.torch.dataflow import save_dataflow
 from baselines import baselines
+from fidelity_report import CONFIG as FIDELITY_CONFIG
 from merge_problems import dataflow_problem, default_zoo, recipe_merge, recipe_problem
 from scoring import task_scores
 
-RECIPE = {"run": {"islands": 4, "scheme": "island", "log_every": 10_000},
-          "engine": {"algorithm": "cmaes", "capacity": 16, "cma_popsize": 8, "cma_sigma0": 0.2,
-                     "cma_restarts": "none"},
-          "migration": {"topology": "ring", "interval": 10, "emigrants": 1}}
+#: merge.toml's recipe search on one process (4 CMA-ES islands, ring migration)
+RECIPE = copy.deepcopy(FIDELITY_CONFIG)
 #: the data-flow searches: GA islands (binary run genes rounded, scales continuous)
 DATAFLOW = {"run": RECIPE["run"],
             "engine": {"algorithm": "ga", "capacity": 16, "batch_size": 8, "mutation_sigma": 0.1},
