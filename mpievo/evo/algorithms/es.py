@@ -214,7 +214,7 @@ class ES:
         self.dim = len(mean)
         self.dtype = mean.dtype
         self.state_dtype = np.float64 if self.dtype == np.float64 else np.float32
-        self.half = (self.dim + 1) // 2
+        self.stride = es_noise.pair_stride(self.dim)
         self._low, self._high = low, high
         self.mean = mean.astype(self.state_dtype)
         velocity = self.optimizer == "adam" or self.momentum > 0     # plain SGD keeps no moment
@@ -252,7 +252,7 @@ class ES:
         """
         stop = start + len(out)
         es_noise.perturb(out, self.mean[start:stop], sigma, -1.0 if member % 2 else 1.0, key, base,
-                         pair=member // 2, half=self.half, start=start)
+                         pair=member // 2, stride=self.stride, start=start)
 
     def coefficients(self, fitness: np.ndarray, sigma: float) -> np.ndarray:
         """Per pair ``j``: ``(u_2j - u_2j+1) / (popsize * sigma)``, the weight of ``z_j`` in the
@@ -287,12 +287,12 @@ class ES:
         lr = self.current_learning_rate()
         self.updates += 1
         if self.optimizer == "adam":
-            es_noise.adam_update(self.mean, self.moment1, self.moment2, coeffs, key, base, half=self.half,
+            es_noise.adam_update(self.mean, self.moment1, self.moment2, coeffs, key, base, stride=self.stride,
                                  start=0, decay=self.weight_decay, lr=lr, beta1=_ADAM_BETAS[0],
                                  beta2=_ADAM_BETAS[1], eps=_ADAM_EPS,
                                  step=self.updates if self.bias_correction else None, noise=noise)
         else:
-            es_noise.sgd_update(self.mean, self.moment1, coeffs, key, base, half=self.half, start=0,
+            es_noise.sgd_update(self.mean, self.moment1, coeffs, key, base, stride=self.stride, start=0,
                                 decay=self.weight_decay, lr=lr, momentum=self.momentum, noise=noise)
         np.clip(self.mean, self._low, self._high, out=self.mean)
         finite = fitness[np.isfinite(fitness)]
