@@ -113,6 +113,21 @@ def _perturb(out, mean, scale, base, pair, stride, start, k0, k1, c2, c3):
 
 
 @numba.njit(nogil=True, cache=True)
+def _noise_row(z, base, pair, stride, start, k0, k1, c2, c3):
+    words = np.empty((4, LANES), np.uint64)
+    normals = np.empty((4, LANES), np.float32)
+    for first in range(0, z.shape[0], _GENES):
+        count = min(_GENES, z.shape[0] - first)
+        _fill(z[first:first + count], words, normals, base, pair, stride, start + first, k0, k1, c2, c3)
+
+
+@numba.njit(nogil=True, cache=True)
+def _shift(out, mean, scale, z):
+    for i in range(out.shape[0]):
+        out[i] = np.float64(mean[i]) + scale * np.float64(z[i])
+
+
+@numba.njit(nogil=True, cache=True)
 def _members(out, noise, mean, sigma, base, stride, k0, k1, c2, c3):
     # every antithetic pair from one draw of its noise: rows 2j and 2j + 1 (and row j of
     # ``noise`` when it has rows: the update then reads it instead of drawing it again)
@@ -219,6 +234,28 @@ def perturb(out: np.ndarray, mean: np.ndarray, sigma: float, sign: float, key, b
     """
     _perturb(out, mean, np.float64(sign * sigma), np.uint64(base), np.int64(pair), np.int64(stride),
              np.int64(start), *_key(key))
+
+
+def noise(z: np.ndarray, key, base: int, *, pair: int, stride: int, start: int = 0) -> None:
+    """``z[:] = z_pair[start : start + len(z)]`` (float32 ``z``): a pair's noise, drawn once
+    for both of its members (:func:`shift`).
+
+    Example::
+
+        z = np.empty(dim, np.float32); noise(z, key, 1, pair=0, stride=pair_stride(dim))
+    """
+    _noise_row(z, np.uint64(base), np.int64(pair), np.int64(stride), np.int64(start), *_key(key))
+
+
+def shift(out: np.ndarray, mean: np.ndarray, scale: float, z: np.ndarray) -> None:
+    """``out[:] = mean + scale * z`` in float64, rounded once to ``out``'s dtype: with ``z``
+    from :func:`noise` and ``scale = +-sigma``, the bits of :func:`perturb`.
+
+    Example::
+
+        shift(row, mean, -sigma, z)        # member 2j + 1 from pair j's noise
+    """
+    _shift(out, mean, np.float64(scale), z)
 
 
 def members(out: np.ndarray, mean: np.ndarray, sigma: float, key, base: int, noise=None) -> None:

@@ -203,21 +203,27 @@ def scale_worker(dim: int, popsize: int, cost_ms: float, generations: int) -> No
 
 
 def scale(options) -> list[dict]:
-    """Evaluations/s of SeededES on 1 and ``options.ranks`` ranks, the evaluation dominating."""
+    """Evaluations/s of SeededES on 1 and ``options.ranks`` ranks, the evaluation dominating:
+    ``options.repeats`` rounds, the two taking turns; prints each round's ratio and their median."""
     from ..launcher import launch_command, launch_env
 
-    rows = []
-    for ranks in (1, options.ranks):
-        cmd = launch_command(ranks, ["python", "-m", "mpievo.bench.es", "scale-worker", "--dim", str(options.dim),
-                                     "--popsize", str(options.popsize), "--cost-ms", str(options.cost_ms)])
-        done = subprocess.run(cmd, env=launch_env(), capture_output=True, text=True, timeout=3600)
-        if done.returncode:
-            raise RuntimeError(f"scale worker on {ranks} ranks: exit {done.returncode}: {done.stderr[-2000:]}")
-        rows.append(_last_json(done.stdout))
-    ratio = rows[1]["evaluations_per_s"] / rows[0]["evaluations_per_s"]
-    print(f"SeededES, {options.dim} genes, popsize {options.popsize}, {options.cost_ms} ms per evaluation: "
-          f"{rows[0]['evaluations_per_s']:.1f} evaluations/s on 1 rank, {rows[1]['evaluations_per_s']:.1f} on "
-          f"{options.ranks}: {ratio:.2f}x")
+    rows, ratios = [], []
+    for _ in range(options.repeats):
+        speeds = []
+        for ranks in (1, options.ranks):
+            cmd = launch_command(ranks, ["python", "-m", "mpievo.bench.es", "scale-worker", "--dim",
+                                         str(options.dim), "--popsize", str(options.popsize), "--cost-ms",
+                                         str(options.cost_ms)])
+            done = subprocess.run(cmd, env=launch_env(), capture_output=True, text=True, timeout=3600)
+            if done.returncode:
+                raise RuntimeError(f"scale worker on {ranks} ranks: exit {done.returncode}: {done.stderr[-2000:]}")
+            rows.append(_last_json(done.stdout))
+            speeds.append(rows[-1]["evaluations_per_s"])
+        ratios.append(speeds[1] / speeds[0])
+        print(f"SeededES, {options.dim} genes, popsize {options.popsize}, {options.cost_ms} ms per evaluation: "
+              f"{speeds[0]:.1f} evaluations/s on 1 rank, {speeds[1]:.1f} on {options.ranks}: {ratios[-1]:.2f}x")
+    print(f"median ratio {statistics.median(ratios):.2f}x (min {min(ratios):.2f}, max {max(ratios):.2f}, "
+          f"{len(ratios)} rounds)")
     return rows
 
 
@@ -331,7 +337,7 @@ def main(argv=None) -> int:
     parser.add_argument("--rank", type=int, default=4, help="lowrank: rank of each perturbation (default 4)")
     parser.add_argument("--tokens", type=int, default=32, help="lowrank: tokens per member (default 32)")
     parser.add_argument("--threads", type=int, default=1, help="lowrank: torch threads (default 1)")
-    parser.add_argument("--repeats", type=int, default=3, help="lowrank: timed repetitions (default 3)")
+    parser.add_argument("--repeats", type=int, default=3, help="lowrank: timed repetitions; scale: rounds (default 3)")
     parser.add_argument("--json", dest="json_path", default=None, help="write the rows as JSON here")
     options = parser.parse_args(argv)
     options.popsize = options.popsize or (32 if options.part == "lowrank" else 50)
