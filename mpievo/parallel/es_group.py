@@ -57,7 +57,7 @@ class SeededES:
         lower, upper: the box (scalars or arrays; default unbounded).
 
     Raises:
-        ValueError: a mean that is not a non-empty 1-D real array.
+        ValueError: a mean that is not a non-empty 1-D real array, or low-rank noise.
 
     Example::
 
@@ -74,6 +74,9 @@ class SeededES:
         self.comm = comm
         self.fitness = fitness
         self.es = ES() if es is None else es
+        if self.es.noise != "full":
+            raise ValueError(f"es.noise: expected 'full' for SeededES (members built one at a time), "
+                             f"got {self.es.noise!r}")
         self.seed, self.island = int(seed), int(island)
         StreamKeys(self.seed, self.island, 0).counter_start()     # validates the keys early
         self.es.start(mean, lower, upper)

@@ -201,6 +201,21 @@ def test_es_islands_share_a_ring_with_other_algorithms():
     assert result.fun < 1e-2
 
 
+def test_a_migrant_from_the_ring_replaces_the_mean_only_when_better():
+    isl = es_island(dim=5).run(3)
+    es = isl.algorithm
+    mean = es.mean.copy()
+    worse = np.full((1, 5), 3.0)
+    # policy "worst": the migrant enters the archive, yet the mean stays (not better than the members)
+    assert isl.immigrate(worse, np.array([es.last_best + 1.0]), [7], 1, policy="worst") == 1
+    assert np.array_equal(es.mean, mean) and es.moment1.any()
+    better = np.full((1, 5), 0.5)
+    assert isl.immigrate(better, np.array([es.last_best - 1.0]), [8], 1, policy="worst") == 1
+    assert np.array_equal(es.mean, better[0]) and not es.moment1.any() and not es.moment2.any()
+    rows = isl.ask(isl.generation + 1)                 # the next generation is drawn around the migrant
+    assert np.abs(rows - 0.5).max() < 10 * es.sigma
+
+
 def test_the_memory_estimate_counts_members_mean_and_moments():
     from mpievo.parallel.memory import island_bytes
 
