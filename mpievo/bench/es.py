@@ -151,12 +151,15 @@ def quality(options) -> list[dict]:
     print(f"shifted sphere, dim {options.dim}, popsize {options.popsize}, sigma {options.sigma}, lr {options.lr}, "
           f"Adam, budget {generations * options.popsize} evaluations, seeds {list(options.seeds)} (medians)")
     marks = sorted(checkpoints)
-    print(f"{'solver':34s} " + " ".join(f"{m * options.popsize:>9d}" for m in marks) + "   evals/s")
+    print(f"{'solver':34s} " + " ".join(f"{m * options.popsize:>9d}" for m in marks) + "   evals/s"
+          + "   (seeds' range: final fitness; evals/s)")
     for name in solvers:
         mine = [r for r in rows if r["solver"] == name]
         curve = [statistics.median(r["curve"][i] for r in mine) for i in range(len(marks))]
-        speed = statistics.median(r["evaluations_per_s"] for r in mine)
-        print(f"{name:34s} " + " ".join(f"{v:9.3g}" for v in curve) + f"   {speed:8.0f}")
+        speeds = [r["evaluations_per_s"] for r in mine]
+        finals = [r["curve"][-1] for r in mine]
+        print(f"{name:34s} " + " ".join(f"{v:9.3g}" for v in curve) + f"   {statistics.median(speeds):8.0f}"
+              f"   ({min(finals):.3g}-{max(finals):.3g}; {min(speeds):.0f}-{max(speeds):.0f})")
     return rows
 
 
@@ -181,7 +184,8 @@ def bytes_worker(dim: int, popsize: int) -> None:
 
 def scale_worker(dim: int, popsize: int, cost_ms: float, generations: int) -> None:
     """Launched on several ranks: SeededES with a fitness that sleeps ``cost_ms`` (the
-    evaluation dominates); rank 0 prints evaluations/s."""
+    evaluation dominates); rank 0 prints evaluations/s and its CPU seconds per generation
+    (the noise, the update and the all-gather: what the sleeping leaves)."""
     from mpievo.evo.algorithms.es import ES
     from mpievo.parallel.es_group import SeededES
     from mpievo.parallel.world import world_comm
@@ -195,11 +199,12 @@ def scale_worker(dim: int, popsize: int, cost_ms: float, generations: int) -> No
     run.es.popsize, saved = 2, run.es.popsize          # one tiny generation compiles the kernels
     run.step()
     run.es.popsize = saved
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     run.run(generations)
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
     if comm.rank == 0:
-        print(json.dumps({"ranks": comm.size, "evaluations_per_s": generations * popsize / seconds}))
+        print(json.dumps({"ranks": comm.size, "evaluations_per_s": generations * popsize / seconds,
+                          "seconds_per_generation": seconds / generations, "cpu_per_generation": cpu / generations}))
 
 
 def scale(options) -> list[dict]:
@@ -220,8 +225,10 @@ def scale(options) -> list[dict]:
             rows.append(_last_json(done.stdout))
             speeds.append(rows[-1]["evaluations_per_s"])
         ratios.append(speeds[1] / speeds[0])
+        cpu = [f"{1000 * row['cpu_per_generation']:.0f}" for row in rows[-2:]]
         print(f"SeededES, {options.dim} genes, popsize {options.popsize}, {options.cost_ms} ms per evaluation: "
-              f"{speeds[0]:.1f} evaluations/s on 1 rank, {speeds[1]:.1f} on {options.ranks}: {ratios[-1]:.2f}x")
+              f"{speeds[0]:.1f} evaluations/s on 1 rank, {speeds[1]:.1f} on {options.ranks}: {ratios[-1]:.2f}x "
+              f"(rank 0's CPU ms per generation: {cpu[0]} and {cpu[1]})")
     print(f"median ratio {statistics.median(ratios):.2f}x (min {min(ratios):.2f}, max {max(ratios):.2f}, "
           f"{len(ratios)} rounds)")
     return rows

@@ -11,7 +11,7 @@ e_k``, so the population costs one batched forward pass over the shared base wei
 Embeddings (and a head tied to them) are not perturbed.
 
 The noise of pair ``j`` comes from the counter-based generator
-(:func:`mpievo.kernels.random.normals`) keyed by ``(seed, island, generation, "breed")``
+(four normals per Philox block, :func:`mpievo.kernels.es_noise.noise`) keyed by ``(seed, island, generation, "breed")``
 and ``(pair, tensor)``, so any rank rebuilds any member's factors. The update
 (:meth:`LowRankPopulation.step`) is the ES gradient as the sum of the low-rank terms,
 ``sum_j c_j U_j V_j^T`` per matrix (one matrix product), applied in place with SGD.
@@ -34,7 +34,7 @@ import torch
 
 from mpievo.evo.algorithms.es import shape_fitness
 from mpievo.evo.streams import counter_key
-from mpievo.kernels import random as philox
+from mpievo.kernels import es_noise
 
 _LINEAR_TYPES = ("Linear", "Conv1D")
 
@@ -102,8 +102,9 @@ class LowRankPopulation:
 
     # --- noise --------------------------------------------------------------------
     def _draw(self, key, block: int, shape) -> torch.Tensor:
-        n = int(np.prod(shape))
-        values = philox.normals(key, block, (n + 1) // 2).reshape(-1)[:n]
+        # the normals of blocks block, block + 1, ... four per block (es_noise's vectorised draw)
+        values = np.empty(int(np.prod(shape)), np.float32)
+        es_noise.noise(values, key, block, pair=0, stride=0)
         return torch.from_numpy(values.reshape(shape))
 
     def noise(self, generation: int) -> list[dict]:
@@ -128,7 +129,7 @@ class LowRankPopulation:
                 shapes["bias"] = (pairs,) + tuple(module.bias.shape)
             for name, shape in shapes.items():
                 entry[name] = self._draw(key, block, shape).to(module.weight.device, module.weight.dtype)
-                block += (int(np.prod(shape)) + 1) // 2
+                block += es_noise.pair_stride(int(np.prod(shape)))
             out.append(entry)
         return out
 
