@@ -96,7 +96,17 @@ def _fill(z, words, normals, base, pair, stride, start, k0, k1, c2, c3):
             n2[lane], n3[lane] = normal_pair(w3[lane], w0[lane])
         low = max(start, 4 * chunk)
         high = min(start + n, 4 * (chunk + LANES))
-        for gene in range(low, high):
+        inner_low = (low + 3) // 4                 # the blocks whose four genes are all wanted
+        inner_high = max(high // 4, inner_low)
+        for gene in range(low, min(4 * inner_low, high)):
+            z[gene - start] = normals[gene & 3, (gene >> 2) - chunk]
+        for block in range(inner_low, inner_high):
+            lane, at = block - chunk, 4 * block - start
+            z[at] = n0[lane]
+            z[at + 1] = n1[lane]
+            z[at + 2] = n2[lane]
+            z[at + 3] = n3[lane]
+        for gene in range(max(4 * inner_high, low), high):
             z[gene - start] = normals[gene & 3, (gene >> 2) - chunk]
 
 
