@@ -12,7 +12,7 @@ Member ``2j`` is ``mean + sigma z_j``, member ``2j + 1`` is ``mean - sigma z_j``
 The blocks are made :data:`LANES` at a time, round by round over the lanes and then
 normal by normal, loops the compiler turns into vector instructions (the same bits as
 :func:`mpievo.kernels.random.block` one block at a time, tested): on the 1,000-D
-benchmark this draws noise faster than torch's ``randn``.
+benchmark this draws noise as fast as torch's ``randn`` on one thread (CPU time).
 
 :func:`perturb` writes genes ``start .. start + len(out)`` of a member (a whole row, or
 one tensor of a model in place); :func:`combine` gives ``sum_j c_j z_j`` over a range;
