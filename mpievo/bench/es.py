@@ -305,7 +305,7 @@ def lowrank(options) -> dict:
 
     close = torch.allclose(batched(), one_by_one(), rtol=1e-3, atol=1e-3)
     low, dense, base = fastest(batched, one_by_one, plain, repeats=options.repeats)
-    cpu = _fastest_cpu(batched, one_by_one, plain, repeats=options.repeats)
+    cpu = fastest(batched, one_by_one, plain, repeats=options.repeats, clock=time.process_time)
     row = {"parameters": params, "popsize": options.popsize, "rank": options.rank, "tokens": options.tokens,
            "threads": options.threads, "lowrank_evals_per_s": options.popsize / low,
            "materialise_evals_per_s": options.popsize / dense, "ratio": dense / low, "same_fitness": close,
@@ -322,17 +322,6 @@ def lowrank(options) -> dict:
           f"{cpu[2] / cpu[0]:.0%} of plain batched inference")
     return row
 
-
-def _fastest_cpu(*actions, repeats: int) -> list[float]:
-    """As :func:`.models.fastest` in the process's CPU seconds (what a loaded machine's time
-    slicing leaves alone; torch on the bench's threads)."""
-    best = [float("inf")] * len(actions)
-    for _ in range(repeats):
-        for index, action in enumerate(actions):
-            start = time.process_time()
-            action()
-            best[index] = min(best[index], time.process_time() - start)
-    return best
 
 
 def _ints(text: str) -> list[int]:
