@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mpievo.kernels import es_noise
+from mpievo.kernels import es_lowrank, es_noise
 from .. import operators as ops
 
 SHAPINGS = ("centered_ranks", "zscore", "none")
@@ -218,7 +218,7 @@ class ES:
             ES(noise="lowrank", rank=8).check_problem(model_problem)
         """
         if self.noise == "lowrank":
-            es_noise.lowrank_layout(problem.dim, model_matrices(problem), self.rank)
+            es_lowrank.lowrank_layout(problem.dim, model_matrices(problem), self.rank)
 
     def init(self, problem, archive, rng) -> None:
         self.archive = archive
@@ -238,7 +238,7 @@ class ES:
         """
         mean = np.asarray(mean)
         if self.noise == "lowrank":
-            self._layout = es_noise.lowrank_layout(len(mean), [] if matrices is None else matrices, self.rank)
+            self._layout = es_lowrank.lowrank_layout(len(mean), [] if matrices is None else matrices, self.rank)
         self.dim = len(mean)
         self.dtype = mean.dtype
         self.state_dtype = np.float64 if self.dtype == np.float64 else np.float32
@@ -267,7 +267,7 @@ class ES:
             keep = self._layout is not None or (self.popsize // 2) * width * 4 <= NOISE_CACHE_BYTES
             self._noise = np.empty((self.popsize // 2, width), np.float32) if keep else None
         if self._layout is not None:
-            es_noise.lowrank_members(self._batch, self._noise, self.mean, sigma, key, base, self._layout[0],
+            es_lowrank.lowrank_members(self._batch, self._noise, self.mean, sigma, key, base, self._layout[0],
                                      self._layout[1], self.rank)
         else:
             es_noise.members(self._batch, self.mean, sigma, key, base, self._noise)
@@ -323,7 +323,7 @@ class ES:
         self.updates += 1
         sums = None
         if self._layout is not None:             # the low-rank terms, from the compact noise ask() kept
-            sums = es_noise.lowrank_sums(coeffs, noise, self.dim, self._layout[0], self._layout[1], self.rank)
+            sums = es_lowrank.lowrank_sums(coeffs, noise, self.dim, self._layout[0], self._layout[1], self.rank)
             noise = None
         if self.optimizer == "adam":
             es_noise.adam_update(self.mean, self.moment1, self.moment2, coeffs, key, base, stride=self.stride,
