@@ -20,6 +20,10 @@ Fine-Tuning Beyond Reinforcement Learning", for full-parameter fine-tuning):
 * **Optimizer on the mean**: ``adam`` (default, as OpenAI-ES) or ``sgd`` with momentum
   (``es_momentum = 0``: the plain step of ES at Scale), gradient ``-1/(P sigma) sum_i u_i
   eps_i + weight_decay * mean`` (L2 as Salimans' ``l2coeff``).
+* **Low-rank noise** (``noise = "lowrank"``, ``engine.es_noise``): on each weight matrix of
+  a model's genome a rank-``rank`` term ``U V^T / sqrt(rank)`` instead of a normal per
+  gene (EGGROLL), from one short compact noise vector per pair
+  (:mod:`mpievo.kernels.es_lowrank`); the update is the sum of those terms.
 * **Schedules**: ``sigma_t = max(sigma_min, sigma * sigma_decay^t)`` and likewise the
   learning rate (``t`` = updates so far), as estool's ``sigma_decay``/``sigma_limit``.
 
@@ -268,7 +272,7 @@ class ES:
             self._noise = np.empty((self.popsize // 2, width), np.float32) if keep else None
         if self._layout is not None:
             es_lowrank.lowrank_members(self._batch, self._noise, self.mean, sigma, key, base, self._layout[0],
-                                     self._layout[1], self.rank)
+                                       self._layout[1], self.rank)
         else:
             es_noise.members(self._batch, self.mean, sigma, key, base, self._noise)
         self.clip(self._batch)
@@ -323,6 +327,8 @@ class ES:
         self.updates += 1
         sums = None
         if self._layout is not None:             # the low-rank terms, from the compact noise ask() kept
+            if noise is None:
+                raise ValueError("expected the compact noise ask() kept for es_noise 'lowrank', got None")
             sums = es_lowrank.lowrank_sums(coeffs, noise, self.dim, self._layout[0], self._layout[1], self.rank)
             noise = None
         if self.optimizer == "adam":
