@@ -105,3 +105,19 @@ def test_low_rank_noise_is_refused_before_any_work(problem, rank, message):
     with pytest.raises(ValueError) as err:
         island(made, es_rank=rank)
     assert str(err.value) == message and not calls
+
+
+def test_a_bfloat16_model_takes_low_rank_noise():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(5, 4), torch.nn.Tanh(), torch.nn.Linear(4, 2)).to(torch.bfloat16)
+    target = Y.to(torch.bfloat16)
+    problem = ModelProblem(model, lambda m: float(((m(X.to(torch.bfloat16)) - target).float() ** 2).mean()),
+                           maximize=False)
+    config = EngineConfig(algorithm="es", population=2, dtype="float32", es_noise="lowrank", es_rank=2,
+                          es_popsize=8, es_sigma=0.05, es_learning_rate=0.05)
+    isl = Island(0, problem, config, seed=1)
+    isl.initialize()
+    start, mean = isl.best()[1], isl.algorithm.mean.copy()
+    isl.run(5)
+    assert isl.algorithm.mean.dtype == np.float32 and not np.array_equal(isl.algorithm.mean, mean)
+    assert np.isfinite(isl.archive.fitness).all() and isl.best()[1] <= start
