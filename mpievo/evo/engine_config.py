@@ -209,6 +209,9 @@ class EngineConfig(Settings):
     es_lr_decay: Any = _setting(1.0, number(0.0, 1.0, open_low=True), "ES: learning-rate factor per update")
     es_lr_min: Any = _setting(0.0, number(0.0, 1e6), "ES: learning rate's floor under es_lr_decay")
     es_adam_bias_correction: Any = _setting(True, boolean, "ES: Adam's bias correction (false: as EvoX's OpenES)")
+    es_noise: Any = _setting("full", choice(("full", "lowrank")),
+                             "ES: full (a normal per gene) or lowrank (rank-es_rank terms on a model's matrices)")
+    es_rank: Any = _setting(4, integer(1), "ES: rank of the low-rank noise per weight matrix (EGGROLL)")
 
     def __post_init__(self):
         """Settings left unset (None) that :data:`ALGORITHM_DEFAULTS` lists take the
