@@ -1,0 +1,130 @@
+"""Evaluator breeding (run.breed = "evaluator"): every rank of a group breeds its own
+children from the island's archive held once per node; the island model's result bit
+for bit, no child bodies between ranks, resumable under another scheme."""
+
+import numpy as np
+import pytest
+from breed_helpers import DIM, breed_job
+from parallel_helpers import StopAt, states_digest
+
+from mpi_support import all_ranks_agree
+from mpievo.comm import Communicator
+from mpievo.comm.protocol import SelfComm
+from mpievo.config import ConfigError, validate
+from mpievo.evo import EngineConfig, make_problem
+from mpievo.io import Checkpointer, load_latest
+from mpievo.parallel import RunLoop, RunSettings, best_genome_bytes, build_scheme, run_job
+from mpievo.parallel.breed_local import choose_breeding
+from mpievo.parallel.groups import scheme_layout
+
+CASES = [("dense", "float32", "evaluator"), ("delta", "bfloat16", "evaluator"), ("dense", "bfloat16", "evaluator"),
+         ("delta", "float32", "evaluator"), ("delta", "bfloat16", "leader")]
+
+
+def test_evaluator_breeding_refuses_what_it_cannot_run():
+    big = make_problem("sphere", dim=DIM)
+    ga = EngineConfig(algorithm="ga")
+    assert choose_breeding("evaluator", [ga], big, SelfComm()) == "evaluator"
+    assert choose_breeding("auto", [ga], big, SelfComm()) == "leader"    # 400 KB rows: shipping is cheap
+    with pytest.raises(ValueError, match=r"run.breed = 'evaluator': expected rows of at least 100000 genes "
+                                         r"\(the counter-based kernels\), got 10"):
+        choose_breeding("evaluator", [ga], make_problem("sphere", dim=10), SelfComm())
+    with pytest.raises(ValueError, match="expected engine.bounds 'clip' or 'reflect', got 'resample' on island 1; "
+                                         "engine.unique false, got True on island 1"):
+        choose_breeding("evaluator", [ga, EngineConfig(algorithm="ga", bounds="resample", unique=True)], big,
+                        SelfComm())
+    with pytest.raises(ConfigError, match="run.breed: expected one of"):
+        validate({"run": {"breed": "workers"}}, 1)
+
+
+def _stop_and_checkpoint(comm, job, directory):
+    """Run ``job`` until rank 0 stops it after generation 3, checkpointing there."""
+    scheme = build_scheme(comm, job)
+    loop = RunLoop(comm, scheme, RunSettings(job.run.generations, 5), config=job.config,
+                   checkpointer=Checkpointer(directory, comm=comm), stop=StopAt(scheme, 3, comm.rank))
+    try:
+        return loop.run()
+    finally:
+        getattr(scheme, "close", lambda: None)()
+
+
+def _scheme_run(comm, job, generations):
+    """(island states digest on rank 0, group traffic of the stepped generations, breed mode)."""
+    scheme = build_scheme(comm, job)
+    scheme.initialize()
+    group = getattr(scheme, "group", None)
+    before = dict(group.traffic) if group is not None else {}
+    for _ in range(generations):
+        scheme.step()
+    after = dict(group.traffic) if group is not None else {}
+    parts = comm.gather_object(scheme.island_states())
+    mode = getattr(scheme, "breed", "island")
+    getattr(scheme, "close", lambda: None)()
+    digest = None
+    if comm.rank == 0:
+        digest = states_digest({i: s for part in parts for i, s in part.items()})
+    traffic = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+    return digest, traffic, mode
+
+
+@pytest.mark.mpi(min_size=1)
+@pytest.mark.parametrize("genome, dtype, breed", CASES)
+def test_evaluators_breed_the_island_models_children_bit_for_bit(world, genome, dtype, breed):
+    comm = Communicator(world)
+    run = {"scheme": "centralized", "islands": 2, "breed": breed}
+    digest, traffic, mode = _scheme_run(comm, breed_job(comm.size, genome, dtype, run=run), 4)
+    serial, _, _ = _scheme_run(SelfComm(), breed_job(1, genome, dtype), 4)
+    result = run_job(breed_job(comm.size, genome, dtype, run=run), comm)
+    straight = run_job(breed_job(1, genome, dtype), SelfComm())
+    row_bytes = DIM * (2 if dtype == "bfloat16" else 4)
+    moved = sum(comm.allgather_object(sum(traffic.values())))     # bytes all ranks sent
+    if comm.size == 1:
+        ok = mode == "island"
+    elif breed == "evaluator":      # plans, decisions, fitness: no child bodies
+        ok = mode == "evaluator" and moved < row_bytes / 4
+    else:                           # the leader ships the children's rows
+        ok = mode == "leader" and moved > row_bytes
+    ok = ok and result.evaluations == straight.evaluations and result.migrations == straight.migrations
+    if comm.rank == 0:
+        ok = ok and digest == serial and best_genome_bytes(result) == best_genome_bytes(straight) \
+            and result.best_fitness == straight.best_fitness
+    all_ranks_agree(world, ok, f"{mode}: {moved} bytes between ranks in 4 generations ({traffic}), "
+                               f"rows of {row_bytes}; digest {digest} vs {serial}")
+
+
+@pytest.mark.mpi(min_size=2)
+def test_hybrid_groups_breed_on_evaluators_bit_for_bit(world):
+    comm = Communicator(world)
+    if comm.size % 2:
+        pytest.skip("groups of 2 ranks need an even rank count")
+    run = {"scheme": "hybrid", "ranks_per_island": 2, "islands": comm.size // 2 * 2, "breed": "evaluator"}
+    job = breed_job(comm.size, "delta", "bfloat16", run=run)
+    digest, traffic, mode = _scheme_run(comm, job, 5)
+    serial, _, _ = _scheme_run(SelfComm(), breed_job(1, "delta", "bfloat16", run={"islands": run["islands"]}), 5)
+    sent = comm.allgather_object(traffic)          # per rank: what it sent, by purpose
+    ok = mode == "evaluator" and sent[0].get("breeding", 0) > 0 and sum(sum(t.values()) for t in sent) < DIM / 2
+    ok = ok and (comm.rank != 0 or digest == serial)
+    all_ranks_agree(world, ok, f"{sent}; digest {digest} vs {serial}")
+
+
+@pytest.mark.mpi(min_size=2)
+def test_evaluator_checkpoints_resume_as_the_island_model_and_back(world, tmp_path_factory):
+    comm = Communicator(world)
+    ckpt = comm.bcast_object(str(tmp_path_factory.mktemp("ckpt")) if comm.rank == 0 else None)
+    run = {"scheme": "centralized", "islands": 2, "breed": "evaluator"}
+    stopped = _stop_and_checkpoint(comm, breed_job(comm.size, "delta", "bfloat16", run=run), ckpt)
+    straight = run_job(breed_job(1, "delta", "bfloat16"), SelfComm())
+    ok = stopped.stopped and stopped.generations < 5
+    if comm.rank == 0:        # the evaluators' checkpoint, resumed by one rank of the island model
+        resumed = run_job(breed_job(1, "delta", "bfloat16"), SelfComm(), restored=load_latest(ckpt))
+        ok = ok and best_genome_bytes(resumed) == best_genome_bytes(straight)
+        serial_ckpt = str(tmp_path_factory.mktemp("serial"))
+        _stop_and_checkpoint(SelfComm(), breed_job(1, "delta", "bfloat16"), serial_ckpt)
+    else:
+        serial_ckpt = None
+    serial_ckpt = comm.bcast_object(serial_ckpt)
+    job = breed_job(comm.size, "delta", "bfloat16", run=run)
+    mine = scheme_layout(comm, job.run).islands(job.n_islands)
+    back = run_job(job, comm, restored=load_latest(serial_ckpt, islands=mine, comm=comm))
+    ok = ok and (comm.rank != 0 or best_genome_bytes(back) == best_genome_bytes(straight))
+    all_ranks_agree(world, ok, "a resume across schemes differs from the straight run")
