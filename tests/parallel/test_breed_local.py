@@ -15,7 +15,9 @@ from mpievo.evo import EngineConfig, make_problem
 from mpievo.io import Checkpointer, load_latest
 from mpievo.parallel import RunLoop, RunSettings, best_genome_bytes, build_scheme, run_job
 from mpievo.parallel.breed_local import choose_breeding
-from mpievo.parallel.groups import scheme_layout
+from mpievo.parallel.groups import GroupLayout, scheme_layout
+from mpievo.parallel.hybrid import HybridScheme
+from mpievo.parallel.job import build_problem, job_problem
 
 CASES = [("dense", "float32", "evaluator"), ("delta", "bfloat16", "evaluator"), ("dense", "bfloat16", "evaluator"),
          ("delta", "float32", "evaluator"), ("delta", "bfloat16", "leader")]
@@ -35,6 +37,30 @@ def test_evaluator_breeding_refuses_what_it_cannot_run():
                         SelfComm())
     with pytest.raises(ConfigError, match="run.breed: expected one of"):
         validate({"run": {"breed": "workers"}}, 1)
+
+
+@pytest.mark.parametrize("genome, dtype", [("dense", "float32"), ("delta", "bfloat16")])
+def test_a_group_of_one_rank_breeds_from_its_plans_as_the_island_model(genome, dtype):
+    """The whole evaluator path in one process: planned GA, shared archive, children bred
+    from the plans; migration between the two islands every 2 generations."""
+    from mpi4py import MPI
+
+    comm = Communicator(MPI.COMM_SELF)
+    job = breed_job(1, genome, dtype)
+    problem = job_problem(job, build_problem(job.problem))
+    scheme = HybridScheme(comm, GroupLayout(((0,),), 0), problem, job.engines, seed=job.run.seed,
+                          policy=job.policy, schedule=job.schedule, breed="evaluator")
+    serial = build_scheme(SelfComm(), breed_job(1, genome, dtype))
+    try:
+        for s in (scheme, serial):
+            s.initialize()
+            for _ in range(4):
+                s.step()
+        planned = type(scheme.inner.islands[0].algorithm).__name__
+        assert (scheme.breed, planned) == ("evaluator", "PlannedGA")
+        assert states_digest(scheme.island_states()) == states_digest(serial.island_states())
+    finally:
+        scheme.close()
 
 
 def _stop_and_checkpoint(comm, job, directory):
