@@ -142,7 +142,12 @@ class BreedPlan:
     ``inv_log_q``, ``dense``, ``key``, ``base``; bound mode ``code``). "uniform": the
     refill after a restart (``key``, ``base`` of :func:`counter_kernels.uniform_fill`).
     ``counts``: the leader's array the GA reads its mutation counts from (filled by
-    :meth:`EvaluatorBreeding.lead`; not sent)."""
+    :meth:`EvaluatorBreeding.lead`; not sent).
+
+    Example::
+
+        group.bcast_object(("breed", plan.wire(), evaluated), root=0)   # a few numbers per child
+    """
 
     island: int
     kind: str
@@ -244,7 +249,12 @@ class PlannedGA(GeneticAlgorithm):
 class SharedArchive(Archive):
     """An :class:`Archive` whose rows are a node-shared array, and whose merge of the
     island's own children writes the columns here and leaves the rows to the ranks
-    that bred them (:meth:`EvaluatorBreeding.write`)."""
+    that bred them (:meth:`EvaluatorBreeding.write`).
+
+    Example::
+
+        island.archive = SharedArchive(shared.array, breeding, limit=4, island=0)
+    """
 
     def __init__(self, rows: np.ndarray, breeding: "EvaluatorBreeding", **settings):
         self._rows = rows
@@ -274,7 +284,12 @@ class SharedArchive(Archive):
 class BreedingGroupProblem(GroupProblem):
     """The leader's :class:`GroupProblem` under evaluator breeding: a batch a
     :class:`PlannedGA` planned is bred and evaluated by the group from its plan; any
-    other batch (generation 0) travels as rows."""
+    other batch (generation 0) travels as rows.
+
+    Example::
+
+        IslandScheme(leaders, BreedingGroupProblem(problem, group, breeding), engines)
+    """
 
     def __init__(self, problem, group, breeding: "EvaluatorBreeding"):
         super().__init__(problem, group)
@@ -297,6 +312,11 @@ class EvaluatorBreeding:
         group: the group's Communicator (rank 0 leads).
         engines: every island's resolved EngineConfig.
         islands: the group's islands.
+
+    Example::
+
+        breeding = EvaluatorBreeding(problem, group, engines, [0, 1])   # every rank of the group
+        breeding.adopt(inner.islands)        # the leader; the others: serve(..., breeding.handle)
     """
 
     def __init__(self, problem, group, engines, islands):

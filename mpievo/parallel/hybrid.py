@@ -45,7 +45,14 @@ def split_communicators(comm, layout: GroupLayout):
 
 
 def close_split(sub) -> None:
-    """Free a Communicator of :func:`split_communicators` and the split it wraps (collective)."""
+    """Free a Communicator of :func:`split_communicators` and the split it wraps (collective).
+
+    Example::
+
+        group, leaders = split_communicators(comm, layout)
+        ...
+        close_split(group)
+    """
     sub.free()
     sub.mpi_comm.Free()
 

@@ -37,6 +37,8 @@ def test_evaluator_breeding_refuses_what_it_cannot_run():
                         SelfComm())
     with pytest.raises(ConfigError, match="run.breed: expected one of"):
         validate({"run": {"breed": "workers"}}, 1)
+    with pytest.raises(ConfigError, match="run.breed: expected 'leader' or 'auto' with run.scheme = 'master_worker'"):
+        validate({"run": {"breed": "evaluator", "scheme": "master_worker"}}, 2)
 
 
 @pytest.mark.parametrize("genome, dtype", [("dense", "float32"), ("delta", "bfloat16")])
