@@ -363,7 +363,8 @@ class EvaluatorBreeding:
         for r, pack in [(0, mine), *packs.items()]:
             a, b = blocks[r]
             if b > a:
-                plan.counts[a:b] = pack[:b - a]
+                if plan.counts is not None:      # a refill's are the GA's zeros
+                    plan.counts[a:b] = pack[:b - a]
                 fitness[a:min(b, evaluated)] = pack[b - a:]
         return fitness
 
