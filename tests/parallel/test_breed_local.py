@@ -43,25 +43,31 @@ def test_evaluator_breeding_refuses_what_it_cannot_run():
         validate({"run": {"breed": "evaluator", "scheme": "master_worker"}}, 2)
 
 
-@pytest.mark.parametrize("genome, dtype", [("dense", "float32"), ("delta", "bfloat16")])
-def test_a_group_of_one_rank_breeds_from_its_plans_as_the_island_model(genome, dtype):
+# restarts every 2 generations: the archive truncated and refilled with uniform children
+RESTARTS = {"stagnation_patience": 2, "stagnation_tol": 1.0, "restart_growth": 1.0}
+
+
+@pytest.mark.parametrize("genome, dtype, engine", [("dense", "float32", {}), ("delta", "bfloat16", {}),
+                                                   ("dense", "bfloat16", RESTARTS)])
+def test_a_group_of_one_rank_breeds_from_its_plans_as_the_island_model(genome, dtype, engine):
     """The whole evaluator path in one process: planned GA, shared archive, children bred
     from the plans; migration between the two islands every 2 generations."""
     from mpi4py import MPI
 
     comm = Communicator(MPI.COMM_SELF)
-    job = breed_job(1, genome, dtype)
+    job = breed_job(1, genome, dtype, engine=engine)
     problem = job_problem(job, build_problem(job.problem))
     scheme = HybridScheme(comm, GroupLayout(((0,),), 0), problem, job.engines, seed=job.run.seed,
                           policy=job.policy, schedule=job.schedule, breed="evaluator")
-    serial = build_scheme(SelfComm(), breed_job(1, genome, dtype))
+    serial = build_scheme(SelfComm(), breed_job(1, genome, dtype, engine=engine))
     try:
         for s in (scheme, serial):
             s.initialize()
             for _ in range(4):
                 s.step()
-        planned = type(scheme.inner.islands[0].algorithm).__name__
-        assert (scheme.breed, planned) == ("evaluator", "PlannedGA")
+        ga = scheme.inner.islands[0].algorithm
+        assert (scheme.breed, type(ga).__name__) == ("evaluator", "PlannedGA")
+        assert ga.restarts == serial.islands[0].algorithm.restarts and (ga.restarts > 0) == bool(engine)
         assert states_digest(scheme.island_states()) == states_digest(serial.island_states())
     finally:
         scheme.close()
