@@ -2,6 +2,8 @@
 children from the island's archive held once per node; the island model's result bit
 for bit, no child bodies between ranks, resumable under another scheme."""
 
+import os
+
 import numpy as np
 import pytest
 from breed_helpers import DIM, breed_job
@@ -178,3 +180,19 @@ def test_evaluator_checkpoints_resume_as_the_island_model_and_back(world, tmp_pa
     back = run_job(job, comm, restored=load_latest(serial_ckpt, islands=mine, comm=comm))
     ok = ok and (comm.rank != 0 or best_genome_bytes(back) == best_genome_bytes(straight))
     all_ranks_agree(world, ok, "a resume across schemes differs from the straight run")
+
+
+@pytest.mark.mpi(min_size=2)
+def test_a_group_over_two_nodes_is_refused(world):
+    """The archive is one node's shared memory: a group over two nodes would not see its rows."""
+    os.environ["MPIEVO_FAKE_NODES"] = "2"      # two nodes of size/2 consecutive ranks
+    try:
+        comm = Communicator(world)
+        run = {"scheme": "centralized", "islands": 2, "breed": "evaluator"}
+        build_scheme(comm, breed_job(comm.size, run=run))
+        error = "built"
+    except ValueError as err:
+        error = str(err)
+    finally:
+        del os.environ["MPIEVO_FAKE_NODES"]
+    all_ranks_agree(world, "every group of ranks on one node, got a group over 2 nodes" in error, error)
