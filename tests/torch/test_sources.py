@@ -136,3 +136,40 @@ def test_the_run_check_counts_the_bases_once_per_node_and_two_genome_buffers_a_r
         f"{3 * dim * 4 / 2**30:.3g} GiB included)" in refusal, refusal
     monkeypatch.setattr(memory, "usable_host_bytes", lambda: (need, "a test"))
     assert memory.memory_problem(SelfComm(), job) is None
+
+
+def _special_values():
+    """Every bfloat16 and float16 pattern, float32 patterns around every bfloat16 (ties,
+    NaN payloads, subnormals, infinities) and float64 values a float32 rounding ties."""
+    high = np.arange(1 << 16, dtype=np.uint32) << 16
+    f32 = (high[:, None] | np.array([0, 1, 0x7FFF, 0x8000, 0x8001, 0xFFFF], np.uint32)).reshape(-1).view(np.float32)
+    with np.errstate(all="ignore"):
+        f64 = np.concatenate([f32.astype(np.float64), f32.astype(np.float64) * (1 + 2.0 ** -30)])
+    return {np.dtype(np.float32): f32, np.dtype(np.float64): f64, BF16: np.arange(1 << 16, dtype=np.uint16).view(BF16),
+            np.dtype(np.float16): np.arange(1 << 16, dtype=np.uint16).view(np.float16)}
+
+
+@pytest.mark.parametrize("target", [np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.float16), BF16],
+                         ids=lambda d: d.name)
+def test_sources_are_cast_into_their_rows_as_astype_casts_them_bit_for_bit(target):
+    for values in _special_values().values():
+        with np.errstate(all="ignore"):
+            want = values.astype(target)
+        got = np.empty(values.shape, target)
+        hf.cast_into(values, got)
+        bits = {2: np.uint16, 4: np.uint32, 8: np.uint64}[target.itemsize]
+        assert np.array_equal(got.view(bits), want.view(bits)), (values.dtype, target)
+
+
+def test_a_tensor_is_read_at_its_offset_through_the_cast_buffer(tmp_path, monkeypatch):
+    values = _special_values()[np.dtype(np.float32)]
+    path = tmp_path / "data"
+    path.write_bytes(b"header" + values.tobytes())
+    monkeypatch.setattr(hf, "_CAST_CHUNK", 4096 + 4)             # chunks that do not divide the tensor
+    out = np.empty(values.size, BF16)
+    with open(path, "rb", buffering=0) as handle:
+        hf.read_cast(handle, 6, values.dtype, out, path)
+        with pytest.raises(ValueError, match="expected 8 more bytes in .*data, got 0"):
+            hf.read_cast(handle, path.stat().st_size, values.dtype, out[:2], path)
+    with np.errstate(all="ignore"):
+        assert np.array_equal(out.view(np.uint16), values.astype(BF16).view(np.uint16))
