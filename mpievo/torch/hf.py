@@ -203,14 +203,14 @@ def available_memory() -> int:
 def memory_estimate(numel: int, sources: int, *, archive_rows: int = 0, ranks_per_node: int = 1,
                     bases_itemsize: int = 4, gene_itemsize: int = 4, row_itemsize: int = 4) -> int:
     """Bytes a node needs: the sources once (``bases_itemsize`` per gene: a half model's
-    stay in their dtype), and per rank two genome buffers (``gene_itemsize``) and
-    ``archive_rows`` rows of ``row_itemsize`` (archive and batch):
-    :func:`mpievo.parallel.memory.genomes_estimate`, what ``mpievo bench models`` prints.
+    stay in their dtype); per rank ``archive_rows`` rows of ``row_itemsize`` (archive and
+    batch), the delta row box and the model's buffer (``gene_itemsize``); the best genome
+    once: :func:`mpievo.parallel.memory.genomes_estimate`, what ``mpievo bench models`` prints.
 
     Example:
         >>> memory_estimate(1000, 3, archive_rows=6, ranks_per_node=2, bases_itemsize=2,
         ...                 gene_itemsize=2, row_itemsize=2)
-        38000
+        64000
     """
     return genomes_estimate(numel, sources=sources, bases_itemsize=bases_itemsize, rows_per_rank=archive_rows,
                             row_itemsize=row_itemsize, genome_itemsize=gene_itemsize,
@@ -291,8 +291,8 @@ def hf_bases(paths: Sequence[str | os.PathLike], flat: FlatParameters, *, check:
                                bases_itemsize=dtype.itemsize, gene_itemsize=itemsize,
                                row_itemsize=itemsize if row_itemsize is None else row_itemsize)
         check_memory(need, available, detail=f"{len(paths)} sources of {info.numel:,} genes in {dtype.name}, and "
-                                             f"per rank of {ranks_per_node}: {archive_rows} archive and batch rows "
-                                             "and two genome buffers")
+                                             f"per rank of {ranks_per_node}: {archive_rows} archive and batch rows, "
+                                             "the row box and the model's buffer; the best genome once")
 
     def load(out: np.ndarray) -> None:
         for row, path in zip(out, paths):

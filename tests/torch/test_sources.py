@@ -86,7 +86,9 @@ def test_a_merge_too_large_is_refused_before_loading_naming_the_sizes(half_sourc
     monkeypatch.setattr(hf, "fill_from_files", lambda *a: loaded.append(a) or True)
     need = hf.memory_estimate(flat.dim, 2, archive_rows=6, ranks_per_node=2, bases_itemsize=2, gene_itemsize=2,
                               row_itemsize=2)
-    assert need == flat.dim * (2 * 2 + 2 * (6 * 2 + 2 * 2))    # sources in bf16 + per rank rows and 2 buffers
+    # sources in bf16; per rank the rows, the row box (2 bf16 bounds, the GA's 2 float32 ones) and the
+    # model's buffer; the best genome once (its row, decoded, copied out)
+    assert need == flat.dim * (2 * 2 + 2 * (6 * 2 + 2 * 2 + 2 * 4 + 2) + 3 * 2)
     with pytest.raises(MemoryError, match=rf"got an estimate of {need / 2**30:.2f} GiB \(2 sources of "
                                           r"27,008 genes in bfloat16, and per rank of 2: 6 archive"):
         hf.hf_bases(half_sources, flat, archive_rows=6, ranks_per_node=2, available=need - 1)
@@ -118,7 +120,8 @@ def test_delta_genomes_over_half_bases_are_the_reference_formula(dtype, uniform)
     assert out.tobytes() == expected.tobytes()
 
 
-def test_the_run_check_counts_the_bases_once_per_node_and_two_genome_buffers_a_rank(tmp_path, monkeypatch):
+def test_the_run_check_counts_the_bases_and_best_genome_once_per_node_and_each_ranks_buffers(tmp_path,
+                                                                                            monkeypatch):
     from mpievo.comm.protocol import SelfComm
     from mpievo.config import validate
     from mpievo.parallel import memory
@@ -128,12 +131,13 @@ def test_the_run_check_counts_the_bases_once_per_node_and_two_genome_buffers_a_r
     job = validate({"problem": {"name": "sphere", "dim": dim, "bases": str(tmp_path / "bases.npy")},
                     "run": {"islands": 2}, "engine": {"genome": "delta", "capacity": 4, "batch_size": 2}}, 1)
     host, _ = memory.rank_estimate(job, 1)
-    assert host == 2 * 6 * dim * 4 + 2 * dim * 4          # two islands' rows (no draw rows), two buffers
-    need = host + 3 * dim * 4                              # and the bases, once
+    # two islands' rows (no draw rows) and row boxes, a block of a generation 0 (4 genomes) to evaluate
+    assert host == 2 * 6 * dim * 4 + 2 * 2 * dim * 4 + 4 * dim * 4
+    need = host + 3 * dim * 4 + 3 * dim * 4                # and the bases and the best genome, once
     monkeypatch.setattr(memory, "usable_host_bytes", lambda: (need - 1, "a test"))
     refusal = memory.memory_problem(SelfComm(), job)
     assert refusal is not None and f"got an estimate of {need / 2**30:.3g} GiB of host (3 base models of " \
-        f"{3 * dim * 4 / 2**30:.3g} GiB included)" in refusal, refusal
+        f"{3 * dim * 4 / 2**30:.3g} GiB and the best genome included)" in refusal, refusal
     monkeypatch.setattr(memory, "usable_host_bytes", lambda: (need, "a test"))
     assert memory.memory_problem(SelfComm(), job) is None
 
@@ -156,7 +160,8 @@ def test_sources_are_cast_into_their_rows_as_astype_casts_them_bit_for_bit(targe
         with np.errstate(all="ignore"):
             want = values.astype(target)
         got = np.empty(values.shape, target)
-        hf.cast_into(values, got)
+        with np.errstate(all="ignore"):     # overflows to inf, NaN: as astype
+            hf.cast_into(values, got)
         bits = {2: np.uint16, 4: np.uint32, 8: np.uint64}[target.itemsize]
         assert np.array_equal(got.view(bits), want.view(bits)), (values.dtype, target)
 
