@@ -5,7 +5,7 @@ one pass each, with the bits of the numpy / ``ml_dtypes`` element-wise code they
   computed in float64, rounded to bfloat16 as ``astype(ml_dtypes.bfloat16)`` does (through
   float32), then one step inwards where the rounding went outwards (``np.nextafter``);
 * :func:`deltas_bf16`: a starting genome's delta ``float64(genome) - float64(base)``
-  rounded so, clipped to the row box as ``np.clip`` does (``min(max(x, lo), hi)``).
+  rounded so (computed in float32: the same bfloat16, see the kernel), clipped to the row box as ``np.clip`` does (``min(max(x, lo), hi)``).
 
 Rows are ``uint16`` bit views (Numba has no bfloat16). A NaN is written as ``ml_dtypes``
 writes it: its sign and the quiet NaN ``0x7FC0``.
@@ -85,7 +85,11 @@ def deltas_bf16(genome, base, lo, hi, out):
     """
     bad = 0
     for i in range(genome.shape[0]):
-        h = _rounded(_as_bits(np.float32(np.float64(_bf16(genome[i])) - np.float64(_bf16(base[i])))))
+        # float32 arithmetic gives float32(float64 difference): two bfloat16 values whose
+        # exponents differ by at most 15 differ exactly in float32 (8 + 15 + 1 bits), and
+        # a farther one moves the nearer by less than a quarter of its bfloat16 spacing
+        # either way, so both round to the same bfloat16
+        h = _rounded(_as_bits(_bf16(genome[i]) - _bf16(base[i])))
         if (h & np.uint16(0x7FFF)) >= np.uint16(0x7F80):
             bad += 1
             out[i] = h

@@ -69,6 +69,10 @@ def test_deltas_are_the_element_wise_deltas_clipped():
     genome, base = rng.choice(finite, n), rng.choice(finite, n)
     base[::4] = genome[::4] ^ rng.integers(0, 1 << 9, n // 4).astype(np.uint16)   # near each other: ties
     base[1::7] = genome[1::7] ^ 0x8000                                              # x - (-x), -0 - +0
+    gap = rng.integers(0, 40, n // 3).astype(np.int32)        # every exponent gap, float32's exactness edge
+    shifted = (genome[2::3].astype(np.int32) & 0x7F80) - (gap << 7)
+    base[2::3] = np.where(shifted > 0, shifted | (rng.integers(0, 1 << 7, n // 3) | (genome[2::3] & 0x8000)
+                                                  ^ rng.integers(0, 2, n // 3) * 0x8000), base[2::3])
     lo, hi = rng.choice(finite, n), rng.choice(finite, n)   # boxes of any order, signed zeros among them
     lo[::2] = np.minimum(lo[::2], 0xFF7F) | 0x8000           # mostly a real box: lo <= 0 <= hi
     hi[::2] &= 0x7FFF
