@@ -215,7 +215,8 @@ class Island:
                 device_operators, rng, lower, upper,
                 device_operators.empty((self.archive.limit, self.problem.dim), self.archive.dtype),
                 on_device=True)
-        return self.problem.initial_genomes(rng, self.archive.limit, self.archive.dtype)
+        n = self.archive.limit     # host rows: written where they will be kept
+        return self.problem.initial_genomes(rng, n, self.archive.dtype, out=self.archive.population_rows(n))
 
     def initialize_with(self, genomes, fitness) -> None:
         """Generation 0 from :meth:`initial_population`'s ``genomes`` and their minimised

@@ -67,6 +67,40 @@ def check_fitness(values, n: int, name: str = "problem") -> np.ndarray:
 
 #: bounds kept in their own dtype (a delta island's row box, in the rows' dtype)
 _ROW_BOUND_DTYPES = (np.dtype(np.float32), np.dtype(np.float16), BFLOAT16)
+#: genes checked at a time (model-sized rows: no genome-sized mask, no element-wise bfloat16)
+_CHECK_CHUNK = 1 << 20
+
+
+def _wide(part: np.ndarray) -> np.ndarray:
+    """A chunk as numpy compares it exactly: half types widened to float32 (a bit kernel)."""
+    return half.widen_into(part, np.empty(part.shape, np.float32)) if half.is_half(part.dtype) else part
+
+
+def nonfinite_count(values: np.ndarray) -> int:
+    """NaN and +-inf values in ``values`` (any shape), a chunk at a time.
+
+    Example:
+        >>> nonfinite_count(np.array([[1.0, np.inf], [np.nan, 0.0]], np.float16))
+        2
+    """
+    flat = np.asarray(values).reshape(-1)
+    if flat.dtype.kind in "iu":
+        return 0
+    if half.is_half(flat.dtype):      # exponent bits all ones, from the bits
+        infinity = 0x7F80 if flat.dtype == BFLOAT16 else 0x7C00
+        bits = flat.view(np.uint16)
+        return sum(int(np.count_nonzero((bits[i:i + _CHECK_CHUNK] & 0x7FFF) >= infinity))
+                   for i in range(0, bits.size, _CHECK_CHUNK))
+    return sum(int(np.count_nonzero(~np.isfinite(flat[i:i + _CHECK_CHUNK])))
+               for i in range(0, flat.size, _CHECK_CHUNK))
+
+
+def _ordered(lower: np.ndarray, upper: np.ndarray) -> bool:
+    """``np.all(lower < upper)``, a chunk at a time."""
+    if lower.strides == upper.strides == (0,):
+        return bool(np.all(_wide(lower[:1]) < _wide(upper[:1])))
+    return all(np.all(_wide(lower[i:i + _CHECK_CHUNK]) < _wide(upper[i:i + _CHECK_CHUNK]))
+               for i in range(0, lower.size, _CHECK_CHUNK))
 
 
 def _as_bound(value, dim: int, name: str) -> np.ndarray:
@@ -81,7 +115,7 @@ def _as_bound(value, dim: int, name: str) -> np.ndarray:
         arr = np.broadcast_to(arr, (dim,))
     if arr.shape != (dim,):
         raise ValueError(f"expected {name} to be a scalar or of shape ({dim},), got shape {arr.shape}")
-    if not np.all(np.isfinite(arr)):
+    if nonfinite_count(arr[:1] if arr.strides == (0,) else arr):
         raise ValueError(f"expected finite {name} bounds, got {arr[~np.isfinite(arr)][:3]}")
     return arr
 
@@ -178,7 +212,7 @@ class Problem:
         self.dim = int(dim)
         self.lower = _as_bound(lower, self.dim, "lower")
         self.upper = _as_bound(upper, self.dim, "upper")
-        if not np.all(self.lower < self.upper):
+        if not _ordered(self.lower, self.upper):
             bad = int(np.argmin(self.upper - self.lower))
             raise ValueError(f"expected lower < upper for every gene, got gene {bad}: "
                              f"[{self.lower[bad]}, {self.upper[bad]}]")
@@ -216,26 +250,30 @@ class Problem:
             values = list(map(self.func, genomes))  # no bytecode per row
         return check_fitness(values, n, self.name)
 
-    def initial_genomes(self, rng: np.random.Generator, n: int, dtype) -> np.ndarray:
+    def initial_genomes(self, rng: np.random.Generator, n: int, dtype, out: np.ndarray | None = None) -> np.ndarray:
         """An island's ``n`` generation-0 genomes, in ``dtype`` and inside the box.
 
         ``initial(rng, n)`` when the problem has one, else uniform in the box (from
         :data:`~.operators.COUNTER_DIM` genes counter-based, as on a device island); either
-        is cast to ``dtype`` and clipped to the box (in ``dtype``, rounded inwards).
+        is cast to ``dtype`` and clipped to the box (in ``dtype``, rounded inwards), into
+        ``out`` ((n, dim) of ``dtype``) when given: an archive's own rows, so that no
+        population is held beside the archive it enters.
 
         Raises:
             ValueError: ``initial`` returned another shape or a non-finite gene.
             TypeError: ``initial`` returned something other than real numbers.
         """
         lower, upper = box_arrays(self.lower, self.upper, dtype)
+        genomes = np.empty((n, self.dim), dtype) if out is None else out
         if self.initial is None:
             if counter_based(self.dim):  # large genomes: counter-based, as on the device
-                return half.uniform_genomes(operators, rng, lower, upper, np.empty((n, self.dim), dtype))
-            genomes = np.empty((n, self.dim), dtype)
+                genomes = half.uniform_genomes(operators, rng, lower, upper, genomes)
+                operators.round_integers(genomes, getattr(self, "integer", None))
+                return genomes
             for row in genomes:  # one float64 row at a time: the same draws as one (n, dim) call
                 row[...] = rng.uniform(self.lower, self.upper)
         else:
-            genomes = self._check_initial(self.initial(rng, n), n).astype(dtype)
+            np.copyto(genomes, self._check_initial(self.initial(rng, n), n), casting="unsafe")
         np.clip(genomes, lower, upper, out=genomes)
         operators.round_integers(genomes, getattr(self, "integer", None))
         return genomes
@@ -274,9 +312,9 @@ class Problem:
                              f"got shape {arr.shape}")
         if arr.dtype.kind not in "fiu" and not half.is_half(arr.dtype):   # bfloat16 is kind "V"
             raise TypeError(f"expected real-valued initial genomes from {self.name!r}, got dtype {arr.dtype}")
-        if not all(np.isfinite(row).all() for row in arr.reshape(n, -1)):   # a row's mask at a time
-            raise ValueError(f"expected finite initial genomes from {self.name!r}, "
-                             f"got {sum(int(np.count_nonzero(~np.isfinite(row))) for row in arr)} non-finite genes")
+        bad = nonfinite_count(arr)
+        if bad:
+            raise ValueError(f"expected finite initial genomes from {self.name!r}, got {bad} non-finite genes")
         return arr
 
     def evaluate(self, genomes: np.ndarray) -> np.ndarray:
