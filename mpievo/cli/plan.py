@@ -3,6 +3,8 @@
     mpievo plan --calibrate [--dims 1e2,1e5,1e7] [--out cal.json]   measure the constants here (3-4 minutes)
     mpievo plan --constants cal.json --ranks 4 ...    each scheme's bytes and time per generation
     mpievo plan --scenario design [--inter-node-gbps 25]   the design study's table recomputed
+    mpievo plan --measure [--schemes island,hybrid] [--measure-ranks 1,2,4] [--constants cal.json]
+                                                      schemes run at each P against the model
 
 Bytes come from :mod:`mpievo.plan.traffic` (exact for GA runs: every message the schemes
 send), time from :mod:`mpievo.plan.timing` with the calibrated constants.
@@ -40,6 +42,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="scenario: intra-node bandwidth, Gb/s (default: --constants', else 80)")
     parser.add_argument("--breed-gbytes-per-s", type=float, default=141.0,
                         help="scenario: device breeding rate, GB of child per second (H100, README)")
+    measure = parser.add_argument_group("runs against the model (--measure)")
+    measure.add_argument("--measure", action="store_true",
+                         help="run the bench's job with --schemes at each of --measure-ranks (launched jobs) and "
+                              "print measured against predicted wall time (calibrates first without --constants)")
+    measure.add_argument("--schemes", type=lambda text: tuple(text.split(",")), default=("island", "hybrid"),
+                         help="bench schemes to measure (default island,hybrid)")
+    measure.add_argument("--measure-ranks", type=_ranks, default=(1, 2, 4), help="rank counts (default 1,2,4)")
+    measure.add_argument("--measure-dim", type=lambda text: int(float(text)), default=1_000_000,
+                         help="genes per genome (default 1e6)")
+    measure.add_argument("--repeats", type=int, default=3, help="runs per scheme and rank count")
+    measure.add_argument("--measure-cost-ms", type=float, default=20.0, help="fitness cost per child, ms")
     layout = parser.add_argument_group("a layout (with --constants)")
     layout.add_argument("--ranks", type=int, default=4)
     layout.add_argument("--ranks-per-node", type=int, default=0, help="0: one node")
@@ -67,6 +80,18 @@ def main(args: argparse.Namespace) -> int:
         return 0
     if args.scenario:
         print(_scenario(args))
+        return 0
+    if args.measure:
+        from mpievo.plan.measured import MeasureSpec, measure_against_model
+
+        spec = MeasureSpec(schemes=args.schemes, ranks=args.measure_ranks, dim=args.measure_dim,
+                           cost_ms=args.measure_cost_ms, repeats=args.repeats)
+        try:
+            spec.check()
+        except ValueError as error:
+            print(f"mpievo plan --measure: {error}", file=sys.stderr)
+            return 2
+        print(measure_against_model(spec, args.constants)[1])
         return 0
     if not args.constants:
         print("mpievo plan: expected --calibrate, --scenario or --constants FILE, got none", file=sys.stderr)
