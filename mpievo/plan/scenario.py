@@ -8,7 +8,8 @@ of batch 8, 32 children per generation), one rank per GPU, and the model's
 (:mod:`.traffic`, :mod:`.timing`) figures for mpievo's schemes as built -- dense genomes,
 and ``engine.genome = "seeded"`` (recipes of ``8 * (B + 3K)`` bytes bred on the leader,
 each GPU materialising the children it evaluates) -- next to the study's master that
-ships every child's weights.
+ships every child's weights, and the new path of :mod:`.local` (each GPU breeds its own
+child from the node's rows, pipelined) for both genomes, its placements side by side.
 """
 
 from __future__ import annotations
