@@ -53,6 +53,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                          help="genes per genome (default 1e6)")
     measure.add_argument("--repeats", type=int, default=3, help="runs per scheme and rank count")
     measure.add_argument("--measure-cost-ms", type=float, default=20.0, help="fitness cost per child, ms")
+    new = parser.add_argument_group("scenario: the new path (children bred where evaluated)")
+    new.add_argument("--device-gbytes-per-s", type=float, default=1000.0,
+                     help="device memory traffic, GB/s (default 1000: the device copy of mpievo bench gpu, H100)")
+    new.add_argument("--nvlink-gbytes-per-s", type=float, default=400.0, help="NVLink per GPU and direction, GB/s")
+    new.add_argument("--gpu-memory-gb", type=float, default=80.0, help="memory per GPU, GB")
+    new.add_argument("--survivors", type=float, default=4.0, help="children entering the archive per generation")
+    new.add_argument("--pipeline-spare", type=float, default=0.5,
+                     help="share of a GPU a pipelined make gets beside an evaluation, 0-1")
+    new.add_argument("--checkpoint-every", type=int, default=0, help="generations between checkpoints (0: none)")
     layout = parser.add_argument_group("a layout (with --constants)")
     layout.add_argument("--ranks", type=int, default=4)
     layout.add_argument("--ranks-per-node", type=int, default=0, help="0: one node")
@@ -120,6 +129,7 @@ _ranks = _counts("rank counts", "1,2,4", int)
 
 
 def _scenario(args) -> str:
+    from mpievo.plan.local import Node
     from mpievo.plan.scenario import Scenario, format_scenario
     from mpievo.plan.timing import Constants, Link
 
@@ -128,8 +138,15 @@ def _scenario(args) -> str:
         intra = Constants.load(args.constants).intra
     if args.intra_node_gbps is not None:
         intra = Link(intra.latency_s, args.intra_node_gbps * 1e9 / 8)
-    return format_scenario(Scenario(args.inter_node_gbps, args.inter_node_latency_us * 1e-6, intra,
-                                    args.breed_gbytes_per_s * 1e9))
+    node = Node(device_Bps=args.device_gbytes_per_s * 1e9, peer_Bps=args.nvlink_gbytes_per_s * 1e9,
+                device_bytes=args.gpu_memory_gb * 1e9)
+    try:
+        scenario = Scenario(args.inter_node_gbps, args.inter_node_latency_us * 1e-6, intra,
+                            args.breed_gbytes_per_s * 1e9, node, args.survivors, args.pipeline_spare,
+                            args.checkpoint_every)
+        return format_scenario(scenario)
+    except ValueError as error:
+        raise SystemExit(f"mpievo plan --scenario: {error}") from None
 
 
 def _layouts(args) -> str:

@@ -2,8 +2,8 @@
 
 import pytest
 
-from mpievo.plan.local import (Island, Node, busiest_share, choose, evaluation_seconds, generation_seconds,
-                               make_seconds, run_seconds, survivor_seconds, utilisation)
+from mpievo.plan.local import (Island, Node, busiest_share, checkpoint_seconds, choose, evaluation_seconds,
+                               generation_seconds, make_seconds, run_seconds, survivor_seconds, utilisation)
 from mpievo.plan.scenario import Scenario, local_figures, migration_seconds
 
 G = 3e9                                      # the study's genome: 1.5e9 bf16 parameters
@@ -55,6 +55,13 @@ def test_survivors_rows_by_hand():
     assert survivor_seconds(NODE, DENSE, "host") == pytest.approx(G / 50e9)
     # seeded archives hold recipes: one small message per survivor
     assert survivor_seconds(NODE, SEEDED, "replica") == pytest.approx(4 * 5e-6)
+    # a checkpoint every 10 generations, 1 survivor each: 10 changed rows over PCIe, per generation
+    assert checkpoint_seconds(NODE, DENSE) == 0.0
+    every = Island(G, G, 16, 8, 0.1, 141e9, survivors=1.0, checkpoint_every=10)
+    assert checkpoint_seconds(NODE, every) == pytest.approx(10 * G / 50e9 / 10)
+    # at most the whole archive changes
+    assert checkpoint_seconds(NODE, Island(G, G, 16, 8, 0.1, 141e9, checkpoint_every=10)) == pytest.approx(
+        16 * G / 50e9 / 10)
 
 
 def test_seeded_generation_and_utilisation_by_hand():
