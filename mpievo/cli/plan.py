@@ -45,13 +45,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     measure = parser.add_argument_group("runs against the model (--measure)")
     measure.add_argument("--measure", action="store_true",
                          help="run the bench's job with --schemes at each of --measure-ranks (launched jobs) and "
-                              "print measured against predicted wall time (calibrates first without --constants)")
+                              "print measured against predicted wall time")
     measure.add_argument("--schemes", type=lambda text: tuple(text.split(",")), default=("island", "hybrid"),
                          help="bench schemes to measure (default island,hybrid)")
     measure.add_argument("--measure-ranks", type=_ranks, default=(1, 2, 4), help="rank counts (default 1,2,4)")
     measure.add_argument("--measure-dim", type=lambda text: int(float(text)), default=1_000_000,
                          help="genes per genome (default 1e6)")
     measure.add_argument("--repeats", type=int, default=3, help="runs per scheme and rank count")
+    measure.add_argument("--calibrate-first", action="store_true",
+                         help="without --constants: a full calibration (minutes) instead of the engine's costs "
+                              "stepped in-process")
     measure.add_argument("--measure-cost-ms", type=float, default=20.0, help="fitness cost per child, ms")
     new = parser.add_argument_group("scenario: the new path (children bred where evaluated)")
     new.add_argument("--device-gbytes-per-s", type=float, default=1000.0,
@@ -100,7 +103,7 @@ def main(args: argparse.Namespace) -> int:
         except ValueError as error:
             print(f"mpievo plan --measure: {error}", file=sys.stderr)
             return 2
-        print(measure_against_model(spec, args.constants)[1])
+        print(measure_against_model(spec, args.constants, full=args.calibrate_first)[1])
         return 0
     if not args.constants:
         print("mpievo plan: expected --calibrate, --scenario or --constants FILE, got none", file=sys.stderr)

@@ -16,6 +16,7 @@ than cores share them: the table says so. A scheme is a bench scheme name
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import statistics
 import subprocess
@@ -113,10 +114,11 @@ def launch(ranks: int, spec: MeasureSpec, workdir: Path) -> list[dict]:
     return json.loads(out_path.read_text())
 
 
-def compare(rows: list[dict], constants, interval: int) -> list[dict]:
+def compare(rows: list[dict], constants, interval: int, fitted=None) -> list[dict]:
     """Per (scheme, P): the measured walls' median, fastest and slowest, the model's wall,
     the error of the median and the errors' spread over the runs (one rank: the island
-    scheme's runs, every scheme's model there).
+    scheme's runs, every scheme's model there); with ``fitted`` constants also their
+    model and its error of the median ("fitted_s", "fitted_error").
 
     Example:
         >>> from mpievo.plan.timing import Constants
@@ -138,10 +140,12 @@ def compare(rows: list[dict], constants, interval: int) -> list[dict]:
         model = predict_row(runs[0], interval, constants)["model_wall_s"]
         walls = sorted(r["wall_s"] for r in runs)
         median = statistics.median(walls)
+        fit = predict_row(runs[0], interval, fitted)["model_wall_s"] if fitted is not None else None
         out.append({"scheme": scheme, "ranks": ranks, "runs": len(runs), "generations": runs[0]["generations"],
                     "measured_s": median, "fastest_s": walls[0], "slowest_s": walls[-1], "model_s": model,
                     "error": model / median - 1, "error_low": model / walls[-1] - 1,
-                    "error_high": model / walls[0] - 1,
+                    "error_high": model / walls[0] - 1, "fitted_s": fit,
+                    "fitted_error": fit / median - 1 if fit is not None else None,
                     "loadavg": statistics.median(r["loadavg_1min"] for r in runs if "loadavg_1min" in r)
                     if any("loadavg_1min" in r for r in runs) else None})
     return out
@@ -160,7 +164,8 @@ def format_comparison(table: list[dict], spec: MeasureSpec, cores: int, source: 
     lines = [f"{spec.cost_ms:g} ms {spec.mode} per child, {spec.dim:,} genes (float32), budget {spec.budget}, "
              f"{spec.repeats} runs per scheme and P, {cores} cores; constants: {source}", "",
              "| scheme | P | generations | measured wall, median [fastest, slowest] | per generation | model | "
-             "error of the median [over the runs] | load avg |", "|---|---|---|---|---|---|---|---|"]
+             "error of the median [over the runs] | model fitted at P = 1 | its error | load avg |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for t in table:
         over = f" (on {cores} cores)" if t["ranks"] > cores else ""
         load = f"{t['loadavg']:.1f}" if t["loadavg"] is not None else "-"
@@ -168,28 +173,92 @@ def format_comparison(table: list[dict], spec: MeasureSpec, cores: int, source: 
                      f"[{t['fastest_s']:.3g}, {t['slowest_s']:.3g}] | "
                      f"{1e3 * t['measured_s'] / max(t['generations'], 1):.3g} ms | {t['model_s']:.3g} s | "
                      f"{100 * t['error']:+.0f} % [{100 * t['error_low']:+.0f}, {100 * t['error_high']:+.0f}] | "
-                     f"{load} |")
+                     + (f"{t['fitted_s']:.3g} s | {100 * t['fitted_error']:+.0f} % | " if t.get("fitted_s") else "- | - | ")
+                     + f"{load} |")
     return "\n".join(lines)
 
 
-def measure_against_model(spec: MeasureSpec, constants_path: str | None = None) -> tuple[list[dict], str]:
-    """Run :func:`worker` at every P of ``spec`` and compare (calibrating first, at 1e2
-    genes and ``spec.dim``, when no constants file is given: minutes); (comparison rows,
-    the formatted table)."""
+def measure_against_model(spec: MeasureSpec, constants_path: str | None = None,
+                          full: bool = False) -> tuple[list[dict], str]:
+    """Run :func:`worker` at every P of ``spec`` and compare, with the constants of
+    ``constants_path``, else of a full calibration (``full``: at 1e2 genes and
+    ``spec.dim``, minutes), else :func:`quick_constants`; also with them fitted to the
+    one-rank runs (:func:`fit_to_one_rank`). (comparison rows, the formatted table)."""
     from .calibrate import _cores, calibrate
     from .timing import Constants
 
     spec.check()
     if constants_path:
         constants = Constants.load(constants_path)
-    else:
+    elif full:
         constants = Constants.from_dict(calibrate(dims=tuple(sorted({100, spec.dim})), ranks=spec.ranks))
+    else:
+        constants = quick_constants(spec.dim)
     rows = []
     with tempfile.TemporaryDirectory(prefix="mpievo-measured-") as tmp:
         for ranks in sorted({1, *spec.ranks}):
             rows += launch(ranks, spec, Path(tmp))
-    table = compare(rows, constants, spec.options().interval)
-    return table, format_comparison(table, spec, _cores(), constants.source or str(constants_path))
+    interval = spec.options().interval
+    fitted, scale = fit_to_one_rank(constants, rows, interval)
+    table = compare(rows, constants, interval, fitted)
+    source = f"{constants.source or constants_path}; fitted: engine costs x {scale:.3g} to the one-rank runs"
+    return table, format_comparison(table, spec, _cores(), source)
+
+
+def quick_constants(dim: int):
+    """Constants in seconds: the engine's costs at ``dim`` genes stepped in this process
+    (:func:`.calibrate.fastest_engine_costs`), this machine's cores, the intra-node link of
+    :class:`.scenario.Scenario` and no loop costs or contention (a full ``mpievo plan
+    --calibrate`` takes minutes, more on a loaded machine: here one's 2-rank job ran past
+    its 10 minutes at a load average of 20)."""
+    from ..parallel.threads import limit_blas_threads
+    from .calibrate import _cores, fastest_engine_costs
+    from .scenario import Scenario
+    from .timing import Constants
+
+    with contextlib.ExitStack() as stack:
+        limit_blas_threads(1, stack)
+        engine = fastest_engine_costs(dim)
+    intra = Scenario().intra
+    return Constants({dim: engine}, intra, intra, _cores(),
+                     source=f"engine stepped in-process at {dim:,} genes, intra link "
+                            f"{intra.bandwidth_Bps / 1e9:g} GB/s (not measured), no loop costs")
+
+
+def fit_to_one_rank(constants, rows: list[dict], interval: int):
+    """(``constants`` with every engine cost scaled so that the model gives the one-rank
+    runs' median wall time, the scale): the model then predicts the other rank counts
+    from the one-rank run, as ``mpievo bench schemes`` does (its error at P = 1 is 0 by
+    construction). The scale is 1 without one-rank runs or engine costs.
+
+    Example:
+        >>> from mpievo.plan.timing import Constants
+        >>> c = Constants.from_dict({"cores": 2, "engine": {"100": {"row_s": 0.001, "breed_s": 0.001}},
+        ...                          "intra": {"latency_s": 0.0, "bandwidth_Bps": 1e12}})
+        >>> row = {"scheme": "island", "ranks": 1, "ranks_per_island": 1, "islands": 1, "dim": 100,
+        ...        "capacity": 2, "budget": 4, "cost_ms": 10.0, "mode": "sleep", "generations": 1,
+        ...        "wall_s": 0.05}
+        >>> round(fit_to_one_rank(c, [row], 2)[1], 3)    # 40 ms slept; 4 rows and 2 children: 6 ms at x 1
+        1.667
+    """
+    from .timing import Cost, predict_seconds
+    from .traffic import bench_layout
+
+    ones = [r for r in rows if r["ranks"] == 1]
+    if not ones:
+        return constants, 1.0
+    layout = bench_layout(ones[0], interval=interval)
+    cost = Cost(ones[0]["cost_ms"] / 1e3, ones[0]["mode"])
+
+    def scaled(factor):
+        return dataclasses.replace(constants, engine={d: {k: v * factor for k, v in c.items()}
+                                                      for d, c in constants.engine.items()})
+
+    base, full = (predict_seconds(layout, scaled(f), cost)["wall_s"] for f in (0.0, 1.0))
+    if full <= base:
+        return constants, 1.0
+    scale = max(statistics.median(r["wall_s"] for r in ones) - base, 0.0) / (full - base)
+    return scaled(scale), scale
 
 
 if __name__ == "__main__":

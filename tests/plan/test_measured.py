@@ -20,7 +20,8 @@ def _row(scheme, ranks, wall):
 
 def test_errors_and_spreads_by_hand():
     rows = [_row("island", 2, w) for w in (0.05, 0.04, 0.08)] + [_row("hybrid", 4, 0.05)]
-    table = compare(rows, Constants.from_dict(CONSTANTS), interval=2)
+    constants = Constants.from_dict(CONSTANTS)
+    table = compare(rows, constants, interval=2, fitted=constants)
     island, hybrid = table
     # island, 2 ranks, 4 islands of 2 + 2 rows: each rank 2 islands x 2 rows x 10 ms x 2 generations
     assert island["model_s"] == pytest.approx(0.08)
@@ -30,7 +31,8 @@ def test_errors_and_spreads_by_hand():
     # hybrid, 4 ranks in groups of 2: each leader 2 islands, each batch of 2 rows split 1 + 1
     assert hybrid["model_s"] == pytest.approx(2 * 2 * 1 * 0.01)
     text = format_comparison(table, MeasureSpec(), cores=2, source="test")
-    assert "| island | 2 | 1 | 0.05 s [0.04, 0.08] | 50 ms | 0.08 s | +60 % [+0, +100] | 1.0 |" in text
+    assert ("| island | 2 | 1 | 0.05 s [0.04, 0.08] | 50 ms | 0.08 s | +60 % [+0, +100] | 0.08 s | +60 % | 1.0 |"
+            in text)
     assert "| hybrid | 4 (on 2 cores) |" in text
 
 
