@@ -56,6 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                          help="without --constants: a full calibration (minutes) instead of the engine's costs "
                               "stepped in-process")
     measure.add_argument("--measure-cost-ms", type=float, default=20.0, help="fitness cost per child, ms")
+    measure.add_argument("--measure-budget", type=int, default=64, help="evaluations per run")
     new = parser.add_argument_group("scenario: the new path (children bred where evaluated)")
     new.add_argument("--device-gbytes-per-s", type=float, default=1000.0,
                      help="device memory traffic, GB/s (default 1000: the device copy of mpievo bench gpu, H100)")
@@ -97,7 +98,7 @@ def main(args: argparse.Namespace) -> int:
         from mpievo.plan.measured import MeasureSpec, measure_against_model
 
         spec = MeasureSpec(schemes=args.schemes, ranks=args.measure_ranks, dim=args.measure_dim,
-                           cost_ms=args.measure_cost_ms, repeats=args.repeats)
+                           cost_ms=args.measure_cost_ms, repeats=args.repeats, budget=args.measure_budget)
         try:
             spec.check()
         except ValueError as error:
