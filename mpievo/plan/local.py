@@ -34,7 +34,7 @@ with the most children (``k = ceil(batch / gpus)``) sets the time:
   ``(gpus - 1) / gpus`` of the time; host: over its breeder's PCIe link. The next
   generation reads them: on the critical path. Seeded archives hold recipes: bytes;
 * the fitness all-gather (``ceil(log2 gpus)`` latencies), the migration of the study's
-  scheme between nodes (:func:`mpievo.plan.timing` of the same layout, averaged per
+  scheme between nodes (:mod:`mpievo.plan.timing` of the same layout, averaged per
   generation), and a checkpoint's snapshot of the rows changed since the previous one
   every ``checkpoint_every`` generations (0: none; written in the background after it).
 
