@@ -3,6 +3,8 @@
     mpievo plan --calibrate [--dims 1e2,1e5,1e7] [--out cal.json]   measure the constants here (3-4 minutes)
     mpievo plan --constants cal.json --ranks 4 ...    each scheme's bytes and time per generation
     mpievo plan --scenario design [--inter-node-gbps 25]   the design study's table recomputed
+    mpievo plan --measure [--schemes island,hybrid] [--measure-ranks 1,2,4] [--constants cal.json]
+                                                      schemes run at each P against the model
 
 Bytes come from :mod:`mpievo.plan.traffic` (exact for GA runs: every message the schemes
 send), time from :mod:`mpievo.plan.timing` with the calibrated constants.
@@ -40,6 +42,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="scenario: intra-node bandwidth, Gb/s (default: --constants', else 80)")
     parser.add_argument("--breed-gbytes-per-s", type=float, default=141.0,
                         help="scenario: device breeding rate, GB of child per second (H100, README)")
+    measure = parser.add_argument_group("runs against the model (--measure)")
+    measure.add_argument("--measure", action="store_true",
+                         help="run the bench's job with --schemes at each of --measure-ranks (launched jobs) and "
+                              "print measured against predicted wall time")
+    measure.add_argument("--schemes", type=lambda text: tuple(text.split(",")), default=("island", "hybrid"),
+                         help="bench schemes to measure (default island,hybrid)")
+    measure.add_argument("--measure-ranks", type=_ranks, default=(1, 2, 4), help="rank counts (default 1,2,4)")
+    measure.add_argument("--measure-dim", type=lambda text: int(float(text)), default=1_000_000,
+                         help="genes per genome (default 1e6)")
+    measure.add_argument("--repeats", type=int, default=3, help="runs per scheme and rank count")
+    measure.add_argument("--calibrate-first", action="store_true",
+                         help="without --constants: a full calibration (minutes) instead of the engine's costs "
+                              "stepped in-process")
+    measure.add_argument("--measure-cost-ms", type=float, default=20.0, help="fitness cost per child, ms")
+    measure.add_argument("--measure-budget", type=int, default=64, help="evaluations per run")
+    new = parser.add_argument_group("scenario: the new path (children bred where evaluated)")
+    new.add_argument("--device-gbytes-per-s", type=float, default=1000.0,
+                     help="device memory traffic, GB/s (default 1000: the device copy of mpievo bench gpu, H100)")
+    new.add_argument("--nvlink-gbytes-per-s", type=float, default=400.0, help="NVLink per GPU and direction, GB/s")
+    new.add_argument("--gpu-memory-gb", type=float, default=80.0, help="memory per GPU, GB")
+    new.add_argument("--survivors", type=float, default=4.0, help="children entering the archive per generation")
+    new.add_argument("--pipeline-spare", type=float, default=0.5,
+                     help="share of a GPU a pipelined make gets beside an evaluation, 0-1")
+    new.add_argument("--checkpoint-every", type=int, default=0, help="generations between checkpoints (0: none)")
     layout = parser.add_argument_group("a layout (with --constants)")
     layout.add_argument("--ranks", type=int, default=4)
     layout.add_argument("--ranks-per-node", type=int, default=0, help="0: one node")
@@ -68,6 +94,18 @@ def main(args: argparse.Namespace) -> int:
     if args.scenario:
         print(_scenario(args))
         return 0
+    if args.measure:
+        from mpievo.plan.measured import MeasureSpec, measure_against_model
+
+        spec = MeasureSpec(schemes=args.schemes, ranks=args.measure_ranks, dim=args.measure_dim,
+                           cost_ms=args.measure_cost_ms, repeats=args.repeats, budget=args.measure_budget)
+        try:
+            spec.check()
+        except ValueError as error:
+            print(f"mpievo plan --measure: {error}", file=sys.stderr)
+            return 2
+        print(measure_against_model(spec, args.constants, full=args.calibrate_first)[1])
+        return 0
     if not args.constants:
         print("mpievo plan: expected --calibrate, --scenario or --constants FILE, got none", file=sys.stderr)
         return 2
@@ -95,6 +133,7 @@ _ranks = _counts("rank counts", "1,2,4", int)
 
 
 def _scenario(args) -> str:
+    from mpievo.plan.local import Node
     from mpievo.plan.scenario import Scenario, format_scenario
     from mpievo.plan.timing import Constants, Link
 
@@ -103,8 +142,15 @@ def _scenario(args) -> str:
         intra = Constants.load(args.constants).intra
     if args.intra_node_gbps is not None:
         intra = Link(intra.latency_s, args.intra_node_gbps * 1e9 / 8)
-    return format_scenario(Scenario(args.inter_node_gbps, args.inter_node_latency_us * 1e-6, intra,
-                                    args.breed_gbytes_per_s * 1e9))
+    node = Node(device_Bps=args.device_gbytes_per_s * 1e9, peer_Bps=args.nvlink_gbytes_per_s * 1e9,
+                device_bytes=args.gpu_memory_gb * 1e9)
+    try:
+        scenario = Scenario(args.inter_node_gbps, args.inter_node_latency_us * 1e-6, intra,
+                            args.breed_gbytes_per_s * 1e9, node, args.survivors, args.pipeline_spare,
+                            args.checkpoint_every)
+        return format_scenario(scenario)
+    except ValueError as error:
+        raise SystemExit(f"mpievo plan --scenario: {error}") from None
 
 
 def _layouts(args) -> str:

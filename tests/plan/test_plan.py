@@ -114,6 +114,14 @@ def test_scenario_table(capsys):
     assert seeded["utilisation"] > 10 * dense["utilisation"] and seeded["bytes"] < 1e5
     assert Scenario(inter_gbps=25).constants().inter.bandwidth_Bps == 25e9 / 8
     assert NODES * GPUS == layout("hybrid").ranks
+    # the new path's rows next to today's, and its placements side by side
+    rows = out.splitlines()
+    for today, new in (("| hybrid, mpievo (dense genomes", "| hybrid, new path: dense"),
+                       ("| hybrid, mpievo seeded genomes", "| hybrid, new path: seeded")):
+        at = [i for i, line in enumerate(rows) if line.startswith(today)]
+        assert at and rows[at[0] + 1].startswith(new), (today, new)
+    assert sum(line.startswith(("| dense | ", "| seeded | ")) for line in rows) == 6
+    assert "(chosen)" in out and "- dense: " in out and "- seeded: " in out
 
 
 @pytest.mark.heavy
