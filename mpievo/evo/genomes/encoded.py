@@ -22,6 +22,7 @@ from collections import OrderedDict
 
 import numpy as np
 
+from ..pipeline import pipelined
 from ..problems import Problem
 from ..base_models import BaseModels
 
@@ -98,7 +99,13 @@ class EncodedProblem(Problem):
             yield start, out
 
     def _evaluate_rows(self, rows: np.ndarray) -> np.ndarray:
-        """The user's values of the genomes of ``rows`` (Problem's ``func``)."""
+        """The user's values of the genomes of ``rows`` (Problem's ``func``); pipelined
+        (:mod:`mpievo.evo.pipeline`) where the user's problem lends two genome buffers."""
+        lend = getattr(self.inner, "genome_blocks", None)
+        blocks = lend(self.dtype) if lend is not None and rows.shape[0] > 1 else None
+        if blocks is not None:
+            return pipelined(rows.shape[0], lambda i, slot: self.materialize_into(rows[i:i + 1], blocks[slot]),
+                             lambda i, slot: self.inner(blocks[slot])[0])
         values = np.empty(rows.shape[0])
         for start, genomes in self.blocks(rows):
             values[start:start + genomes.shape[0]] = self.inner(genomes)

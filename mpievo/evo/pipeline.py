@@ -1,0 +1,83 @@
+"""Pipelined evaluation: the next genome is made while this one is evaluated.
+
+Evaluating a batch of model-sized children one at a time alternates two kinds of
+work: *making* child ``i`` (materialising a delta or a recipe, or copying a dense row
+into the model's buffer) and *using* it (the fitness: a forward pass). With two
+genome buffers the two overlap: a helper thread makes child ``i + 1`` into one buffer
+while the caller's thread evaluates child ``i`` in the other, so the evaluator waits
+only when making a child takes longer than evaluating one (:func:`pipelined`).
+
+The helper thread runs code that releases the GIL (Numba kernels compiled with
+``nogil=True``, numpy and torch copies), and so does a forward pass (torch) or a
+device evaluation (the host waits), so the two really run at once on two cores.
+The values are those of making and using the children one after the other: the
+same functions run on the same inputs, only on another thread. An exception raised
+while making a child is raised again in the caller's thread (and so ends an MPI run
+as any fitness error does), after the thread has stopped touching the buffers.
+
+A problem offers pipelining by lending two genome buffers (``genome_blocks(dtype)``,
+e.g. :meth:`mpievo.torch.ModelProblem.genome_blocks`): the encodings
+(:mod:`mpievo.evo.genomes`) then materialise each child on the helper thread into
+the buffer the model is not using. Plain problems need nothing of this: their
+genomes are the rows themselves.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Callable
+
+import numpy as np
+
+_LOCK = threading.Lock()
+_EXECUTOR: ThreadPoolExecutor | None = None
+
+
+def _executor() -> ThreadPoolExecutor:
+    """The process's one helper thread (made on first use; islands evaluate one at a time)."""
+    global _EXECUTOR
+    with _LOCK:
+        if _EXECUTOR is None:
+            _EXECUTOR = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mpievo-pipeline")
+        return _EXECUTOR
+
+
+def pipelined(count: int, make: Callable[[int, int], None], use: Callable[[int, int], float]) -> np.ndarray:
+    """``use(i, slot)`` for ``i`` in ``range(count)``, each after ``make(i, slot)``, with
+    ``make(i + 1, ...)`` on a helper thread while ``use(i, ...)`` runs (module docstring).
+
+    ``slot`` is ``i % 2``: the buffer child ``i`` is made into and used from; ``make``
+    writes a slot only after the ``use`` of the child before in it has returned.
+
+    Returns:
+        the ``count`` values ``use`` returned, as float64.
+
+    Raises:
+        whatever ``make`` or ``use`` raised, in the caller's thread; the helper thread
+        has finished its child by then (no buffer is written after this returns).
+
+    Example::
+
+        buffers = [np.empty(4), np.empty(4)]
+        rows = np.arange(12.0).reshape(3, 4)
+        values = pipelined(3, lambda i, s: np.copyto(buffers[s], rows[i]),
+                           lambda i, s: float(buffers[s].sum()))       # [6., 22., 38.]
+    """
+    values = np.empty(count)
+    if count <= 0:
+        return values
+    pool = _executor()
+    pending: Future | None = pool.submit(make, 0, 0)
+    try:
+        for index in range(count):
+            pending.result()                    # child `index` made (or its error raised here)
+            pending = pool.submit(make, index + 1, (index + 1) % 2) if index + 1 < count else None
+            values[index] = use(index, index % 2)
+    finally:
+        if pending is not None:                 # `use` raised: let the helper finish, then leave
+            try:
+                pending.result()
+            except BaseException:               # noqa: BLE001 -- the caller's error is the one raised
+                pass
+    return values
