@@ -81,3 +81,92 @@ def pipelined(count: int, make: Callable[[int, int], None], use: Callable[[int, 
             except BaseException:               # noqa: BLE001 -- the caller's error is the one raised
                 pass
     return values
+
+
+# --- children bred where they are made ------------------------------------------------
+#
+# Breeding a batch of model-sized children is genome-sized work too. Where the island
+# evaluates its own batch through a problem that pipelines (Island.step), the GA's
+# one-pass half-precision breeding (mpievo.evo.half.HalfBreeding.breed) takes its draws
+# at once but breeds each child's row only when it is made: on the helper thread, just
+# before it is materialised (DeferredRows). The rows are the same bits (each child's
+# counter-based draws are keyed by its index), and every row is bred before the
+# algorithm or the archive reads the batch (settle).
+
+_DEFER = threading.local()
+_DEFERRED: dict[int, "DeferredRows"] = {}
+
+
+class DeferredRows:
+    """A batch of children whose rows are bred on demand by ``breed(i)`` (once each).
+
+    Example::
+
+        rows = np.zeros((3, 4))
+        lazy = DeferredRows(rows, lambda i: rows[i].fill(i))
+        lazy.ensure(1)                  # row 1 bred; rows 0 and 2 not yet
+        lazy.settle()                   # every row bred
+    """
+
+    def __init__(self, rows: np.ndarray, breed: Callable[[int], None]):
+        self.rows = rows
+        self._breed = breed
+        self._bred = np.zeros(rows.shape[0], bool)
+
+    def ensure(self, index: int) -> None:
+        """Row ``index`` bred (now, unless it already was)."""
+        if not self._bred[index]:
+            self._breed(index)
+            self._bred[index] = True
+
+    def settle(self) -> None:
+        """Every row bred."""
+        for index in range(len(self._bred)):
+            self.ensure(index)
+
+
+class deferring:
+    """Within this block (one thread), breeding that can defer its rows does
+    (:func:`may_defer`); on leaving, nothing is deferred any more. Island.step wraps
+    its ``ask`` in it where its problem makes the children (``evaluates_deferred_rows``).
+
+    Example::
+
+        with deferring():
+            rows = island.algorithm.ask(rng)        # rows bred on demand
+        settle()                                    # ... or all of them now
+    """
+
+    def __enter__(self):
+        _DEFER.on = True
+        return self
+
+    def __exit__(self, *exc):
+        _DEFER.on = False
+        return False
+
+
+def may_defer() -> bool:
+    """Whether breeding may defer its rows now (inside :class:`deferring`)."""
+    return getattr(_DEFER, "on", False)
+
+
+def defer(rows: np.ndarray, breed: Callable[[int], None]) -> None:
+    """Register ``rows`` as bred on demand by ``breed(i)`` (:class:`DeferredRows`)."""
+    _DEFERRED[rows.__array_interface__["data"][0]] = DeferredRows(rows, breed)
+
+
+def deferred(rows) -> DeferredRows | None:
+    """The :class:`DeferredRows` whose rows start where ``rows`` does (a batch or its
+    first rows), else None."""
+    if not _DEFERRED or not isinstance(rows, np.ndarray):
+        return None
+    lazy = _DEFERRED.get(rows.__array_interface__["data"][0])
+    return lazy if lazy is not None and rows.shape[0] <= lazy.rows.shape[0] else None
+
+
+def settle() -> None:
+    """Breed every deferred row (before anything but the pipeline reads them)."""
+    while _DEFERRED:
+        _, lazy = _DEFERRED.popitem()
+        lazy.settle()

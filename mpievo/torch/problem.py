@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from ..evo.genomes import BaseModels
-from ..evo.pipeline import pipelined
+from ..evo.pipeline import deferred, pipelined
 from ..evo.problems import Problem
 from .flat import FlatParameters, as_flat, as_numpy, copy_releasing_gil
 
@@ -186,12 +186,20 @@ class ModelProblem(Problem):
             return None
         return tuple(block.reshape(1, -1) for block in self.flat.double_buffer())
 
+    def evaluates_deferred_rows(self) -> bool:
+        """Whether evaluation makes (copies) the children on the pipeline's helper thread,
+        so that breeding may defer their rows to it (:mod:`mpievo.evo.pipeline`)."""
+        return self.genome_blocks(self.flat.numpy_dtype) is not None
+
     def _evaluate_batch(self, genomes) -> np.ndarray:
         rows = genomes.shape[0] if hasattr(genomes, "shape") else len(genomes)
         blocks = self.genome_blocks(self.flat.numpy_dtype) if rows > 1 else None
+        lazy = deferred(genomes)                # children bred as they are made
         if blocks is None or not isinstance(genomes, np.ndarray):
+            if lazy is not None:
+                lazy.settle()
             return score_each(self.model, self.score, genomes, self.flat.write)
-        return score_each(self.model, self.score, genomes, self.flat.write, blocks=blocks)
+        return score_each(self.model, self.score, genomes, self.flat.write, blocks=blocks, lazy=lazy)
 
 
 def largest_weight(models) -> float:
@@ -203,12 +211,14 @@ def largest_weight(models) -> float:
     return largest
 
 
-def score_each(model: torch.nn.Module, score: Callable, genomes, put: Callable, blocks=None) -> np.ndarray:
+def score_each(model: torch.nn.Module, score: Callable, genomes, put: Callable, blocks=None,
+               lazy=None) -> np.ndarray:
     """``score(model)`` after ``put(genome)`` for each genome of a batch, in eval mode and
     under ``torch.no_grad()`` (the model's training flag restored after). With two host
     ``blocks`` the model runs from (:meth:`ModelProblem.genome_blocks`), genome ``i + 1``
     is copied into one on a helper thread while the model runs on genome ``i`` in the
-    other (:func:`~mpievo.evo.pipeline.pipelined`)."""
+    other (:func:`~mpievo.evo.pipeline.pipelined`), after breeding it there when its
+    row is ``lazy`` (:class:`~mpievo.evo.pipeline.DeferredRows`)."""
     rows = genomes.shape[0] if hasattr(genomes, "shape") else len(genomes)
     values = np.empty(rows)
     was_training = model.training
@@ -217,6 +227,8 @@ def score_each(model: torch.nn.Module, score: Callable, genomes, put: Callable, 
         with torch.no_grad():
             if blocks is not None:
                 def make(index: int, slot: int) -> None:     # as FlatParameters.write copies, GIL released
+                    if lazy is not None:
+                        lazy.ensure(index)
                     copy_releasing_gil(genomes[index], blocks[slot][0])
 
                 def use(index: int, slot: int) -> float:

@@ -15,19 +15,30 @@ import torch  # noqa: E402
 from torch_models import gpt2, logits, tokens  # noqa: E402
 
 import mpievo  # noqa: E402
+from mpievo.evo import pipeline as mpievo_pipeline  # noqa: E402
 from mpievo.evo.genomes import DeltaProblem  # noqa: E402
 from mpievo.torch import ModelProblem  # noqa: E402
 
 IDS = tokens()
+DEFER = mpievo_pipeline.defer
 CASES = [("dense", "float32"), ("dense", "bfloat16"), ("delta", "float32"), ("delta", "bfloat16"),
          ("seeded", "float32")]
 
 
-def run(genome: str, dtype: str, pipeline: bool):
-    """A GA run over a tiny GPT-2 of ``dtype``; (result, fitness values in call order,
-    the model buffers the model ran from)."""
-    values, buffers = [], set()
+def run(genome: str, dtype: str, pipeline: bool, monkeypatch):
+    """A GA run over a small GPT-2 of ``dtype`` (103k genes: half-precision children are
+    bred in one pass, and deferred); (result, fitness values in call order, the model
+    buffers the model ran from, the threads that bred deferred children)."""
+    values, buffers, bred_on = [], set(), []
     torch_dtype = getattr(torch, dtype)
+
+    def spy(rows, breed):
+        def breed_one(index):
+            bred_on.append(threading.current_thread().name)
+            breed(index)
+        DEFER(rows, breed_one)
+
+    monkeypatch.setattr(mpievo_pipeline, "defer", spy)
 
     def loss(model) -> float:
         buffers.add(model.transformer.wte.weight.data_ptr())
@@ -35,18 +46,20 @@ def run(genome: str, dtype: str, pipeline: bool):
         values.append(value)
         return value
 
-    problem = ModelProblem(gpt2(3, dtype=torch_dtype), loss, maximize=False, pipeline=pipeline,
-                           sources=[gpt2(1, dtype=torch_dtype), gpt2(2, dtype=torch_dtype)])
+    problem = ModelProblem(gpt2(3, 64, torch_dtype), loss, maximize=False, pipeline=pipeline,
+                           sources=[gpt2(1, 64, torch_dtype), gpt2(2, 64, torch_dtype)])
     engine = {"genome": genome, "dtype": dtype, "capacity": 4, "batch_size": 4}
     result = mpievo.minimize(problem, budget=16, islands=1, seed=7, config={"engine": engine})
-    return result, values, buffers
+    return result, values, buffers, bred_on
 
 
 @pytest.mark.parametrize("genome,dtype", CASES)
-def test_pipelined_runs_are_the_plain_runs_bit_for_bit(genome, dtype):
-    plain, plain_values, plain_buffers = run(genome, dtype, pipeline=False)
-    piped, piped_values, piped_buffers = run(genome, dtype, pipeline=True)
-    assert len(plain_buffers) == 1
+def test_pipelined_runs_are_the_plain_runs_bit_for_bit(genome, dtype, monkeypatch):
+    plain, plain_values, plain_buffers, plain_bred = run(genome, dtype, False, monkeypatch)
+    piped, piped_values, piped_buffers, piped_bred = run(genome, dtype, True, monkeypatch)
+    assert len(plain_buffers) == 1 and not plain_bred
+    if dtype == "bfloat16":                 # 3 generations of 4 children bred where they were made
+        assert len(piped_bred) == 12 and set(piped_bred) == {"mpievo-pipeline_0"}
     assert len(piped_buffers) == 2          # the model ran from both buffers: the pipeline was used
     assert piped_values == plain_values     # every child's fitness, in order
     assert piped.x.dtype == plain.x.dtype and piped.x.tobytes() == plain.x.tobytes()
