@@ -16,9 +16,9 @@ the fitness over the wall time, from the end of generation 1 to the run's last c
 target with pipelining >= 0.9), the time outside the fitness per child, and whether
 the two runs gave the same fitness values and best genome bit for bit.
 
-Example: ``python -m mpievo.bench.models pipeline --layers 4 --width 384`` (one rank and
-its helper thread on two cores); ``mpievo launch -n 2 -- python -m mpievo.bench.models
-pipeline`` (ranks on every core).
+Example: ``mpievo bench models pipeline`` (one rank and its helper thread on two cores);
+``mpievo launch -n 2 -- python -m mpievo.bench.models pipeline --layers 2 --width 256``
+(ranks on every core).
 """
 
 from __future__ import annotations
@@ -45,7 +45,8 @@ def utilisation(stamps, start: int) -> tuple[float, float]:
 
 
 def forward_tokens(model, seconds: float, vocab: int, positions: int) -> int:
-    """Tokens of a forward pass that takes about ``seconds`` (measured at 32, scaled).
+    """Tokens of a forward pass that takes about ``seconds`` (measured at 32 tokens, then
+    at the count that gives, scaled each time).
 
     Example:
         >>> # forward_tokens(gpt2, 0.4, 50257, 1024)
@@ -54,10 +55,13 @@ def forward_tokens(model, seconds: float, vocab: int, positions: int) -> int:
 
     from .model_tools import fastest
 
-    ids = torch.zeros((1, 32), dtype=torch.long)
-    with torch.no_grad():
-        took = fastest(lambda: model(ids), repeats=3)[0]
-    return int(np.clip(round(32 * seconds / took), 1, positions))
+    tokens = 32
+    for _ in range(2):
+        ids = torch.zeros((1, tokens), dtype=torch.long)
+        with torch.no_grad():
+            took = fastest(lambda: model(ids), repeats=3)[0]
+        tokens = int(np.clip(round(tokens * seconds / took), 1, positions))
+    return tokens
 
 
 def measure_pipeline(options) -> None:
@@ -135,3 +139,31 @@ def measure_pipeline(options) -> None:
                   f"{off[0]:.3f} without pipelining, {on[0]:.3f} with (target >= 0.9); outside the fitness per "
                   f"child {off[1] * 1e3:.0f} ms -> {on[1] * 1e3:.0f} ms ({off[1] / copy:.1f}x -> "
                   f"{on[1] / copy:.1f}x memcpy); same values and best genome: {'yes' if same else 'NO'}")
+
+
+def main(argv=None) -> int:
+    """``mpievo bench models pipeline [options]`` (module docstring).
+
+    Example:
+        >>> # main(["--layers", "2", "--width", "256", "--fitness", "sleep"])
+    """
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="mpievo bench models pipeline", description=__doc__.split("\n")[0])
+    parser.add_argument("--layers", type=int, default=4, help="GPT-2 blocks (default 4)")
+    parser.add_argument("--width", type=int, default=384, help="GPT-2 embedding width (default 384: 27 M genes)")
+    parser.add_argument("--vocab", type=int, default=50257, help="vocabulary (default 50257: GPT-2's)")
+    parser.add_argument("--positions", type=int, default=1024, help="positions (default 1024)")
+    parser.add_argument("--sources", type=int, default=4, help="source models (a base and 3 more)")
+    parser.add_argument("--capacity", type=int, default=8, help="archive capacity per island (8)")
+    parser.add_argument("--batch", type=int, default=8, help="GA batch (8, the design study's)")
+    parser.add_argument("--generations", type=int, default=4, help="generations after generation 0")
+    parser.add_argument("--ratio", type=float, default=20.0, help="fitness time in genome-sized memcpys (20)")
+    parser.add_argument("--genome", choices=("dense", "delta"), default="delta")
+    parser.add_argument("--fitness", nargs="+", choices=("sleep", "forward"), default=["sleep", "forward"])
+    measure_pipeline(parser.parse_args(argv))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
