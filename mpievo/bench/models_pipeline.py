@@ -55,7 +55,7 @@ def forward_tokens(model, seconds: float, vocab: int, positions: int) -> int:
 
     from .model_tools import fastest
 
-    tokens = 32
+    tokens = min(32, positions)
     for _ in range(2):
         ids = torch.zeros((1, tokens), dtype=torch.long)
         with torch.no_grad():
@@ -123,7 +123,7 @@ def measure_pipeline(options) -> None:
             runs[pipeline] = (used, outside, took, list(values), result.x.tobytes() if comm.rank == 0 else b"")
         same = runs[False][3] == runs[True][3] and runs[False][4] == runs[True][4]
         rows.append((kind, runs[False][:3], runs[True][:3], same))
-    report = comm.allgather_object((comm.rank, rows))
+    report = comm.allgather_object((comm.rank, copy, rows))
     if comm.rank != 0:
         return
     mib = 2 ** 20
@@ -131,11 +131,12 @@ def measure_pipeline(options) -> None:
           f"({problem.flat.nbytes / mib:.0f} MiB bfloat16); {options.sources} in-memory sources; {options.genome} "
           f"genomes; {comm.size} rank(s), one island each, capacity {options.capacity}, batch {options.batch}, "
           f"{options.generations} generations; torch on 1 thread per rank")
-    print(f"memcpy of a genome {copy * 1e3:.1f} ms ({problem.flat.nbytes / copy / 1e9:.1f} GB/s); fitness target "
-          f"{options.ratio:g}x memcpy = {target * 1e3:.0f} ms (forward: {tokens} tokens)")
-    for rank, entries in report:
+    print(f"rank 0: memcpy of a genome {copy * 1e3:.1f} ms ({problem.flat.nbytes / copy / 1e9:.1f} GB/s); "
+          f"fitness target {options.ratio:g}x memcpy = {target * 1e3:.0f} ms (forward: {tokens} tokens)")
+    for rank, copy, entries in report:      # each rank's fitness from its own memcpy
         for kind, off, on, same in entries:
-            print(f"rank {rank}: {kind:7s} fitness {on[2] * 1e3:.0f} ms ({on[2] / copy:.1f}x memcpy): utilisation "
+            print(f"rank {rank}: {kind:7s} fitness {on[2] * 1e3:.0f} ms ({on[2] / copy:.1f}x its memcpy of "
+                  f"{copy * 1e3:.1f} ms): utilisation "
                   f"{off[0]:.3f} without pipelining, {on[0]:.3f} with (target >= 0.9); outside the fitness per "
                   f"child {off[1] * 1e3:.0f} ms -> {on[1] * 1e3:.0f} ms ({off[1] / copy:.1f}x -> "
                   f"{on[1] / copy:.1f}x memcpy); same values and best genome: {'yes' if same else 'NO'}")

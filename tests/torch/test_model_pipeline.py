@@ -99,3 +99,14 @@ def test_a_model_runs_from_either_buffer_written_without_a_copy():
     assert problem.genome_blocks(np.float32) is None
     with pytest.raises(TypeError, match="pipeline: expected True or False, got 'yes'"):
         ModelProblem(gpt2(3), lambda m: 0.0, pipeline="yes")
+
+
+def test_the_bench_part_prints_utilisation_with_and_without_pipelining(capsys):
+    from mpievo.cli.main import main as cli_main
+
+    assert cli_main(["bench", "models", "pipeline", "--layers", "1", "--width", "16", "--vocab", "32",
+                     "--positions", "16", "--capacity", "2", "--batch", "2", "--generations", "2",
+                     "--fitness", "forward"]) == 0
+    out = capsys.readouterr().out
+    assert "rank 0: forward fitness" in out and "with (target >= 0.9)" in out, out
+    assert out.count("same values and best genome: yes") == 1, out
