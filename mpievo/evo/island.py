@@ -322,10 +322,10 @@ class Island:
             genomes = self.ask(generation)
             n = genomes.shape[0] if limit is None else min(limit, genomes.shape[0])
             return self.tell(self.evaluate(genomes[:n]), evaluated=n)
-        with pipeline.deferring():      # children bred as the problem makes them (mpievo.evo.pipeline)
-            genomes = self.ask(generation)
-        n = genomes.shape[0] if limit is None else min(limit, genomes.shape[0])
         try:
+            with pipeline.deferring():  # children bred as the problem makes them (mpievo.evo.pipeline)
+                genomes = self.ask(generation)
+            n = genomes.shape[0] if limit is None else min(limit, genomes.shape[0])
             fitness = self.evaluate(genomes[:n])
         finally:
             pipeline.settle()           # every row bred before the algorithm and the archive read them

@@ -10,7 +10,9 @@ only when making a child takes longer than evaluating one (:func:`pipelined`).
 The helper thread runs code that releases the GIL (Numba kernels compiled with
 ``nogil=True``, numpy and torch copies), and so does a forward pass (torch) or a
 device evaluation (the host waits), so the two really run at once on two cores.
-The values are those of making and using the children one after the other: the
+(A fitness that runs Numba parallel kernels itself needs a thread-safe Numba threading
+layer, OpenMP or TBB, as the helper may run one at the same time.) The values are
+those of making and using the children one after the other: the
 same functions run on the same inputs, only on another thread. An exception raised
 while making a child is raised again in the caller's thread (and so ends an MPI run
 as any fitness error does), after the thread has stopped touching the buffers.

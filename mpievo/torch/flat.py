@@ -103,7 +103,8 @@ class FlatParameters:
         include_frozen: also make ``requires_grad=False`` parameters genes.
 
     Attributes:
-        flat: the 1-D buffer (a tensor on the model's device, in its dtype).
+        flat: the 1-D buffer the parameters point into (a tensor on the model's device, in
+            its dtype; one of two after :meth:`double_buffer`).
         names: the genes' parameters, in buffer order (tied weights once).
         aliases: for a tied parameter, its other names.
         offsets, shapes: where each of ``names`` lies in ``flat``.
@@ -255,7 +256,8 @@ class FlatParameters:
     def write(self, genome) -> None:
         """Put ``genome`` into the model: one copy into the buffer, cast to the model's
         dtype, no genome-sized allocation on the host path (nothing at all when
-        ``genome`` already is the buffer). A device array (``__cuda_array_interface__``)
+        ``genome`` already is the buffer; when it is the other of :meth:`double_buffer`'s,
+        the parameters are pointed at it instead of copying). A device array (``__cuda_array_interface__``)
         is wrapped by torch without a copy and copied on the device.
 
         Raises:

@@ -110,3 +110,18 @@ def test_the_bench_part_prints_utilisation_with_and_without_pipelining(capsys):
     out = capsys.readouterr().out
     assert "rank 0: forward fitness" in out and "with (target >= 0.9)" in out, out
     assert out.count("same values and best genome: yes") == 1, out
+
+
+def test_children_left_unevaluated_are_bred_before_the_algorithm_reads_them():
+    from mpievo.evo.engine_config import EngineConfig
+    from mpievo.evo.island import Island
+
+    children = []
+    for pipeline in (False, True):
+        problem = ModelProblem(gpt2(3, 64, torch.bfloat16), lambda m: float(logits(m, IDS).float().sum()),
+                               sources=[gpt2(1, 64, torch.bfloat16), gpt2(2, 64, torch.bfloat16)], pipeline=pipeline)
+        island = Island(0, problem, EngineConfig(dtype="bfloat16", genome="delta", capacity=4, batch_size=4), seed=3)
+        island.initialize()
+        island.step(1, limit=2)             # 2 of the 4 children evaluated (a budget's last generation)
+        children.append(island.algorithm._children.view(np.uint16).copy())
+    assert np.array_equal(children[0], children[1])
