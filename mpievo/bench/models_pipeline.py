@@ -13,8 +13,10 @@ genome-sized memcpy measured in the same run:
 
 Printed per rank and fitness: the fitness time, the evaluator's utilisation (time inside
 the fitness over the wall time, from the end of generation 1 to the run's last child;
-target with pipelining >= 0.9), the time outside the fitness per child, and whether
-the two runs gave the same fitness values and best genome bit for bit.
+target with pipelining >= 0.9), the time outside the fitness per child, the wall time
+per child (where the helper thread shares a core with a forward pass, the fitness itself
+slows down: utilisation then rises more than the children per second), and whether the
+two runs gave the same fitness values and best genome bit for bit.
 
 Example: ``mpievo bench models pipeline`` (one rank and its helper thread on two cores);
 ``mpievo launch -n 2 -- python -m mpievo.bench.models pipeline --layers 2 --width 256``
@@ -28,20 +30,21 @@ import time
 import numpy as np
 
 
-def utilisation(stamps, start: int) -> tuple[float, float]:
-    """(time inside the fitness / wall, wall outside the fitness per child) over the
-    fitness calls after call ``start`` (``stamps``: (began, ended) per call, in order).
+def utilisation(stamps, start: int) -> tuple[float, float, float]:
+    """(time inside the fitness / wall, wall outside the fitness per child, wall per
+    child) over the fitness calls after call ``start`` (``stamps``: (began, ended) per
+    call, in order).
 
     Example:
         >>> utilisation([(0.0, 1.0), (1.5, 2.5), (3.0, 4.0)], 0)
-        (0.6666666666666666, 0.5)
+        (0.6666666666666666, 0.5, 1.5)
     """
     later = stamps[start + 1:]
     if not later:
-        return float("nan"), float("nan")
+        return float("nan"), float("nan"), float("nan")
     inside = sum(stop - begin for begin, stop in later)
     wall = later[-1][1] - stamps[start][1]
-    return inside / wall, (wall - inside) / len(later)
+    return inside / wall, (wall - inside) / len(later), wall / len(later)
 
 
 def forward_tokens(model, seconds: float, vocab: int, positions: int) -> int:
@@ -118,11 +121,12 @@ def measure_pipeline(options) -> None:
             stamps.clear()
             values.clear()
             result = mpievo.minimize(problem, budget=budget, islands=comm.size, seed=1, config=config, comm=comm)
-            used, outside = utilisation(stamps, options.capacity - 1 + options.batch)
+            used, outside, per_child = utilisation(stamps, options.capacity - 1 + options.batch)
             took = float(np.median([stop - begin for begin, stop in stamps]))
-            runs[pipeline] = (used, outside, took, list(values), result.x.tobytes() if comm.rank == 0 else b"")
-        same = runs[False][3] == runs[True][3] and runs[False][4] == runs[True][4]
-        rows.append((kind, runs[False][:3], runs[True][:3], same))
+            runs[pipeline] = (used, outside, took, per_child, list(values),
+                              result.x.tobytes() if comm.rank == 0 else b"")
+        same = runs[False][4:] == runs[True][4:]
+        rows.append((kind, runs[False][:4], runs[True][:4], same))
     report = comm.allgather_object((comm.rank, copy, rows))
     if comm.rank != 0:
         return
@@ -139,7 +143,9 @@ def measure_pipeline(options) -> None:
                   f"{copy * 1e3:.1f} ms): utilisation "
                   f"{off[0]:.3f} without pipelining, {on[0]:.3f} with (target >= 0.9); outside the fitness per "
                   f"child {off[1] * 1e3:.0f} ms -> {on[1] * 1e3:.0f} ms ({off[1] / copy:.1f}x -> "
-                  f"{on[1] / copy:.1f}x memcpy); same values and best genome: {'yes' if same else 'NO'}")
+                  f"{on[1] / copy:.1f}x memcpy); wall per child {off[3] * 1e3:.0f} ms -> {on[3] * 1e3:.0f} ms "
+                  f"(fitness without pipelining {off[2] * 1e3:.0f} ms); same values and best genome: "
+                  f"{'yes' if same else 'NO'}")
 
 
 def main(argv=None) -> int:
