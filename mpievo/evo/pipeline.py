@@ -9,7 +9,9 @@ only when making a child takes longer than evaluating one (:func:`pipelined`).
 
 The helper thread runs code that releases the GIL (Numba kernels compiled with
 ``nogil=True``, numpy and torch copies), and so does a forward pass (torch) or a
-device evaluation (the host waits), so the two really run at once on two cores.
+device evaluation (the host waits), so the two really run at once on two cores. The
+helper is one core: its Numba kernels run on one thread (their results do not depend
+on the count).
 (A fitness that runs Numba parallel kernels itself needs a thread-safe Numba threading
 layer, OpenMP or TBB, as the helper may run one at the same time.) The values are
 those of making and using the children one after the other: the
@@ -36,12 +38,23 @@ _LOCK = threading.Lock()
 _EXECUTOR: ThreadPoolExecutor | None = None
 
 
+def _one_numba_thread() -> None:
+    """The helper is one core: its Numba parallel kernels run on one thread (Numba's count
+    is per thread: the run's limit, ``run.blas_threads``, is the caller thread's only;
+    with the default, all cores, OpenMP teams of every rank's helper oversubscribed the
+    cores and slowed the forward passes 2.5x with 2 ranks on 2 cores)."""
+    import numba
+
+    numba.set_num_threads(1)
+
+
 def _executor() -> ThreadPoolExecutor:
     """The process's one helper thread (made on first use; islands evaluate one at a time)."""
     global _EXECUTOR
     with _LOCK:
         if _EXECUTOR is None:
-            _EXECUTOR = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mpievo-pipeline")
+            _EXECUTOR = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mpievo-pipeline",
+                                           initializer=_one_numba_thread)
         return _EXECUTOR
 
 
