@@ -166,10 +166,11 @@ def measure_scale(options) -> None:
 
 
 def main(argv=None) -> int:
-    if (sys.argv[1:] if argv is None else list(argv))[:1] == ["pipeline"]:    # options of its own
+    args = sys.argv[1:] if argv is None else list(argv)
+    if args[:1] == ["pipeline"]:          # options of its own: mpievo.bench.models_pipeline
         from .models_pipeline import main as pipeline_main
 
-        return pipeline_main((sys.argv[1:] if argv is None else list(argv))[1:])
+        return pipeline_main(args[1:])
     parser = argparse.ArgumentParser(prog="mpievo bench models", description=__doc__.split("\n")[0])
     parser.add_argument("part", choices=("copy", "memory", "scale", "child"))
     parser.add_argument("--layers", type=int, default=None, help="GPT-2 blocks (default: copy, memory 8; scale 2)")
