@@ -31,6 +31,7 @@ Example: ``python -m mpievo.bench.models copy --layers 8 --width 256``.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 import tracemalloc
 
@@ -213,6 +214,11 @@ def measure_scale(options) -> None:
 
 
 def main(argv=None) -> int:
+    args = sys.argv[1:] if argv is None else list(argv)
+    if args[:1] == ["pipeline"]:          # options of its own: mpievo.bench.models_pipeline
+        from .models_pipeline import main as pipeline_main
+
+        return pipeline_main(args[1:])
     parser = argparse.ArgumentParser(prog="mpievo bench models", description=__doc__.split("\n")[0])
     parser.add_argument("part", choices=("copy", "memory", "scale", "child", "load"))
     parser.add_argument("--layers", type=int, default=None, help="GPT-2 blocks (default: copy, memory 8; scale 2)")

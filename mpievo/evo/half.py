@@ -29,6 +29,7 @@ import numpy as np
 from ..kernels import bitcast, half_rows
 from ..kernels.host import BFLOAT16
 from . import operators as ops
+from . import pipeline
 from .operators import cast_bound
 
 #: every ``engine.dtype``
@@ -165,7 +166,7 @@ class HalfBreeding:
         return not self.on_device and ops.counter_based(dim)
 
     def breed(self, genomes, idx_a, idx_b, rng, lower, upper, out, *, omega, rate, steps, scale,
-              bounds: str = "clip"):
+              bounds: str = "clip", defer: bool = False):
         """Interpolation crossover and mutation of the half-precision ``genomes``' rows
         ``idx_a``, ``idx_b`` into the half-precision children ``out`` in one pass: the
         draws, the float32 arithmetic and the rounding of :meth:`parents`,
@@ -173,6 +174,10 @@ class HalfBreeding:
         parent's tile widened where it is used (no float32 copy of the parents, no second
         pass to round). Host rows of at least :data:`mpievo.evo.operators.COUNTER_DIM` genes
         (:meth:`fuses`).
+
+        With ``defer`` (and ``bounds`` other than resample, whose draws depend on the batch's
+        size) the draws are taken now and each child's row is bred when it is made
+        (:func:`mpievo.evo.pipeline.defer`); its count is filled then.
 
         Returns:
             (children ``out``, per-row number of mutated genes).
@@ -187,11 +192,22 @@ class HalfBreeding:
         code = ops.bound_code(bounds)
         w = ops.draw_omega(rng, n, omega, np.float32)
         plan = ops.vary_plan(rng, n, dim, rate, code)
-        counts = np.empty(n, np.int64)
-        half_rows.vary_half(bits(genomes), np.asarray(idx_a, np.int64), np.asarray(idx_b, np.int64), w,
-                            ops.steps_array(steps, n, np.float32), scale, lower,
-                            upper, code, np.uint64(plan.threshold), plan.inv_log_q, plan.dense, plan.key,
-                            np.uint64(plan.base), counts, bits(out), self.dtype == BFLOAT16)
+        counts = np.zeros(n, np.int64)
+        args = (bits(genomes), np.asarray(idx_a, np.int64), np.asarray(idx_b, np.int64), w,
+                ops.steps_array(steps, n, np.float32))
+        fixed = (scale, lower, upper, code, np.uint64(plan.threshold), plan.inv_log_q, plan.dense, plan.key)
+        if defer and bounds != "resample":
+            pairs, children = (dim + 1) // 2, bits(out)
+
+            def breed_one(c: int) -> None:      # child c's blocks: base + c * pairs + g // 2, as in the batch
+                one = slice(c, c + 1)
+                half_rows.vary_half(args[0], *(a[one] for a in args[1:]), *fixed,
+                                    np.uint64(plan.base + c * pairs), counts[one], children[one],
+                                    self.dtype == BFLOAT16)
+
+            pipeline.defer(out, breed_one)
+            return out, counts
+        half_rows.vary_half(*args, *fixed, np.uint64(plan.base), counts, bits(out), self.dtype == BFLOAT16)
         return out, counts
 
     def round_into(self, work, out):

@@ -35,7 +35,7 @@ import numpy as np
 
 from mpievo.kernels import operators as kernels
 from .algorithms.base import make_algorithm
-from . import device, genomes, half
+from . import device, genomes, half, pipeline
 from .fidelity import fidelity_of, screened_step
 from .archive import Archive, first_id, make_ids
 from .engine_config import EngineConfig
@@ -325,9 +325,19 @@ class Island:
         """
         if self.fidelity is not None:
             return screened_step(self, generation, limit)
-        genomes = self.ask(generation)
-        n = genomes.shape[0] if limit is None else min(limit, genomes.shape[0])
-        return self.tell(self.evaluate(genomes[:n]), evaluated=n)
+        made_there = getattr(type(self.problem), "evaluates_deferred_rows", None)
+        if made_there is None or self.on_device or not made_there(self.problem):
+            genomes = self.ask(generation)
+            n = genomes.shape[0] if limit is None else min(limit, genomes.shape[0])
+            return self.tell(self.evaluate(genomes[:n]), evaluated=n)
+        try:
+            with pipeline.deferring():  # children bred as the problem makes them (mpievo.evo.pipeline)
+                genomes = self.ask(generation)
+            n = genomes.shape[0] if limit is None else min(limit, genomes.shape[0])
+            fitness = self.evaluate(genomes[:n])
+        finally:
+            pipeline.settle()           # every row bred before the algorithm and the archive read them
+        return self.tell(fitness, evaluated=n)
 
     def run(self, generations: int) -> "Island":
         """Convenience for one island: initialise if needed, then step ``generations`` times."""

@@ -103,7 +103,8 @@ class FlatParameters:
         include_frozen: also make ``requires_grad=False`` parameters genes.
 
     Attributes:
-        flat: the 1-D buffer (a tensor on the model's device, in its dtype).
+        flat: the 1-D buffer the parameters point into (a tensor on the model's device, in
+            its dtype; one of two after :meth:`double_buffer`).
         names: the genes' parameters, in buffer order (tied weights once).
         aliases: for a tied parameter, its other names.
         offsets, shapes: where each of ``names`` lies in ``flat``.
@@ -162,6 +163,10 @@ class FlatParameters:
                 param.data = view       # same Parameter object: ties and references survive
         self._params = params
         self._host = as_numpy(self.flat) if self.device.type == "cpu" else None
+        # the genome buffers (a second one once double_buffer() asked for it) and which the
+        # parameters point into
+        self._buffers = [self.flat]
+        self._active = 0
 
     def __repr__(self) -> str:
         return (f"FlatParameters({type(self.model).__name__}, {len(self.names)} tensors, dim={self.dim}, "
@@ -190,6 +195,50 @@ class FlatParameters:
             return self._host
         return CudaView(self.flat)
 
+    def double_buffer(self) -> tuple[np.ndarray, np.ndarray]:
+        """Two host genome buffers the model can run from: the buffer it has, and a second
+        one of the same size (made on first call). Writing a genome into either, then
+        :meth:`write` of that very array, points the parameters at it (no copy), so a
+        child can be made in one while the model runs from the other
+        (:mod:`mpievo.evo.pipeline`).
+
+        Raises:
+            ValueError: a model on a device (the buffers are host buffers).
+
+        Example::
+
+            flat = FlatParameters(torch.nn.Linear(3, 2))
+            first, second = flat.double_buffer()
+            second[:] = 0.5
+            flat.write(second)                  # the model now runs from `second`: no copy
+        """
+        if self.device.type != "cpu":
+            raise ValueError(f"expected a model on the CPU for two host genome buffers, got one on {self.device}")
+        if len(self._buffers) == 1:
+            self._buffers.append(torch.empty_like(self._buffers[0]))
+        first, second = (as_numpy(buffer) for buffer in self._buffers)
+        return first, second
+
+    def _activate(self, index: int) -> None:
+        """Point every gene parameter at buffer ``index`` (its values are the model's now)."""
+        if index == self._active:
+            return
+        buffer = self._buffers[index]
+        with torch.no_grad():
+            for param, start, shape in zip(self._params, self.offsets, self.shapes):
+                param.data = buffer[start:start + int(np.prod(shape, dtype=np.int64))].view(shape)
+        self.flat, self._host, self._active = buffer, as_numpy(buffer), index
+
+    def _buffer_of(self, genome: np.ndarray) -> int | None:
+        """The index of the buffer ``genome`` is (the whole of it), else None."""
+        if len(self._buffers) == 1 or genome.size != self.dim:
+            return None
+        address = genome.__array_interface__["data"][0]
+        for index, buffer in enumerate(self._buffers):
+            if buffer.data_ptr() == address:
+                return index
+        return None
+
     def read(self) -> np.ndarray:
         """A host copy of the genes (the model's current genome)."""
         if self._host is not None:
@@ -207,7 +256,8 @@ class FlatParameters:
     def write(self, genome) -> None:
         """Put ``genome`` into the model: one copy into the buffer, cast to the model's
         dtype, no genome-sized allocation on the host path (nothing at all when
-        ``genome`` already is the buffer). A device array (``__cuda_array_interface__``)
+        ``genome`` already is the buffer; when it is the other of :meth:`double_buffer`'s,
+        the parameters are pointed at it instead of copying). A device array (``__cuda_array_interface__``)
         is wrapped by torch without a copy and copied on the device.
 
         Raises:
@@ -220,9 +270,13 @@ class FlatParameters:
                 self.flat.copy_(source.view(self.dtype) if source.dtype == torch.uint16 else source)
             return
         genome = np.asarray(genome).reshape(-1)
+        index = self._buffer_of(genome)
+        if index is not None:       # one of double_buffer()'s: the model runs from it
+            self._activate(index)
+            return
         if self._host is not None:
             if not np.shares_memory(genome, self._host):
-                np.copyto(self._host, genome, casting="unsafe")
+                copy_releasing_gil(genome, self._host)
             return
         host = np.ascontiguousarray(genome, self.numpy_dtype)
         with torch.no_grad():       # host genome -> device buffer: one transfer
@@ -239,6 +293,21 @@ def from_numpy(array: np.ndarray) -> torch.Tensor:
     if array.dtype == numpy_dtype(torch.bfloat16):
         return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
     return torch.from_numpy(array)
+
+
+def copy_releasing_gil(source: np.ndarray, target: np.ndarray) -> None:
+    """``target[:] = source`` cast as :meth:`FlatParameters.write` casts (numpy's, unsafe),
+    a half-precision row copied as its bits (numpy releases the GIL for those, not
+    always for ``ml_dtypes`` types), so another thread runs meanwhile.
+
+    Example::
+
+        copy_releasing_gil(np.ones(3, np.float64), np.empty(3, np.float32))
+    """
+    if source.dtype == target.dtype and source.dtype.itemsize == 2:
+        np.copyto(target.view(np.uint16), source.view(np.uint16))
+    else:
+        np.copyto(target, source, casting="unsafe")
 
 
 def as_flat(model, include_frozen: bool = False) -> FlatParameters:

@@ -7,7 +7,10 @@ models are the problem's bases (:func:`model_bases`), so ``engine.genome = "delt
 works as for any problem (under MPI the bases are loaded once per node into shared
 memory by :mod:`mpievo.parallel.shared_bases`); a delta genome is materialised as
 ``base + delta`` straight into the flat buffer (:meth:`ModelProblem.genome_block`), with
-no block of the encoding's own and no copy after.
+no block of the encoding's own and no copy after. With ``pipeline`` (the default on a
+CPU model) the problem lends two such buffers (:meth:`ModelProblem.genome_blocks`):
+while the model runs on one child, a helper thread makes the next into the other
+(:mod:`mpievo.evo.pipeline`; dense, delta and seeded genomes; same values).
 
 Example::
 
@@ -24,8 +27,9 @@ import numpy as np
 import torch
 
 from ..evo.genomes import BaseModels
+from ..evo.pipeline import deferred, pipelined
 from ..evo.problems import Problem
-from .flat import FlatParameters, as_flat, as_numpy
+from .flat import FlatParameters, as_flat, as_numpy, copy_releasing_gil
 
 
 def _gene_tensors(model: torch.nn.Module, flat: FlatParameters, label: str) -> list[torch.Tensor]:
@@ -105,6 +109,10 @@ class ModelProblem(Problem):
             once per node: pass the box when their weights reach further).
         maximize: larger scores are better (default True).
         include_frozen: see :class:`~.flat.FlatParameters`.
+        pipeline: make the next child (copy, materialise) on a helper thread into a
+            second model buffer while the model runs on this one (default True; it
+            costs one more genome of memory per rank; CPU models only, ignored on a
+            device). The attribute of the same name switches it later.
         name: label for messages.
 
     Example::
@@ -122,9 +130,13 @@ class ModelProblem(Problem):
 
     def __init__(self, model: torch.nn.Module, evaluate: Callable[[torch.nn.Module], float], *,
                  sources=None, lower=None, upper=None, maximize: bool = True,
-                 include_frozen: bool = False, initial: bool | Callable = True, name: str | None = None):
+                 include_frozen: bool = False, initial: bool | Callable = True, pipeline: bool = True,
+                 name: str | None = None):
         if not callable(evaluate):
             raise TypeError(f"expected a callable evaluate(model) -> float, got {type(evaluate).__name__}")
+        if not isinstance(pipeline, bool):
+            raise TypeError(f"pipeline: expected True or False, got {pipeline!r}")
+        self.pipeline = pipeline
         self.flat = as_flat(model, include_frozen)
         model = self.flat.model
         self.model = model
@@ -160,8 +172,34 @@ class ModelProblem(Problem):
             return host.reshape(1, -1)
         return None
 
+    def genome_blocks(self, dtype) -> tuple[np.ndarray, np.ndarray] | None:
+        """Two ``(1, dim)`` host blocks the model can run from, for pipelined evaluation
+        (:mod:`mpievo.evo.pipeline`): the model's buffer and a second one (made on first
+        call); None without ``pipeline``, on a device, or for a ``dtype`` not the model's.
+
+        Example::
+
+            problem = ModelProblem(torch.nn.Linear(3, 1), score)
+            first, second = problem.genome_blocks(problem.flat.numpy_dtype)
+        """
+        if not self.pipeline or self.flat.device.type != "cpu" or np.dtype(dtype) != self.flat.numpy_dtype:
+            return None
+        return tuple(block.reshape(1, -1) for block in self.flat.double_buffer())
+
+    def evaluates_deferred_rows(self) -> bool:
+        """Whether evaluation makes (copies) the children on the pipeline's helper thread,
+        so that breeding may defer their rows to it (:mod:`mpievo.evo.pipeline`)."""
+        return self.genome_blocks(self.flat.numpy_dtype) is not None
+
     def _evaluate_batch(self, genomes) -> np.ndarray:
-        return score_each(self.model, self.score, genomes, self.flat.write)
+        rows = genomes.shape[0] if hasattr(genomes, "shape") else len(genomes)
+        blocks = self.genome_blocks(self.flat.numpy_dtype) if rows > 1 else None
+        lazy = deferred(genomes)                # children bred as they are made
+        if blocks is None or not isinstance(genomes, np.ndarray):
+            if lazy is not None:
+                lazy.settle()
+            return score_each(self.model, self.score, genomes, self.flat.write)
+        return score_each(self.model, self.score, genomes, self.flat.write, blocks=blocks, lazy=lazy)
 
 
 def largest_weight(models) -> float:
@@ -173,15 +211,31 @@ def largest_weight(models) -> float:
     return largest
 
 
-def score_each(model: torch.nn.Module, score: Callable, genomes, put: Callable) -> np.ndarray:
+def score_each(model: torch.nn.Module, score: Callable, genomes, put: Callable, blocks=None,
+               lazy=None) -> np.ndarray:
     """``score(model)`` after ``put(genome)`` for each genome of a batch, in eval mode and
-    under ``torch.no_grad()`` (the model's training flag restored after)."""
+    under ``torch.no_grad()`` (the model's training flag restored after). With two host
+    ``blocks`` the model runs from (:meth:`ModelProblem.genome_blocks`), genome ``i + 1``
+    is copied into one on a helper thread while the model runs on genome ``i`` in the
+    other (:func:`~mpievo.evo.pipeline.pipelined`), after breeding it there when its
+    row is ``lazy`` (:class:`~mpievo.evo.pipeline.DeferredRows`)."""
     rows = genomes.shape[0] if hasattr(genomes, "shape") else len(genomes)
     values = np.empty(rows)
     was_training = model.training
     model.eval()
     try:
         with torch.no_grad():
+            if blocks is not None:
+                def make(index: int, slot: int) -> None:     # as FlatParameters.write copies, GIL released
+                    if lazy is not None:
+                        lazy.ensure(index)
+                    copy_releasing_gil(genomes[index], blocks[slot][0])
+
+                def use(index: int, slot: int) -> float:
+                    put(blocks[slot])
+                    return float(score(model))
+
+                return pipelined(rows, make, use)
             for index in range(rows):
                 put(genomes[index])
                 values[index] = float(score(model))

@@ -83,6 +83,7 @@ from mpievo.kernels.counter_operators import rate_threshold
 
 from .. import half
 from .. import operators as ops
+from ..pipeline import may_defer
 from ..stagnation import StagnationMonitor
 from ..streams import CounterStart, as_generator
 
@@ -321,7 +322,8 @@ class GeneticAlgorithm:
         if fused:
             out, self._counts = self._half.breed(genomes, idx_a, idx_b, rng, self.lower, self.upper,
                                                  self._children, omega=self.omega, rate=self.rate,
-                                                 steps=steps, scale=self.scale, bounds=self.bounds)
+                                                 steps=steps, scale=self.scale, bounds=self.bounds,
+                                                 defer=may_defer())     # bred as made: mpievo.evo.pipeline
             self._steps = steps
             return out
         out = self._work()

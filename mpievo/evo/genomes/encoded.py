@@ -22,6 +22,7 @@ from collections import OrderedDict
 
 import numpy as np
 
+from ..pipeline import deferred, pipelined
 from ..problems import Problem
 from ..base_models import BaseModels
 
@@ -98,11 +99,32 @@ class EncodedProblem(Problem):
             yield start, out
 
     def _evaluate_rows(self, rows: np.ndarray) -> np.ndarray:
-        """The user's values of the genomes of ``rows`` (Problem's ``func``)."""
+        """The user's values of the genomes of ``rows`` (Problem's ``func``); pipelined
+        (:mod:`mpievo.evo.pipeline`) where the user's problem lends two genome buffers."""
+        lend = getattr(self.inner, "genome_blocks", None)
+        blocks = lend(self.dtype) if lend is not None and rows.shape[0] > 1 else None
+        lazy = deferred(rows)                   # children bred as they are made
+        if blocks is not None:
+            def make(i: int, slot: int) -> None:
+                if lazy is not None:
+                    lazy.ensure(i)
+                self.materialize_into(rows[i:i + 1], blocks[slot])
+
+            return pipelined(rows.shape[0], make, lambda i, slot: self.inner(blocks[slot])[0])
+        if lazy is not None:
+            lazy.settle()
         values = np.empty(rows.shape[0])
         for start, genomes in self.blocks(rows):
             values[start:start + genomes.shape[0]] = self.inner(genomes)
         return values
+
+    def evaluates_deferred_rows(self) -> bool:
+        """Whether evaluation makes the children on the pipeline's helper thread (the
+        user's problem lends two genome buffers), so that breeding may defer their rows
+        to it (:mod:`mpievo.evo.pipeline`)."""
+        lend = getattr(self.inner, "genome_blocks", None)
+        on_device = getattr(self, "device", False) or getattr(self, "on_device", False)
+        return lend is not None and not on_device and lend(self.dtype) is not None
 
     def decode(self, row) -> np.ndarray:
         """The whole genome of one row (a fresh array; members are cached, see the
