@@ -201,11 +201,13 @@ def available_memory() -> int:
 
 
 def memory_estimate(numel: int, sources: int, *, archive_rows: int = 0, ranks_per_node: int = 1,
-                    bases_itemsize: int = 4, gene_itemsize: int = 4, row_itemsize: int = 4) -> int:
+                    bases_itemsize: int = 4, gene_itemsize: int = 4, row_itemsize: int = 4,
+                    model_buffers: int = 1) -> int:
     """Bytes a node needs: the sources once (``bases_itemsize`` per gene: a half model's
     stay in their dtype); per rank ``archive_rows`` rows of ``row_itemsize`` (archive and
-    batch), the delta row box and the model's buffer (``gene_itemsize``); the best genome
-    once: :func:`mpievo.parallel.memory.genomes_estimate`, what ``mpievo bench models`` prints.
+    batch), the delta row box and ``model_buffers`` model buffers (``gene_itemsize``; two
+    with pipelined evaluation); the best genome once:
+    :func:`mpievo.parallel.memory.genomes_estimate`, what ``mpievo bench models`` prints.
 
     Example:
         >>> memory_estimate(1000, 3, archive_rows=6, ranks_per_node=2, bases_itemsize=2,
@@ -214,7 +216,7 @@ def memory_estimate(numel: int, sources: int, *, archive_rows: int = 0, ranks_pe
     """
     return genomes_estimate(numel, sources=sources, bases_itemsize=bases_itemsize, rows_per_rank=archive_rows,
                             row_itemsize=row_itemsize, genome_itemsize=gene_itemsize,
-                            ranks_per_node=ranks_per_node)
+                            ranks_per_node=ranks_per_node, block_rows=model_buffers)
 
 
 def check_memory(needed: int, available: int | None = None, *, what: str = "the merge",
@@ -258,7 +260,7 @@ def load_model(path: str | os.PathLike, *, dtype=None, device=None):
 
 def hf_bases(paths: Sequence[str | os.PathLike], flat: FlatParameters, *, check: bool = True,
              archive_rows: int = 0, row_itemsize: int | None = None, ranks_per_node: int = 1,
-             available: int | None = None) -> BaseModels:
+             available: int | None = None, model_buffers: int = 2) -> BaseModels:
     """The models in ``paths`` as the bases of genomes of ``flat``'s layout, in ``flat``'s
     dtype (bfloat16 and float16 sources stay 2 bytes a gene), loaded on first use: once
     per node under MPI, straight into the node's shared array. A directory of safetensors
@@ -270,8 +272,9 @@ def hf_bases(paths: Sequence[str | os.PathLike], flat: FlatParameters, *, check:
     With ``check`` (the default) the sources are inspected (corrupt or truncated files and
     missing shards named) and the node's memory estimated (:func:`memory_estimate` with
     ``archive_rows`` rows of ``row_itemsize`` bytes a gene per rank, default the genes'
-    own: the archive capacity plus the batch of every island of a rank) before anything
-    is loaded.
+    own: the archive capacity plus the batch of every island of a rank, and
+    ``model_buffers`` model buffers per rank: two, as a CPU :class:`~mpievo.torch.ModelProblem`
+    pipelines by default; one with ``pipeline=False`` or on a device) before anything is loaded.
 
     Raises:
         as :func:`inspect_sources` and :func:`check_memory`.
@@ -289,10 +292,11 @@ def hf_bases(paths: Sequence[str | os.PathLike], flat: FlatParameters, *, check:
         itemsize = flat.flat.element_size()
         need = memory_estimate(info.numel, len(paths), archive_rows=archive_rows, ranks_per_node=ranks_per_node,
                                bases_itemsize=dtype.itemsize, gene_itemsize=itemsize,
-                               row_itemsize=itemsize if row_itemsize is None else row_itemsize)
+                               row_itemsize=itemsize if row_itemsize is None else row_itemsize,
+                               model_buffers=model_buffers)
         check_memory(need, available, detail=f"{len(paths)} sources of {info.numel:,} genes in {dtype.name}, and "
                                              f"per rank of {ranks_per_node}: {archive_rows} archive and batch rows, "
-                                             "the row box and the model's buffer; the best genome once")
+                                             f"the row box and {model_buffers} model buffer(s); the best genome once")
 
     def load(out: np.ndarray) -> None:
         for row, path in zip(out, paths):

@@ -108,8 +108,10 @@ def test_a_merge_too_large_for_the_memory_left_is_refused():
 def test_sources_are_checked_against_the_memory_before_loading(sources):
     flat = FlatParameters(gpt2(9))
     with pytest.raises(MemoryError, match="expected the merge to fit"):
-        hf.hf_bases(sources, flat, archive_rows=16, available=27008 * 4 * (2 + 16 + 2 + 1 + 3) - 1)
-    hf.hf_bases(sources, flat, archive_rows=16, available=27008 * 4 * (2 + 16 + 2 + 1 + 3))
+        hf.hf_bases(sources, flat, archive_rows=16, available=27008 * 4 * (2 + 16 + 2 + 2 + 3) - 1)
+    # two model buffers: a CPU ModelProblem pipelines by default
+    hf.hf_bases(sources, flat, archive_rows=16, available=27008 * 4 * (2 + 16 + 2 + 2 + 3))
+    hf.hf_bases(sources, flat, archive_rows=16, available=27008 * 4 * (2 + 16 + 2 + 1 + 3), model_buffers=1)
 
 
 def test_a_recipe_over_hf_sources_saves_the_model_it_evaluated(sources, tmp_path):

@@ -85,10 +85,10 @@ def test_a_merge_too_large_is_refused_before_loading_naming_the_sizes(half_sourc
     loaded = []
     monkeypatch.setattr(hf, "fill_from_files", lambda *a: loaded.append(a) or True)
     need = hf.memory_estimate(flat.dim, 2, archive_rows=6, ranks_per_node=2, bases_itemsize=2, gene_itemsize=2,
-                              row_itemsize=2)
+                              row_itemsize=2, model_buffers=2)
     # sources in bf16; per rank the rows, the row box (2 bf16 bounds, the GA's 2 float32 ones) and the
-    # model's buffer; the best genome once (its row, decoded, copied out)
-    assert need == flat.dim * (2 * 2 + 2 * (6 * 2 + 2 * 2 + 2 * 4 + 2) + 3 * 2)
+    # model's two buffers (pipelined evaluation); the best genome once (its row, decoded, copied out)
+    assert need == flat.dim * (2 * 2 + 2 * (6 * 2 + 2 * 2 + 2 * 4 + 2 * 2) + 3 * 2)
     with pytest.raises(MemoryError, match=rf"got an estimate of {need / 2**30:.2f} GiB \(2 sources of "
                                           r"27,008 genes in bfloat16, and per rank of 2: 6 archive"):
         hf.hf_bases(half_sources, flat, archive_rows=6, ranks_per_node=2, available=need - 1)
