@@ -36,5 +36,5 @@ def test_child_part_prints_each_ratio_against_its_target(capsys, tmp_path):
                      "--positions", "16", "--generations", "2", "--sources-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     for line in ("x memcpy (target >= 0.5x)", "x memcpy (target <= 6x)", "x (target <= 2x)",
-                 "(2 sources + 1 x (6 rows + 2 buffers))", "x (target within 1.15x)"):
+                 "(2 sources + 1 x (6 rows + row box + 2 model buffers) + best genome)", "x (target within 1.15x)"):
         assert line in out, out
