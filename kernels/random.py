@@ -49,7 +49,7 @@ import numba
 import numpy as np
 from numba.cpython.unsafe.numbers import leading_zeros
 
-from .cuda import bind_globals, compile_kernel, simulator_enabled
+from .cuda.reduce import bind_globals, compile_kernel, simulator_enabled
 
 ROUNDS = 10
 #: Philox4x32 multipliers and Weyl key increments (Random123)

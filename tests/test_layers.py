@@ -175,27 +175,24 @@ def test_config_and_rules_import_only_downward():
     assert "mpi4py" not in loaded_after("import mpievo.rules.topology, mpievo.rules.budget, mpievo.rules.schedule")
 
 
-def comm_imports(path: Path) -> set[str]:
-    """The mpievo.comm modules that ``path`` (a module of mpievo.comm) imports, anywhere in it."""
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.level == 1:
-            names = [node.module] if node.module else [alias.name for alias in node.names]
-            found.update(name.split(".")[0] for name in names)
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("mpievo.comm."):
-            found.add(node.module.split(".")[2])
-        elif isinstance(node, ast.Import):
-            found.update(a.name.split(".")[2] for a in node.names if a.name.startswith("mpievo.comm."))
+def comm_modules() -> dict[str, Path]:
+    """Dotted name -> file of every module of mpievo.comm, its subpackages' modules included."""
+    found = {}
+    for path in COMM.rglob("*.py"):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        if parts[-1] != "__init__":
+            found[".".join(parts)] = path
     return found
 
 
 def test_comm_modules_all_import_and_form_no_cycle():
-    modules = sorted(p.stem for p in COMM.glob("*.py") if p.stem != "__init__")
+    modules = comm_modules()
+    assert {"mpievo.comm.wire.host", "mpievo.comm.shm.window", "mpievo.comm.device.buffers"} <= set(modules)
     mods = loaded_after("import importlib; " + "; ".join(
-        f"importlib.import_module('mpievo.comm.{m}')" for m in modules))
-    assert {f"mpievo.comm.{m}" for m in modules} <= mods
-    graph = {m: comm_imports(COMM / f"{m}.py") & set(modules) for m in modules}
-    cycle = find_cycle(graph)
+        f"importlib.import_module('{m}')" for m in sorted(modules)))
+    assert set(modules) <= mods
+    graph = import_graph()
+    cycle = find_cycle({m: graph.get(m, set()) & set(modules) for m in modules})
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
 
@@ -208,14 +205,14 @@ def private_use(node) -> bool:
 
 def test_comm_modules_use_no_private_names_of_other_objects():
     offenders = [f"{path.name}:{node.lineno}: {ast.unparse(node)}"
-                 for path in sorted(COMM.glob("*.py"))
+                 for path in sorted(COMM.rglob("*.py"))
                  for node in ast.walk(ast.parse(path.read_text())) if private_use(node)]
     assert not offenders, offenders
 
 
 def test_comm_and_kernels_files_stay_small():
     sizes = {str(p.relative_to(ROOT)): len(p.read_text().splitlines())
-             for p in [*COMM.glob("*.py"), *(ROOT / "kernels").glob("*.py")]}
+             for p in [*COMM.rglob("*.py"), *(ROOT / "kernels").rglob("*.py")]}
     assert {name: n for name, n in sizes.items() if n > 420} == {}
 
 

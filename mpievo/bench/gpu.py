@@ -6,7 +6,7 @@ Run on a GPU node, with the ranks sharing the node's GPU(s)::
 
 Sections (rank 0 runs all but the collective ones while the other ranks wait):
 
-1. ``kernel``: :func:`mpievo.kernels.cuda.device_reduce` (``out = a + b``) against a
+1. ``kernel``: :func:`mpievo.kernels.cuda.reduce.device_reduce` (``out = a + b``) against a
    device-to-device copy of the same size, float32 and bfloat16. Bytes moved: the
    reduction reads two arrays and writes one, the copy reads one and writes one.
    Target: reduction bandwidth >= 0.85x the copy's. Timed with CUDA events.
@@ -76,7 +76,7 @@ class GpuBenchOptions(Settings):
 def refusal(check: bool) -> str | None:
     """Why ``mpievo bench gpu`` cannot run here (None: it can)."""
     try:
-        from mpievo.kernels.cuda import simulator_enabled
+        from mpievo.kernels.cuda.reduce import simulator_enabled
 
         simulated = simulator_enabled()
         from numba import cuda
@@ -125,7 +125,7 @@ def kernel_section(options: GpuBenchOptions) -> list[dict]:
 def _kernel_case(mib: float, dtype: np.dtype, options: GpuBenchOptions) -> dict:
     from numba import cuda
 
-    from mpievo.kernels import cuda as kc
+    from mpievo.kernels.cuda import reduce as kc
 
     kdtype = kc.kernel_dtype(dtype)
     n = max(1, int(mib * MIB) // dtype.itemsize)
@@ -240,7 +240,7 @@ def compression_section(comm, options: GpuBenchOptions) -> list[dict]:
 
 # ------------------------------------------------------------------ the run
 def _device_name() -> str:
-    from mpievo.kernels.cuda import simulator_enabled
+    from mpievo.kernels.cuda.reduce import simulator_enabled
 
     if simulator_enabled():
         return "CUDA simulator"
@@ -262,7 +262,7 @@ def bench_gpu(comm, options: GpuBenchOptions) -> dict:
     Raises:
         WrongResultError: a result differs from its reference.
     """
-    from mpievo.comm import cuda_support
+    from mpievo.comm.device import support as cuda_support
 
     from . import gpu_engine as engine
     from . import gpu_startup

@@ -8,7 +8,7 @@
    generation. Targets: the device island >= 20x the host island from 1e5 genes,
    >= 1x below. The host island runs on ``host_threads`` Numba/BLAS threads
    (1, as ``mpievo run`` gives each rank by default).
-5. ``breeding``: :func:`mpievo.kernels.cuda_counter_operators.vary` (interpolation
+5. ``breeding``: :func:`mpievo.kernels.cuda.counter_operators.vary` (interpolation
    crossover and Gaussian mutation, clipped to the box) with every gene mutated
    (dense), in the exact and the fast device math (``engine.device_math``), and at
    the default sparse rate of 10 genes per genome: GB/s of child genome written
@@ -135,7 +135,7 @@ def _time_island(island, on_device: bool, options) -> dict:
 def breeding_section(options) -> dict:
     """Device ``vary`` (dense and sparse) vs device copy at ``options.breed_dim`` genes."""
     try:
-        from mpievo.kernels import cuda_counter_operators
+        from mpievo.kernels.cuda import counter_operators as cuda_counter_operators
     except ImportError as err:
         return _skipped("breeding kernels", err)
     dim = options.breed_dim

@@ -32,7 +32,7 @@ start = time.perf_counter()
 import gc, json
 from numba import cuda
 from mpievo.evo import EngineConfig, Island, make_problem
-from mpievo.kernels.cuda import simulator_enabled
+from mpievo.kernels.cuda.reduce import simulator_enabled
 config = EngineConfig(device="cuda", capacity=16, batch_size=16, population=16)
 island = Island(0, make_problem("sphere", {dim}), config, seed=0)
 island.initialize()

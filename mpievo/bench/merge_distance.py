@@ -3,7 +3,7 @@
 ``out[i] = sum_j (x[i, j] - t[j])**2`` with ``t[j] = sum_b w[b] * bases[b, j]`` in
 float64, as :class:`mpievo.bench.genomes.MergeDistance` computes on the host:
 the target is formed gene by gene inside the per-row reduction of
-:mod:`mpievo.kernels.cuda_row_reduce`, so nothing genome-sized is allocated (only
+:mod:`mpievo.kernels.cuda.row_reduce`, so nothing genome-sized is allocated (only
 the reduction's ``(rows, blocks)`` partials). Equal to the host's values to rounding:
 the sums run in another order, and the GPU may fuse a product into an FMA.
 
@@ -16,9 +16,9 @@ import functools
 
 import numpy as np
 
-from ..kernels import cuda_row_reduce
-from ..kernels.cuda import device_function
-from ..kernels.cuda_operators import GENOME_DTYPES, require_device
+from ..kernels.cuda import row_reduce as cuda_row_reduce
+from ..kernels.cuda.reduce import device_function
+from ..kernels.cuda.operators import GENOME_DTYPES, require_device
 
 
 # ------------------------------------------------------------- templates

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import devicebuf, hierarchical
+from .device import buffers as devicebuf
+from . import hierarchical
 from .buffers import check_counts, check_dtype, check_same, flat_host, same_memory
 from .native import native_allgatherv_steps
 from .objects import allgather_object
 from .ring import allgather_steps, displacements
-from .shm_collectives import allgather_steps as shm_allgather_steps
+from .shm.collectives import allgather_steps as shm_allgather_steps
 
 
 def gather_counts(core, own: int, counts) -> list[int]:

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 from mpievo.kernels import host
 
-from . import devicebuf, hierarchical
+from .device import buffers as devicebuf
+from . import hierarchical
 from .buffers import check_dtype, flat_host, host_output
 from .latency import recursive_doubling_steps
 from .native import native_allreduce_steps, native_supports
 from .ring import allreduce_steps, displacements, even_counts
 from .selection import variant_of
-from .shm_collectives import reduce_steps
-from .wire import applies_to, check_format
+from .shm.collectives import reduce_steps
+from .wire.host import applies_to, check_format
 
 
 def resolve(core, nbytes: int, dtype, op: str, algorithm, blocking: bool) -> str:

@@ -7,11 +7,12 @@ through a device wire.
 
 from __future__ import annotations
 
-from . import devicebuf, hierarchical
+from .device import buffers as devicebuf
+from . import hierarchical
 from .buffers import check_dtype, check_root, flat_host
 from .native import native_bcast_steps
 from .ring import chain_broadcast_steps
-from .shm_collectives import broadcast_steps as shm_broadcast_steps
+from .shm.collectives import broadcast_steps as shm_broadcast_steps
 
 
 def run(core, buf, root: int, algorithm, timeout, blocking: bool):

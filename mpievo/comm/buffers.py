@@ -1,6 +1,6 @@
 """Checking user buffers on the host: contiguity, dtype, sizes, counts, roots.
 
-Device buffers are parsed by mpievo.comm.devicebuf; the size and dtype checks here
+Device buffers are parsed by mpievo.comm.device.buffers; the size and dtype checks here
 serve both.
 """
 

@@ -7,7 +7,7 @@ by purpose, runs collective generators blocking or as requests under a timeout
 (a timeout leaves messages in flight, so it breaks the communicator), checks call
 signatures in validate mode, picks algorithms and builds wires over pools kept
 between calls. It knows the node layout (mpievo.comm.nodes) and keeps the node's
-shared window (mpievo.comm.shm), made on the first call that needs it.
+shared window (mpievo.comm.shm.window), made on the first call that needs it.
 """
 
 from __future__ import annotations
@@ -18,17 +18,17 @@ import numpy as np
 from mpi4py import MPI
 
 from . import selection
-from .device_wire import make_wire
+from .wire.device import make_wire
 from .errors import CollectiveTimeoutError, CommunicatorBrokenError
 from .native import FastPath
 from .nodes import NodeLayout
 from .progress import Pending, Request, ResultRequest, deadline_for, run_blocking, timeout_error, wait_pending
 from .ring import RingContext
-from .shared_buffers import SharedBuffers
-from .shm import Arena, piece_bytes
+from .shm.buffers import SharedBuffers
+from .shm.window import Arena, piece_bytes
 from .staging import DeviceResources, StagingPool
 from .validation import signature_steps
-from .wire import HostWire, ScratchPool
+from .wire.host import HostWire, ScratchPool
 
 _TAG_BASE, _TAG_SPAN = 100, 30000  # collective tags: _TAG_BASE + seq % _TAG_SPAN
 
@@ -251,7 +251,7 @@ class CommCore:
 
     def cast_wire(self, compression: str, dtype):
         """The fp16/bf16 wire for float32 ``dtype`` data (slots kept between calls)."""
-        from .cast_wire import compression_wire  # lazy: its kernels import numba
+        from .wire.cast import compression_wire  # lazy: its kernels import numba
 
         if self._staging is None:
             self._staging = StagingPool()

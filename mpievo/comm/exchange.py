@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import devicebuf
+from .device import buffers as devicebuf
 from .buffers import check_root, flat_host
 from .chunking import post_recv, post_send
-from .cuda_support import cuda_aware
+from .device.support import cuda_aware
 
 EXCHANGE_TAG = 31000           # above every collective tag (mpievo.comm.core)
 

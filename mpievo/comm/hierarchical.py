@@ -10,7 +10,7 @@
 * broadcast: a broadcast inside the root's node, a chain among the leaders (the
   root's node's leader first), and a broadcast inside each other node.
 
-Inside a node the shared-window algorithms run (mpievo.comm.shm_collectives); across
+Inside a node the shared-window algorithms run (mpievo.comm.shm.collectives); across
 nodes the ring algorithms of mpievo.comm.ring on the node-crossing communicators of
 mpievo.comm.nodes. Each lane is reduced along one chain and copied, so every rank
 gets the same bits. Collective generators, like the rest.
@@ -22,7 +22,7 @@ import numpy as np
 
 from mpievo.kernels import host
 
-from . import shm_collectives as shm
+from .shm import collectives as shm
 from .buffers import copy_host
 from .ring import allgather_steps as ring_allgather
 from .ring import allreduce_steps as ring_allreduce

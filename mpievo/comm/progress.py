@@ -8,7 +8,7 @@ inside those calls, as with MPI's own non-blocking collectives without a progres
 thread).
 
 Besides MPI requests, a blocking step may wait for a :class:`Poll`: a condition MPI
-knows nothing of (a flag in a shared-memory window, mpievo.comm.shm). Polls are
+knows nothing of (a flag in a shared-memory window, mpievo.comm.shm.window). Polls are
 tested in turn, spinning briefly and then yielding the core, so ranks that outnumber
 the cores still let the rank they wait for run. (Non-blocking requests never wait
 for polls: the shared-window algorithms serve blocking calls only.)

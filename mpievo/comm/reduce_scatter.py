@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import devicebuf
+from .device import buffers as devicebuf
 from .buffers import check_counts, check_dtype, check_same, flat_host
 from .native import native_reduce_scatter_steps, native_reduce_scatter_supports
 from .ring import displacements, even_counts, reduce_scatter_steps
-from .shm_collectives import reduce_steps
+from .shm.collectives import reduce_steps
 
 
 def scatter_counts(total: int, counts, size: int) -> list[int]:

@@ -13,7 +13,7 @@ from typing import Callable
 
 import numpy as np
 
-from mpievo.kernels.cuda import simulator_enabled
+from mpievo.kernels.cuda.reduce import simulator_enabled
 
 #: slots are allocated in multiples of this many bytes, so segments of slightly
 #: different sizes reuse the same slots

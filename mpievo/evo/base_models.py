@@ -143,7 +143,7 @@ class BaseModels:
         if None in cache:
             return cache[None] if row is None else cache[None][row]
         if row not in cache:
-            from mpievo.kernels import cuda_rows
+            from mpievo.kernels.cuda import rows as cuda_rows
 
             host = bases if row is None else bases[row]
             if self.dtype.itemsize == 2:     # half bases: float32 on the device (its kernels' dtype)
@@ -178,7 +178,7 @@ def _widened_on_device(host: np.ndarray):
     :data:`_HASH_CHUNK` bytes on the host (no genome-sized float32 host copy)."""
     from numba import cuda
 
-    from ..kernels import cuda_rows
+    from ..kernels.cuda import rows as cuda_rows
     from .half import widen_into
 
     out = cuda.device_array(host.shape, np.float32)

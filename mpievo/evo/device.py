@@ -15,7 +15,7 @@ and the evaluation hand-off (:func:`evaluate`): a user's fitness receives the ba
 on the device without a copy -- a CuPy array when CuPy is installed, otherwise a
 Numba device array; both export ``__cuda_array_interface__`` (``torch.as_tensor``
 takes them) -- and may return fitness on the device or the host. Built-in problems
-run as Numba CUDA kernels (:mod:`mpievo.kernels.cuda_problems`).
+run as Numba CUDA kernels (:mod:`mpievo.kernels.cuda.problems`).
 
 Nothing here imports CUDA until a device array is actually met.
 """
@@ -54,7 +54,7 @@ def cuda_usable() -> bool:
 
 def real_gpu() -> bool:
     """True on a real GPU (not the simulator): where ``auto`` picks the device."""
-    from mpievo.kernels.cuda import simulator_enabled
+    from mpievo.kernels.cuda.reduce import simulator_enabled
 
     return cuda_usable() and not simulator_enabled()
 
@@ -116,7 +116,7 @@ def to_host(arr) -> np.ndarray:
     """A numpy copy of device rows (in bounded chunks); numpy arrays pass through."""
     if not is_device_array(arr):
         return np.asarray(arr)
-    from mpievo.kernels import cuda_rows
+    from mpievo.kernels.cuda import rows as cuda_rows
 
     arr = as_numba(arr)
     if len(arr.shape) != 2:
@@ -131,7 +131,7 @@ def to_device(arr, dtype=None):
         if dtype is not None and np.dtype(arr.dtype) != np.dtype(dtype):
             return to_device(arr.copy_to_host(), dtype)  # a cast: rare (mixed-dtype migration)
         return arr
-    from mpievo.kernels import cuda_rows
+    from mpievo.kernels.cuda import rows as cuda_rows
 
     host = np.ascontiguousarray(arr, dtype=dtype)
     return cuda_rows.from_host(host)
@@ -142,7 +142,7 @@ def take(genomes, rows):
     rows = np.asarray(rows, dtype=np.int64)
     if not is_device_array(genomes):
         return genomes[rows]
-    from mpievo.kernels import cuda_rows
+    from mpievo.kernels.cuda import rows as cuda_rows
 
     return cuda_rows.take_rows(as_numba(genomes), rows)
 
@@ -153,7 +153,7 @@ def concat(batches: list, dim: int, dtype):
         return np.concatenate([np.asarray(b).astype(dtype, copy=False) for b in batches]).reshape(-1, dim)
     from numba import cuda
 
-    from mpievo.kernels import cuda_rows
+    from mpievo.kernels.cuda import rows as cuda_rows
 
     parts = [to_device(b, dtype) for b in batches]
     out = cuda.device_array((sum(p.shape[0] for p in parts), dim), dtype)
@@ -172,7 +172,7 @@ def user_batch(genomes):
     """The batch as a user's fitness receives it on the device: a CuPy array over the
     same memory when CuPy is usable (never in the simulator), else the Numba array;
     bfloat16 rows as their uint16 bits (see mpievo.evo.half)."""
-    from mpievo.kernels.cuda import simulator_enabled
+    from mpievo.kernels.cuda.reduce import simulator_enabled
 
     if genomes.dtype == BFLOAT16:   # no device library has ml_dtypes' type: the uint16 bits
         genomes = as_numba(genomes).view(np.uint16)
@@ -217,12 +217,12 @@ def evaluate(problem: Problem, genomes) -> np.ndarray:
     """Minimised fitness (float64, host) of device ``genomes``."""
     n = genomes.shape[0]
     if isinstance(problem.func, ShiftedRotated):
-        from mpievo.kernels import cuda_problems
+        from mpievo.kernels.cuda import problems as cuda_problems
 
         func = problem.func
         shift, rotation = _placed(func)
         if is_half(genomes.dtype):   # the built-ins compute in float32 (or float64) on widened rows
-            from mpievo.kernels import cuda_half
+            from mpievo.kernels.cuda import half as cuda_half
 
             genomes = cuda_half.widen_rows(as_numba(genomes), np.arange(n), genomes.dtype)
         values = cuda_problems.evaluate(func.name, genomes, shift=shift, rotation=rotation,

@@ -4,7 +4,7 @@ The records (fitness, ids, births, origins, hashes) stay on the host: they are a
 numbers per member, and every decision -- which candidates enter, which slots they
 take, who migrates -- is made there, exactly as on a host archive, so a device
 archive keeps the same members as a host archive given the same fitness. Only the
-row moves run on the device (:mod:`mpievo.kernels.cuda_rows`): copying children
+row moves run on the device (:mod:`mpievo.kernels.cuda.rows`): copying children
 into slots, compacting on ``retain``, hashing and comparing rows for ``unique``.
 
 Genomes given from the host (an initial population from a problem's ``initial``
@@ -40,7 +40,7 @@ class DeviceArchive(Archive):
         return device.to_device(genomes, self.dtype)
 
     def take(self, slots):
-        from mpievo.kernels import cuda_rows
+        from mpievo.kernels.cuda import rows as cuda_rows
 
         return cuda_rows.take_rows(self.genomes, np.asarray(slots, dtype=np.int64))
 
@@ -48,19 +48,19 @@ class DeviceArchive(Archive):
         return self._genomes[int(slot)].copy_to_host()
 
     def host_genomes(self) -> np.ndarray:
-        from mpievo.kernels import cuda_rows
+        from mpievo.kernels.cuda import rows as cuda_rows
 
         return cuda_rows.to_host(self.genomes)
 
     def _row_hashes(self, genomes) -> np.ndarray:
-        from mpievo.kernels import cuda_rows
+        from mpievo.kernels.cuda import rows as cuda_rows
 
         if is_half(self.dtype):   # the device hash knows float32/64 only: hashed on the host
             return row_hashes(device.to_host(genomes))
         return cuda_rows.hash_rows(genomes)
 
     def _rows_equal(self, a, ia, b, ib) -> np.ndarray:
-        from mpievo.kernels import cuda_rows
+        from mpievo.kernels.cuda import rows as cuda_rows
 
         ia, ib = np.asarray(ia, np.int64), np.asarray(ib, np.int64)
         if len(ia) == 0:
@@ -71,14 +71,14 @@ class DeviceArchive(Archive):
         return cuda_rows.rows_equal(a, ia, b, ib)
 
     def _copy_rows(self, genomes, rows, slots) -> None:
-        from mpievo.kernels import cuda_rows
+        from mpievo.kernels.cuda import rows as cuda_rows
 
         if len(rows):
             cuda_rows.copy_rows(genomes, np.asarray(rows, np.int64), self._genomes,
                                 np.asarray(slots, np.int64))
 
     def _retain_rows(self, slots) -> None:
-        from mpievo.kernels import cuda_rows
+        from mpievo.kernels.cuda import rows as cuda_rows
 
         if len(slots):
             cuda_rows.retain_rows(self._genomes, np.asarray(slots, np.int64))

@@ -14,13 +14,13 @@ differ in the last bits; and the uniform genomes of a start or a restart come fr
 :func:`uniform_genomes` (counter-based) instead of numpy's generator.
 
 Breeding into a caller's children array (the GA's, one per island) goes through
-that array's :class:`~mpievo.kernels.cuda_workspace.BreedWorkspace`, made on first
+that array's :class:`~mpievo.kernels.cuda.workspace.BreedWorkspace`, made on first
 use and kept as long as the array: the per-row numbers go up in one transfer on the
 island's own stream, the counts come back in one, and no device memory is
 allocated after the first generation.
 
 The mutation's arithmetic follows :func:`device_math` ("exact": the host's bits, the
-default; "fast": hardware normals and FMA, see :mod:`mpievo.kernels.cuda_fast_math`),
+default; "fast": hardware normals and FMA, see :mod:`mpievo.kernels.cuda.fast_math`),
 which an island sets around its breeding from ``engine.device_math``.
 """
 
@@ -40,7 +40,7 @@ CROSSOVERS = host.CROSSOVERS
 
 
 def _kernels():
-    from mpievo.kernels import cuda_counter_operators
+    from mpievo.kernels.cuda import counter_operators as cuda_counter_operators
 
     return cuda_counter_operators
 
@@ -70,7 +70,7 @@ def device_math(mode: str):
     Raises:
         ValueError: an unknown mode.
     """
-    from mpievo.kernels.cuda_fast_math import check_device_math
+    from mpievo.kernels.cuda.fast_math import check_device_math
 
     token = _DEVICE_MATH.set(check_device_math(mode))
     try:
@@ -85,9 +85,9 @@ _WORKSPACES: dict = {}
 
 
 def workspace(children):
-    """The :class:`~mpievo.kernels.cuda_workspace.BreedWorkspace` of device ``children``
+    """The :class:`~mpievo.kernels.cuda.workspace.BreedWorkspace` of device ``children``
     (made on first use, remade if the array's rows or dtype no longer fit)."""
-    from mpievo.kernels.cuda_workspace import BreedWorkspace
+    from mpievo.kernels.cuda.workspace import BreedWorkspace
 
     key, (n, dtype) = id(children), (children.shape[0], children.dtype)
     ref, found = _WORKSPACES.get(key, (None, None))
@@ -199,7 +199,7 @@ def apply_bounds(x, lower, upper, rng=None, *, mode="clip") -> int:
             raise ValueError("expected a Generator for bounds mode 'resample', got None")
         key, base = counter_blocks(rng, counter_operators.gene_blocks(*x.shape))
         return int(_kernels().resample_outside(x, lower, upper, host.key_words(key), base))
-    from mpievo.kernels import cuda_operators
+    from mpievo.kernels.cuda import operators as cuda_operators
 
     return cuda_operators.bound_rows(x, lower, upper, mode)
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..kernels.cuda_fast_math import DEVICE_MATH
+from ..kernels.cuda.fast_math import DEVICE_MATH
 from ..schema import Check, ConfigError, Settings, boolean, choice, integer, number, optional, setting
 from .algorithms.base import algorithm_classes
 from .algorithms.ga import STEP_ADAPTATIONS

@@ -11,7 +11,7 @@ quiet NaN). The box is rounded inwards in the half type and then widened, so a
 child in the float32 box rounds to a value inside the box.
 
 The conversions are the bit-pattern kernels of :mod:`mpievo.kernels.bitcast` on the
-host and :mod:`mpievo.kernels.cuda_half` on the device; numpy has no bfloat16, so
+host and :mod:`mpievo.kernels.cuda.half` on the device; numpy has no bfloat16, so
 bfloat16 rows are ``ml_dtypes.bfloat16`` arrays (a torch bfloat16 tensor's memory,
 viewed as ``ml_dtypes.bfloat16``, is such a row, with no copy).
 
@@ -152,7 +152,7 @@ class HalfBreeding:
         used, inverse = np.unique(np.concatenate([idx_a, idx_b]), return_inverse=True)
         n = len(idx_a)
         if self.on_device:
-            from mpievo.kernels import cuda_half
+            from mpievo.kernels.cuda import half as cuda_half
 
             rows = cuda_half.widen_rows(genomes, used, self.dtype)
         else:
@@ -213,7 +213,7 @@ class HalfBreeding:
     def round_into(self, work, out):
         """Round the float32 children ``work`` into the half-precision ``out``, once."""
         if self.on_device:
-            from mpievo.kernels import cuda_half
+            from mpievo.kernels.cuda import half as cuda_half
 
             return cuda_half.round_rows(work, out, self.dtype)
         return round_into(work, out)

@@ -381,7 +381,7 @@ class Island:
             return of_rows(self.archive.genomes)
         width = self.problem.width
         if self.on_device:
-            from mpievo.kernels import cuda_rows
+            from mpievo.kernels.cuda import rows as cuda_rows
 
             out = cuda_rows.centroid_distances(self._measured_rows(), width)
         elif half.is_half(self.archive.dtype):    # widened a tile at a time: no float32 copy
@@ -398,7 +398,7 @@ class Island:
         if not half.is_half(self.archive.dtype):
             return rows
         if self.on_device:
-            from mpievo.kernels import cuda_half
+            from mpievo.kernels.cuda import half as cuda_half
 
             return cuda_half.widen_rows(rows, np.arange(rows.shape[0]), self.archive.dtype)
         return half.widen_into(rows, np.empty(rows.shape, np.float32))

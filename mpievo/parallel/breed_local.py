@@ -8,7 +8,7 @@ gigabytes the leader makes ``batch`` children one after the other and the group'
 links carry ``batch - batch / K`` genomes a generation. With ``"evaluator"``:
 
 * each island's archive rows live once per node, in a node-shared array
-  (:func:`mpievo.comm.shared_array.node_shared_array`) that the leader's archive
+  (:func:`mpievo.comm.shm.array.node_shared_array`) that the leader's archive
   uses as its storage (:class:`SharedArchive`);
 * the leader's GA draws the generation's *decisions* as the island model does --
   parents, interpolation weights, step sizes and the counter-based stream's key and
@@ -48,7 +48,7 @@ from mpievo.kernels import counter_operators as counter_kernels
 from mpievo.kernels import half_rows
 from mpievo.kernels import operators as kernels
 
-from ..comm.shared_array import node_shared_array
+from ..comm.shm.array import node_shared_array
 from ..evo import device
 from ..evo import operators as ops
 from ..evo.algorithms.ga import GeneticAlgorithm, breeding_box

@@ -23,7 +23,7 @@ import numpy as np
 from ..config_tables import ONE_GROUP_SCHEMES
 from ..evo.half import genome_dtype
 from ..evo.problems import Problem, check_fitness
-from mpievo.kernels.cuda import dtype_key
+from mpievo.kernels.cuda.reduce import dtype_key
 from ..rules.mapping import islands_of_rank
 
 

@@ -118,7 +118,7 @@ class EdgeLayout:
         genomes = device.to_device(genomes, self.dtype)
         if n == self.k:
             return genomes
-        from mpievo.kernels import cuda_rows
+        from mpievo.kernels.cuda import rows as cuda_rows
 
         padded = self.empty_genomes(on_device=True)
         if n:

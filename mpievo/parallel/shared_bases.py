@@ -1,7 +1,7 @@
 """The base models of ``delta``/``seeded`` genomes held once per node: :func:`share_bases`.
 
 Each node's leader (its local rank 0) loads the bases into a node-shared array
-(:func:`mpievo.comm.shared_array.node_shared_array`) and, when there are several nodes,
+(:func:`mpievo.comm.shm.array.node_shared_array`) and, when there are several nodes,
 hashes them (on one node the checksum is left to :attr:`BaseModels.checksum`, computed
 when a checkpoint first needs it: hashing the bases costs about as much as loading
 them, and a run without checkpoints never needs it); one all-gather
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ..comm.shared_array import SharedArray, node_shared_array
+from ..comm.shm.array import SharedArray, node_shared_array
 from ..evo.base_models import BaseModels, checksum
 
 

@@ -72,7 +72,7 @@ def as_numpy(tensor: torch.Tensor) -> np.ndarray:
 class CudaView:
     """A ``__cuda_array_interface__`` (v3) over a contiguous tensor's memory, for the
     engine's device arrays (Numba, CuPy). torch exports one itself except for
-    bfloat16, which this gives as ``<u2`` bits (as :mod:`mpievo.comm.devicebuf` views
+    bfloat16, which this gives as ``<u2`` bits (as :mod:`mpievo.comm.device.buffers` views
     it); ``owner`` keeps the memory alive.
 
     Example::

@@ -1,4 +1,4 @@
-"""Node-shared arrays (mpievo.comm.shared_array): one copy per node that every rank of the
+"""Node-shared arrays (mpievo.comm.shm.array): one copy per node that every rank of the
 node reads and writes, on the real node layout and on fake nodes; the size arithmetic
 of arrays over 2 GiB (never allocated here); plain memory for a SelfComm."""
 
@@ -15,7 +15,7 @@ import pytest
 from mpi_support import all_ranks_agree
 from mpievo.comm import CollectiveTimeoutError, SelfComm
 from mpievo.comm.nodes import FAKE_NODES_ENV
-from mpievo.comm.shared_array import ALIGN, array_bytes, leader_bytes, node_shared_array
+from mpievo.comm.shm.array import ALIGN, array_bytes, leader_bytes, node_shared_array
 
 GiB = 1 << 30
 
@@ -52,7 +52,7 @@ def test_bad_requests_are_refused(shape, dtype, error, message):
 def test_a_self_comm_gets_private_memory_without_mpi():
     code = ("import sys, numpy as np\n"
             "from mpievo.comm import SelfComm\n"
-            "from mpievo.comm.shared_array import node_shared_array\n"
+            "from mpievo.comm.shm.array import node_shared_array\n"
             "with node_shared_array(SelfComm(), (4, 3), np.float64) as s:\n"
             "    s.array[...] = 7; s.sync()\n"
             "    assert s.leader and s.node_ranks == (0,) and s.array.sum() == 84 and s.owned_bytes == 96\n"

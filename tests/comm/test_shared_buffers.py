@@ -12,7 +12,8 @@ from mpi4py import MPI
 
 from comm_reference import matches, rank_input, reference
 from mpievo.comm import Communicator
-from mpievo.comm import hierarchical, shm_collectives
+from mpievo.comm import hierarchical
+from mpievo.comm.shm import collectives as shm_collectives
 from mpievo.comm.nodes import FAKE_NODES_ENV
 from mpievo.comm.ring import even_counts
 from mpi_support import all_ranks_agree

@@ -17,7 +17,7 @@ from mpievo.bench import calibrate_collectives as calibration
 from mpievo.comm import selection
 from mpievo.bench.collectives import time_alternating
 from mpievo.comm.nodes import fake_colours, layout_key
-from mpievo.comm.shm import ARENA_BUDGET_BYTES, MIN_PIECE_BYTES, piece_bytes
+from mpievo.comm.shm.window import ARENA_BUDGET_BYTES, MIN_PIECE_BYTES, piece_bytes
 from mpievo.kernels import host, ordered
 
 TABLE = {"collectives": {

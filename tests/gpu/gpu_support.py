@@ -18,7 +18,7 @@ import ctypes
 import numpy as np
 import pytest
 
-from mpievo.kernels.cuda import simulator_enabled
+from mpievo.kernels.cuda.reduce import simulator_enabled
 
 KDL_CUDA = 2
 
@@ -148,7 +148,7 @@ def let_mpi_read_device_memory(monkeypatch) -> None:
     """
     if simulator_enabled():
         return
-    from mpievo.comm import cuda_support
+    from mpievo.comm.device import support as cuda_support
 
     if cuda_support.query_mpix_cuda_support()[0] == 1:
         return

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mpievo.kernels.cuda import simulator_enabled
+from mpievo.kernels.cuda.reduce import simulator_enabled
 from mpievo.bench import genomes as bench
 from mpievo.bench.genomes import GenomesOptions, bench_genomes
 

@@ -8,7 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from mpievo.comm import cast_wire, staging, topk, wire as wires
+from mpievo.comm.wire import cast as cast_wire, host as wires
+from mpievo.comm import staging, topk
 from mpievo.kernels import bitcast, host
 
 

@@ -1,4 +1,4 @@
-"""Device counter-based breeding kernels (mpievo.kernels.cuda_counter_operators) against
+"""Device counter-based breeding kernels (mpievo.kernels.cuda.counter_operators) against
 the host kernels (mpievo.kernels.counter_operators) on the same inputs: the same bits,
 except SBX on a real GPU (its pow may differ in the last bit)."""
 
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from mpievo.kernels import counter_operators as host
-from mpievo.kernels import cuda_counter_operators as dev
-from mpievo.kernels.cuda import simulator_enabled
+from mpievo.kernels.cuda import counter_operators as dev
+from mpievo.kernels.cuda.reduce import simulator_enabled
 from mpievo.kernels.operators import BOUND_MODES
 
 pytestmark = pytest.mark.filterwarnings("ignore::numba.core.errors.NumbaWarning")

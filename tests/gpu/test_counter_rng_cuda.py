@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from mpievo.kernels import random as kr
-from mpievo.kernels.cuda import launch_dims
+from mpievo.kernels.cuda.reduce import launch_dims
 
 pytestmark = pytest.mark.filterwarnings("ignore::numba.core.errors.NumbaWarning")
 

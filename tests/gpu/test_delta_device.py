@@ -14,8 +14,8 @@ from mpievo.evo import EngineConfig, Island, Problem, make_problem
 from mpievo.evo import device
 from mpievo.evo import operators as host_ops
 from mpievo.evo.genomes import BaseModels, encoding_of
-from mpievo.kernels import cuda_delta
-from mpievo.kernels.cuda import simulator_enabled
+from mpievo.kernels.cuda import delta as cuda_delta
+from mpievo.kernels.cuda.reduce import simulator_enabled
 
 CONFIG = dict(capacity=6, batch_size=5, population=6, stagnation_patience=0, genome="delta")
 DIM = 9
@@ -135,7 +135,7 @@ def test_a_device_checkpoint_resumes_on_the_host_and_back(monkeypatch, tmp_path)
 
 
 def test_the_base_goes_to_the_device_once_per_process(monkeypatch):
-    from mpievo.kernels import cuda_rows
+    from mpievo.kernels.cuda import rows as cuda_rows
 
     uploads = []
     upload = cuda_rows.from_host
@@ -179,7 +179,7 @@ def test_device_settings_with_delta_are_checked_and_auto_picks_as_for_dense():
 
 
 def test_bases_on_device_by_row_share_one_copy(monkeypatch):
-    from mpievo.kernels import cuda_rows
+    from mpievo.kernels.cuda import rows as cuda_rows
 
     bases = BaseModels(np.arange(12, dtype=np.float32).reshape(3, 4))
     uploads = []

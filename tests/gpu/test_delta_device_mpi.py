@@ -42,7 +42,7 @@ def test_delta_device_islands_give_the_serial_result_on_any_rank_count(world, ba
                                                                       monkeypatch):
     if run and world.size % 2:
         pytest.skip("groups of 2 ranks need an even rank count")
-    from mpievo.kernels import cuda_delta
+    from mpievo.kernels.cuda import delta as cuda_delta
 
     blocks = []   # rows of every block this rank materialised on its device
     real = cuda_delta.materialize

@@ -6,9 +6,11 @@ import numpy as np
 import pytest
 from gpu_support import CudaArrayExport, DLPackExport, device_array, to_host
 
-from mpievo.comm import cuda_support, device_wire, devicebuf, staging
+from mpievo.comm.device import support as cuda_support, buffers as devicebuf
+from mpievo.comm.wire import device as device_wire
+from mpievo.comm import staging
 from mpievo.kernels import host
-from mpievo.kernels.cuda import simulator_enabled
+from mpievo.kernels.cuda.reduce import simulator_enabled
 
 
 # ------------------------------------------------------------------ detection

@@ -76,7 +76,7 @@ def test_the_user_fitness_receives_the_batch_on_the_device_without_a_copy():
     island.tell(island.evaluate(batch))
     received = seen[-1]
     assert device.is_device_array(received) and tuple(received.shape) == (5, 8)
-    from mpievo.kernels.cuda import simulator_enabled
+    from mpievo.kernels.cuda.reduce import simulator_enabled
 
     if simulator_enabled():  # simulator arrays export no CAI: the very array is handed over
         assert received is batch
@@ -132,7 +132,7 @@ def test_device_settings_are_checked():
     with pytest.raises(Exception, match="expected one of|expected"):
         EngineConfig(device="gpu")
     auto = _island(make_problem("sphere", 4), where="auto")
-    from mpievo.kernels.cuda import simulator_enabled
+    from mpievo.kernels.cuda.reduce import simulator_enabled
 
     assert auto.on_device is (not simulator_enabled())  # auto means a real GPU
     assert not _island(make_problem("sphere", 4), where="auto", algorithm="cmaes").on_device

@@ -1,4 +1,4 @@
-"""A device island's persistent breeding workspace (mpievo.kernels.cuda_workspace):
+"""A device island's persistent breeding workspace (mpievo.kernels.cuda.workspace):
 allocated once, one upload and one download per generation, the same children.
 
 Under the simulator transfers are synchronous and streams are stand-ins: these tests
@@ -13,8 +13,9 @@ import pytest
 
 from mpievo.evo import EngineConfig, Island, device_operators, make_problem
 from mpievo.evo.streams import stream
-from mpievo.kernels import counter_operators, cuda_counter_operators
-from mpievo.kernels.cuda_workspace import BreedWorkspace
+from mpievo.kernels import counter_operators
+from mpievo.kernels.cuda import counter_operators as cuda_counter_operators
+from mpievo.kernels.cuda.workspace import BreedWorkspace
 
 CONFIG = dict(capacity=6, batch_size=4, population=6, stagnation_patience=0)
 ALLOCATORS = ("device_array", "to_device", "pinned_array", "device_array_like", "mapped_array")
@@ -76,7 +77,7 @@ def test_scratch_arrays_are_per_name_shape_stream_and_thread():
 
     from numba import cuda
 
-    from mpievo.kernels.cuda_workspace import SCRATCH_ENTRIES, scratch
+    from mpievo.kernels.cuda.workspace import SCRATCH_ENTRIES, scratch
 
     a = scratch("test a", (3,), np.float64)
     assert scratch("test a", (3,), np.float64) is a
@@ -185,7 +186,7 @@ def test_the_island_stream_follows_numbas_default_stream_setting(monkeypatch):
     from numba import cuda
     from numba.cuda.core import config
 
-    from mpievo.kernels.cuda_workspace import island_stream
+    from mpievo.kernels.cuda.workspace import island_stream
 
     monkeypatch.setattr(config, "CUDA_PER_THREAD_DEFAULT_STREAM", 0, raising=False)
     first, second = island_stream(), island_stream()

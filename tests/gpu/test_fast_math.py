@@ -1,4 +1,4 @@
-"""engine.device_math = "fast" (mpievo.kernels.cuda_fast_math): hardware normals and FMA
+"""engine.device_math = "fast" (mpievo.kernels.cuda.fast_math): hardware normals and FMA
 in the device mutation; runs repeat exactly, the normals are standard normals.
 
 Under the simulator the fast formulas run in numpy float32, so these tests check the
@@ -13,8 +13,9 @@ import pytest
 
 from mpievo.evo import EngineConfig, Island, make_problem
 from mpievo.evo import device, device_operators
-from mpievo.kernels import counter_operators, cuda_counter_kernels, cuda_counter_operators, random
-from mpievo.kernels.cuda import simulator_enabled
+from mpievo.kernels import counter_operators, random
+from mpievo.kernels.cuda import (counter_kernels as cuda_counter_kernels, counter_operators as cuda_counter_operators)
+from mpievo.kernels.cuda.reduce import simulator_enabled
 
 KEY, BASE = (11, 22, 33, 44), 5
 N, DIM = 32, 64   # 2048 normals: a few seconds in the simulator

@@ -53,7 +53,7 @@ def test_device_half_islands_breed_the_host_bits(monkeypatch, dtype, crossover, 
 def test_widen_and_round_kernels_give_numpys_bits(dtype):
     from numba import cuda
 
-    from mpievo.kernels import cuda_half
+    from mpievo.kernels.cuda import half as cuda_half
 
     values = np.array([[1 + 2**-8, 1 + 3 * 2**-8, -(1 + 2**-9), 3e38, 65520.0, 1e-6, -0.0, 2.5]], np.float32)
     out = cuda.device_array(values.shape, HALF[dtype])
@@ -119,7 +119,7 @@ def _delta_problem(where: str) -> Problem:
 @pytest.mark.parametrize("dtype", sorted(HALF))
 def test_half_delta_genomes_materialise_the_hosts_bits_on_the_device(dtype):
     from mpievo.evo.genomes import encoding_of
-    from mpievo.kernels import cuda_delta
+    from mpievo.kernels.cuda import delta as cuda_delta
 
     config = EngineConfig(device="cuda", dtype=dtype, genome="delta", **CONFIG)
     problem = encoding_of(Island(0, _delta_problem("cuda"), config, seed=3).problem)

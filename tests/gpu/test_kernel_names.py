@@ -1,4 +1,4 @@
-"""Kernel specialisations under names of their own (mpievo.kernels.cuda_names), so that
+"""Kernel specialisations under names of their own (mpievo.kernels.cuda.names), so that
 Numba's disk cache keeps one entry per specialisation.
 
 Under the simulator there is no disk cache: these tests check the names (what the
@@ -17,8 +17,8 @@ import sys
 import numpy as np
 import pytest
 
-from mpievo.kernels import cuda as kc
-from mpievo.kernels import cuda_names
+from mpievo.kernels.cuda import reduce as kc
+from mpievo.kernels.cuda import names as cuda_names
 
 
 def _py_func(kernel):
@@ -51,7 +51,7 @@ def test_each_specialisation_returns_its_own_result():
 
 
 def test_problem_reductions_share_a_template_but_not_a_name():
-    from mpievo.kernels import cuda_problems
+    from mpievo.kernels.cuda import problems as cuda_problems
 
     names = {problem: tuple(_py_func(k).__qualname__ for k in cuda_problems._kernels(problem, "plain"))
              for problem in ("sphere", "rastrigin")}
@@ -79,7 +79,7 @@ def test_an_unnameable_binding_is_refused():
 
 
 _NAME_IN_A_FRESH_PROCESS = """
-from mpievo.kernels import cuda as kc, cuda_problems
+from mpievo.kernels.cuda import reduce as kc, problems as cuda_problems
 k = kc.reduce_kernel("max", "<f4")
 p = cuda_problems._kernels("rastrigin", "shifted")[0]
 print((getattr(k, "py_func", None) or k.__wrapped__).__qualname__)
@@ -89,7 +89,7 @@ print((getattr(p, "py_func", None) or p.__wrapped__).__qualname__)
 
 def test_names_are_the_same_in_another_process():
     """What makes a second process find the first one's cache entries."""
-    from mpievo.kernels import cuda_problems
+    from mpievo.kernels.cuda import problems as cuda_problems
 
     here = [_py_func(kc.reduce_kernel("max", "<f4")).__qualname__,
             _py_func(cuda_problems._kernels("rastrigin", "shifted")[0]).__qualname__]

@@ -1,4 +1,4 @@
-"""Device reduction kernels (mpievo.kernels.cuda) against the host path."""
+"""Device reduction kernels (mpievo.kernels.cuda.reduce) against the host path."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from mpievo.kernels import host
-from mpievo.kernels import cuda as kc
+from mpievo.kernels.cuda import reduce as kc
 
 pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning",
                                         "ignore:invalid value encountered:RuntimeWarning")

@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 from gpu_support import CudaArrayExport, all_agree, device_array, let_mpi_read_device_memory, to_host
 
-from mpievo.comm import cast_wire, cuda_support, device_wire, devicebuf, topk, wire
+from mpievo.comm.wire import cast as cast_wire, device as device_wire, host as wire
+from mpievo.comm.device import support as cuda_support, buffers as devicebuf
+from mpievo.comm import topk
 from mpievo.kernels import host
 
 pytestmark = [pytest.mark.mpi(min_size=2),

@@ -1,4 +1,4 @@
-"""Device variation operators (mpievo.kernels.cuda_operators) against the host kernels."""
+"""Device variation operators (mpievo.kernels.cuda.operators) against the host kernels."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from mpievo.evo import operators as evo_ops
-from mpievo.kernels import cuda_operators as dev_ops
+from mpievo.kernels.cuda import operators as dev_ops
 from mpievo.kernels import operators as host_ops
 
 pytestmark = pytest.mark.filterwarnings("ignore::numba.core.errors.NumbaWarning",

@@ -1,4 +1,4 @@
-"""The built-in problems on the device (mpievo.kernels.cuda_problems) against the host."""
+"""The built-in problems on the device (mpievo.kernels.cuda.problems) against the host."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from mpievo.evo.problems import BUILTIN_PROBLEMS, ShiftedRotated, random_rotation
-from mpievo.kernels import cuda_problems
+from mpievo.kernels.cuda import problems as cuda_problems
 from mpievo.kernels import operators as host_ops
 
 pytestmark = pytest.mark.filterwarnings("ignore::numba.core.errors.NumbaWarning")

@@ -6,7 +6,8 @@ import pytest
 from conftest import SIMULATOR
 
 from mpievo.evo import EngineConfig, Island, Problem
-from mpievo.kernels import cuda_recipes, recipes
+from mpievo.kernels.cuda import recipes as cuda_recipes
+from mpievo.kernels import recipes
 
 # the simulator runs every CUDA thread in Python: a few hundred genes there
 DIM = 300 if SIMULATOR else 3 * recipes.TILE + 11
@@ -30,7 +31,7 @@ def test_device_recipes_are_the_host_recipes_bit_for_bit(dtype, rng):
     assert np.array_equal(device, host)
     assert 0 < np.count_nonzero(host == upper) < DIM     # the clip and the terms did something
     # a uniform scale and box travel as one element each (bound_to_device): the same bits
-    from mpievo.kernels.cuda import bound_to_device
+    from mpievo.kernels.cuda.reduce import bound_to_device
 
     uniform = [bound_to_device(np.broadcast_to(a[:1], (DIM,))) for a in (scale, lower, upper)]
     assert all(u.shape == (1,) for u in uniform)

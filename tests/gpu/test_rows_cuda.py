@@ -1,4 +1,4 @@
-"""Device row utilities (mpievo.kernels.cuda_rows) against the host kernels."""
+"""Device row utilities (mpievo.kernels.cuda.rows) against the host kernels."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from mpievo.evo.archive import row_hashes
-from mpievo.kernels import cuda_rows
+from mpievo.kernels.cuda import rows as cuda_rows
 from mpievo.kernels import operators as host_ops
 
 pytestmark = pytest.mark.filterwarnings("ignore::numba.core.errors.NumbaWarning",

@@ -13,7 +13,7 @@ pytest.importorskip("transformers")
 import torch  # noqa: E402
 from torch_models import Small, gpt2, logits, tokens  # noqa: E402
 
-from mpievo.comm import devicebuf  # noqa: E402
+from mpievo.comm.device import buffers as devicebuf  # noqa: E402
 from mpievo.torch import CudaView, FlatParameters  # noqa: E402
 
 
@@ -105,7 +105,7 @@ def test_mixed_dtypes_and_empty_modules_are_refused():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_the_device_view_exports_the_buffer_itself(dtype):
     """The CUDA path's export (CudaView) over a CPU buffer, read as the engine's device
-    code reads it (mpievo.comm.devicebuf): same address, shape, dtype; writes land in the model."""
+    code reads it (mpievo.comm.device.buffers): same address, shape, dtype; writes land in the model."""
     model = Small().to(dtype)
     flat = FlatParameters(model)
     info = devicebuf.parse_cuda_array_interface(CudaView(flat.flat).__cuda_array_interface__)

@@ -22,7 +22,7 @@ genomes far larger than memory use ``seeded``.
 On a device island (``engine.device``, as for dense genomes) the rows are device rows:
 the archive, the operators (breeding deltas in the row box) and migration treat them
 as any device island's, and evaluation materialises the genomes on the GPU
-(:mod:`mpievo.kernels.cuda_delta`, the host's bits) into a reused block of at most
+(:mod:`mpievo.kernels.cuda.delta`, the host's bits) into a reused block of at most
 ``engine.materialize_budget`` bytes handed to the user's problem as device arrays: no
 genome crosses PCIe per child. The base goes to the device once per process (on first
 use, shared by the process's islands over the same bases): once per GPU, as each rank
@@ -143,7 +143,7 @@ class DeltaProblem(EncodedProblem):
         materialised on the GPU and the user's problem gets them as device arrays."""
         if not device.is_device_array(rows):
             return super()._evaluate_rows(rows)
-        from mpievo.kernels import cuda_delta
+        from mpievo.kernels.cuda import delta as cuda_delta
 
         rows = device.as_numba(rows)
         base, lower, upper, block = self._device_arrays()
@@ -161,7 +161,7 @@ class DeltaProblem(EncodedProblem):
         if self._placed is None:
             from numba import cuda
 
-            from mpievo.kernels.cuda import bound_to_device
+            from mpievo.kernels.cuda.reduce import bound_to_device
 
             box = (cast_bound(a, compute_dtype(self.dtype)) for a in self._box)   # half: widened
             self._placed = (self.bases.on_device(row=0), *(bound_to_device(a) for a in box),

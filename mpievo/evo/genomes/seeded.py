@@ -213,11 +213,11 @@ class SeededProblem(EncodedProblem):
 
     def _evaluate_rows(self, rows: np.ndarray) -> np.ndarray:
         """User values of the genomes of ``rows``; on the GPU for a device problem: the
-        children are materialised there (:mod:`mpievo.kernels.cuda_recipes`, the host's
+        children are materialised there (:mod:`mpievo.kernels.cuda.recipes`, the host's
         bits) and the user's function gets them as device arrays."""
         if not self.on_device:
             return super()._evaluate_rows(rows)
-        from mpievo.kernels import cuda_recipes
+        from mpievo.kernels.cuda import recipes as cuda_recipes
 
         from .. import device
 
@@ -238,7 +238,7 @@ class SeededProblem(EncodedProblem):
         if self._placed is None:
             from numba import cuda
 
-            from mpievo.kernels.cuda import bound_to_device
+            from mpievo.kernels.cuda.reduce import bound_to_device
 
             self._placed = (self.bases.on_device(), *(bound_to_device(a) for a in (self._scale, *self._box)),
                             cuda.device_array((self.block_rows, self.genome_dim), self.dtype))

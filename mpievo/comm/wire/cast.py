@@ -16,9 +16,9 @@ import numpy as np
 from mpievo.kernels import host
 from mpievo.kernels.bitcast import decode_bits, encode_bits, round_bits
 
-from .buffers import copy_host
-from .staging import Slot, StagingPool
-from .wire import check_format
+from ..buffers import copy_host
+from ..staging import Slot, StagingPool
+from .host import check_format
 
 
 def _bfloat16() -> np.dtype:

@@ -24,7 +24,7 @@ import os
 import numpy as np
 from mpi4py import MPI
 
-from .progress import Pending, Poll
+from ..progress import Pending, Poll
 
 STAGED, REDUCED, CONSUMED = 0, 1, 2
 HEADER_BYTES = 256           # the counters, alone on their cache lines

@@ -29,7 +29,7 @@ import math
 
 import numpy as np
 
-from .cuda import bind_globals, simulator_enabled
+from .reduce import bind_globals, simulator_enabled
 
 #: engine.device_math values: "exact" (the host's bits) or "fast" (this module)
 DEVICE_MATH = ("exact", "fast")

@@ -5,7 +5,7 @@ Each allocation is one MPI-3 shared window over the node (``MPI_Win_allocate_sha
 on the node communicator), one part per rank, and every rank maps every part. When
 every rank of the node passes such an array to an ``shm`` all-reduce or
 reduce-scatter, a rank reduces its block straight from its peers' arrays: the call
-copies no input into the scratch window (:mod:`mpievo.comm.shm_collectives`). Any
+copies no input into the scratch window (:mod:`mpievo.comm.shm.collectives`). Any
 other array is copied in piece by piece, as before.
 """
 

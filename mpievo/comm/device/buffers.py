@@ -18,9 +18,9 @@ from typing import NamedTuple
 import numpy as np
 
 from mpievo.kernels import host
-from mpievo.kernels.cuda import kernel_dtype, simulator_enabled
+from mpievo.kernels.cuda.reduce import kernel_dtype, simulator_enabled
 
-from .buffers import check_same
+from ..buffers import check_same
 
 KDL_CPU, KDL_CUDA, KDL_CUDA_HOST, KDL_CUDA_MANAGED = 1, 2, 3, 13
 #: DLPack device types whose memory is device memory (kDLCUDAHost is pinned host

@@ -27,11 +27,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .cuda import is_device, launch_dims, simulator_enabled
-from .cuda_workspace import zeroed_counter
-from .cuda_operator_kernels import (bound_rows_kernel, interpolate_kernel, mutate_rng_kernel,
-                                    mutate_sparse_kernel, uniform_kernel)
-from .operators import BOUND_CLIP, BOUND_MODES, BOUND_REFLECT, BOUND_RESAMPLE
+from .reduce import is_device, launch_dims, simulator_enabled
+from .workspace import zeroed_counter
+from .operator_kernels import (bound_rows_kernel, interpolate_kernel, mutate_rng_kernel, mutate_sparse_kernel, uniform_kernel)
+from ..operators import BOUND_CLIP, BOUND_MODES, BOUND_REFLECT, BOUND_RESAMPLE
 
 #: 2-D launch: threads per block along genes (x) and rows (y), and the grid cap
 THREADS_2D = (32, 8)

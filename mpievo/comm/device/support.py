@@ -4,7 +4,7 @@ The answer comes from ``MPIX_Query_cuda_support()`` (Open MPI and MPICH export i
 mpi4py does not wrap it, so it is called through ctypes on the loaded libmpi),
 overridden by ``MPIEVO_CUDA_AWARE=0/1`` where the query is wrong (e.g. Open MPI whose
 CUDA support comes from UCX). A CUDA-aware library gets device regions directly
-(mpievo.comm.device_wire.DeviceWire); otherwise data is staged through pinned host
+(mpievo.comm.wire.device.DeviceWire); otherwise data is staged through pinned host
 memory (StagedWire).
 """
 

@@ -1,7 +1,7 @@
-"""Numba CUDA kernel templates of :mod:`mpievo.kernels.cuda_rows`, and their compiled forms.
+"""Numba CUDA kernel templates of :mod:`mpievo.kernels.cuda.rows`, and their compiled forms.
 
 Templates are plain functions whose free names are bound by
-:func:`mpievo.kernels.cuda.bind_globals`; the factories compile each on first use.
+:func:`mpievo.kernels.cuda.reduce.bind_globals`; the factories compile each on first use.
 Nothing here touches CUDA at import time.
 """
 
@@ -11,12 +11,12 @@ import functools
 
 import numpy as np
 
-from . import cuda_row_reduce
-from .cuda import compile_kernel, device_function
+from . import row_reduce as cuda_row_reduce
+from .reduce import compile_kernel, device_function
 
 
 # ------------------------------------------------------------- templates
-# Free names are bound by bind_globals (see mpievo.kernels.cuda).
+# Free names are bound by bind_globals (see mpievo.kernels.cuda.reduce).
 
 def _copy_kernel(src, rows, dst, slots):
     j0, k0 = cuda.grid(2)  # noqa: F821
@@ -116,7 +116,7 @@ def hash_kernel(itemsize: int):
 
 @functools.lru_cache(maxsize=1)
 def distance_kernels():
-    """The :mod:`mpievo.kernels.cuda_row_reduce` kernels of the centroid distances."""
+    """The :mod:`mpievo.kernels.cuda.row_reduce` kernels of the centroid distances."""
     import math
 
     from numba import types as nbt

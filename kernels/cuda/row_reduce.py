@@ -3,8 +3,8 @@
 ``out[i] = finish(sum_j a(i, j), combine_j b(i, j), length)`` where a per-element
 ``term(x, i, j, aux1, aux2) -> (a, b)`` is summed and ``b`` is summed or multiplied
 (griewank's product). Used by the built-in problems
-(:mod:`mpievo.kernels.cuda_problems`) and the archive's diversity
-(:func:`mpievo.kernels.cuda_rows.centroid_distances`).
+(:mod:`mpievo.kernels.cuda.problems`) and the archive's diversity
+(:func:`mpievo.kernels.cuda.rows.centroid_distances`).
 
 No float atomics: each row is split over ``blocks_x`` blocks that each reduce their
 share in shared memory (a fixed tree) and write one float64 partial to an
@@ -22,9 +22,9 @@ import math
 
 import numpy as np
 
-from .cuda import BLOCKS_PER_SM, compile_kernel, device_function, device_sm_count, launch_dims
-from .cuda import simulator_enabled
-from .cuda_workspace import scratch
+from .reduce import BLOCKS_PER_SM, compile_kernel, device_function, device_sm_count, launch_dims
+from .reduce import simulator_enabled
+from .workspace import scratch
 
 #: threads per reduction block (a power of two: the tree halves it)
 REDUCE_THREADS = 256
@@ -37,7 +37,7 @@ MAX_GRID_Y = 65535
 
 # ------------------------------------------------------------- templates
 # Free names (cuda, float64, THREADS, term, combine, INIT, finish) are bound by
-# bind_globals; see mpievo.kernels.cuda.
+# bind_globals; see mpievo.kernels.cuda.reduce.
 
 def _partials_template(x, aux1, aux2, part_a, part_b):
     # block (bx, by): rows by, by + gridDim.y, ...; genes of this block's stripes

@@ -4,7 +4,7 @@ A half-precision device island (``engine.dtype`` bfloat16 or float16, see
 :mod:`mpievo.evo.half`) breeds in float32: :func:`widen_rows` gathers the parents
 it uses as float32 rows, the float32 device operators breed, :func:`round_rows`
 rounds the children to the half type, to nearest even -- the conversions of
-:mod:`mpievo.kernels.cuda` (bfloat16 as uint16 bits, float16 natively), which give
+:mod:`mpievo.kernels.cuda.reduce` (bfloat16 as uint16 bits, float16 natively), which give
 the host's bits (:mod:`mpievo.kernels.bitcast`, ml_dtypes, numpy).
 
 Nothing here touches CUDA at import time; kernels compile on first use, per dtype.
@@ -16,8 +16,8 @@ import functools
 
 import numpy as np
 
-from .cuda import _dtype_from_str, _load_store, compile_kernel, dtype_key, element_kind, kernel_view
-from .cuda_operators import launch_dims_2d, require_device, to_device
+from .reduce import _dtype_from_str, _load_store, compile_kernel, dtype_key, element_kind, kernel_view
+from .operators import launch_dims_2d, require_device, to_device
 
 HALF_KINDS = ("half", "bfloat16")
 

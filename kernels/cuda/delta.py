@@ -15,8 +15,8 @@ import functools
 
 import numpy as np
 
-from .cuda import _dtype_from_str, _load_store, bound_to_device, compile_kernel, dtype_key, element_kind, kernel_view
-from .cuda_operators import launch_dims_2d
+from .reduce import (_dtype_from_str, _load_store, bound_to_device, compile_kernel, dtype_key, element_kind, kernel_view)
+from .operators import launch_dims_2d
 
 def _materialize_kernel(base, rows, lower, upper, out):
     g0, r0 = cuda.grid(2)  # noqa: F821 (bound by bind_globals)

@@ -2,8 +2,8 @@
 
 The templates are plain Python functions whose free names (``cuda``, ``mul``,
 ``mul64``, ``float64``, ``bound_value``, ...) are bound per genome dtype by
-:func:`mpievo.kernels.cuda.bind_globals`; the factories compile each once per dtype
-on first use. :mod:`mpievo.kernels.cuda_operators` checks arguments and launches them.
+:func:`mpievo.kernels.cuda.reduce.bind_globals`; the factories compile each once per dtype
+on first use. :mod:`mpievo.kernels.cuda.operators` checks arguments and launches them.
 Nothing here touches CUDA at import time.
 """
 
@@ -13,13 +13,13 @@ import functools
 
 import numpy as np
 
-from .cuda import compile_kernel, device_function, simulator_enabled
-from .operators import BOUND_REFLECT, BOUND_RESAMPLE
+from .reduce import compile_kernel, device_function, simulator_enabled
+from ..operators import BOUND_REFLECT, BOUND_RESAMPLE
 
 
 # ------------------------------------------------------------- templates
 # Free names (cuda, mul, mul64, float64, bound_value, ...) are bound per dtype by
-# bind_globals; see mpievo.kernels.cuda.
+# bind_globals; see mpievo.kernels.cuda.reduce.
 
 def _bound_value(x, lo, hi, mode, u):
     # mirrors mpievo.kernels.operators._bound_value, types included

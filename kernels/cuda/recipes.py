@@ -6,7 +6,7 @@ through the bound ``mul64``, libdevice ``dmul_rn`` on a GPU, so nothing is fused
 an FMA). One launch per pass, in the host's order: the weighted bases (one thread per
 gene), then each term (dense: one thread per gene; sparse: one thread per tile,
 walking its gaps like the host), then the clip. The templates' free names are bound by
-:func:`mpievo.kernels.cuda.bind_globals`; nothing here touches CUDA at import time.
+:func:`mpievo.kernels.cuda.reduce.bind_globals`; nothing here touches CUDA at import time.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ import functools
 
 import numpy as np
 
-from .cuda import compile_kernel, launch_dims
-from .cuda_operator_kernels import arithmetic
-from .random import device_functions
-from .recipes import GAPS, NORMALS, TERM_STREAM, TILE, term_arrays
+from .reduce import compile_kernel, launch_dims
+from .operator_kernels import arithmetic
+from ..random import device_functions
+from ..recipes import GAPS, NORMALS, TERM_STREAM, TILE, term_arrays
 
 _CONSTANTS = {"U": np.uint64, "TILE": TILE, "C2": np.uint64(TERM_STREAM), "NORMALS": np.uint64(NORMALS),
               "GAPS": np.uint64(GAPS)}

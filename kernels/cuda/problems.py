@@ -4,7 +4,7 @@
 :class:`mpievo.evo.problems.ShiftedRotated` does on the host, in float64: at
 ``z = x`` (plain) or ``z = R (x - o) + x*`` (``o`` the shift, else ``x*``; ``x*`` the
 unshifted optimum, one value per gene). Each row's sum runs through
-:mod:`mpievo.kernels.cuda_row_reduce` (a row split over many blocks, partials combined
+:mod:`mpievo.kernels.cuda.row_reduce` (a row split over many blocks, partials combined
 in a fixed order): the same bits on every run, equal to the host's to rounding
 (sums in another order, the device's ``cos``/``exp``). A rotation first writes
 ``R (x - o)`` for every row to a float64 buffer (O(n dim^2); rotations are meant
@@ -20,11 +20,11 @@ import math
 
 import numpy as np
 
-from . import cuda_row_reduce
-from .cuda import device_function
-from .cuda_operators import GENOME_DTYPES, is_device, require_device, to_device
-from .cuda_rows import describe
-from .cuda_workspace import scratch
+from . import row_reduce as cuda_row_reduce
+from .reduce import device_function
+from .operators import GENOME_DTYPES, is_device, require_device, to_device
+from .rows import describe
+from .workspace import scratch
 
 #: problems :func:`evaluate` runs (mpievo.evo.problems.BUILTIN_PROBLEMS)
 DEVICE_PROBLEMS = ("sphere", "ellipsoid", "rastrigin", "rosenbrock", "ackley", "griewank",

@@ -24,8 +24,8 @@ import types
 
 import numpy as np
 
-from .cuda_names import specialization_name
-from .host import BFLOAT16, check_reducible, is_floating
+from .names import specialization_name
+from ..host import BFLOAT16, check_reducible, is_floating
 
 #: threads per block on a GPU (a multiple of the warp size; 256 keeps occupancy high
 #: for a kernel that uses few registers)

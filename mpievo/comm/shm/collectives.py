@@ -1,4 +1,4 @@
-"""Collectives among the ranks of one node, through their shared window (mpievo.comm.shm).
+"""Collectives among the ranks of one node, through their shared window (mpievo.comm.shm.window).
 
 The data is cut into blocks, one per local rank (``counts``/``displs`` in elements;
 a block may be empty), and every block into pieces of one window piece. Step k moves
@@ -33,8 +33,8 @@ import numpy as np
 
 from mpievo.kernels import host
 
-from .buffers import same_memory
-from .shm import CONSUMED, REDUCED, STAGED, Arena
+from ..buffers import same_memory
+from .window import CONSUMED, REDUCED, STAGED, Arena
 
 
 def _steps(counts, piece: int) -> int:

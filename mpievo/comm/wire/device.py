@@ -2,7 +2,7 @@
 
 * :class:`DeviceWire` -- the MPI library is CUDA-aware: device regions go to MPI as
   they are and received segments are combined by the device kernels of
-  :mod:`mpievo.kernels.cuda`.
+  :mod:`mpievo.kernels.cuda.reduce`.
 * :class:`StagedWire` -- it is not: every segment is copied through pinned host
   slots (device-to-host before a send, host-to-device before a reduction), on a
   stream of its own, so the copy of one segment overlaps the send of the previous
@@ -10,18 +10,18 @@
   segment received in the all-gather phase is forwarded from its pinned slot
   without copying it back from the device.
 
-:func:`make_wire` picks one by :func:`mpievo.comm.cuda_support.cuda_aware`.
+:func:`make_wire` picks one by :func:`mpievo.comm.device.support.cuda_aware`.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from mpievo.kernels.cuda import device_divide_into, device_reduce, kernel_dtype
+from mpievo.kernels.cuda.reduce import device_divide_into, device_reduce, kernel_dtype
 
-from .cuda_support import cuda_aware
-from .devicebuf import device_address
-from .staging import DeviceResources, Slot
+from ..device.support import cuda_aware
+from ..device.buffers import device_address
+from ..staging import DeviceResources, Slot
 
 
 class _DeviceWireBase:

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import cuda_row_reduce
-from .cuda import element_kind, launch_dims
-from .cuda_operators import genome_dtype, is_device, require_device, to_device, launch_dims_2d
-from .cuda_row_kernels import distance_kernels, hash_kernel, row_kernel
-from .cuda_workspace import staged_index
+from . import row_reduce as cuda_row_reduce
+from .reduce import element_kind, launch_dims
+from .operators import genome_dtype, is_device, require_device, to_device, launch_dims_2d
+from .row_kernels import distance_kernels, hash_kernel, row_kernel
+from .workspace import staged_index
 
 #: default bound of one chunk of :func:`to_host` / :func:`from_host` and of the
 #: scratch of :func:`retain_rows`

@@ -12,12 +12,12 @@ Layouts (2-D grid-stride loops, x along the genome, y over children):
   mask words and both normals; the interpolation is fused into the same pass.
 * sparse mutation -- one thread per (child, tile) walking the geometric gaps of its
   tile like the host; the interpolation runs before it as its own pass
-  (:func:`mpievo.kernels.cuda_operator_kernels.interpolate_kernel`, the host's bits).
+  (:func:`mpievo.kernels.cuda.operator_kernels.interpolate_kernel`, the host's bits).
 * crossover, resampling, uniform fill -- one thread per (child, quad of genes).
 
 Counts are summed per thread and added with one atomic per thread and row. The
 templates' free names are bound per genome dtype by
-:func:`mpievo.kernels.cuda.bind_globals`; nothing here touches CUDA at import time.
+:func:`mpievo.kernels.cuda.reduce.bind_globals`; nothing here touches CUDA at import time.
 """
 
 from __future__ import annotations
@@ -26,12 +26,12 @@ import functools
 
 import numpy as np
 
-from .counter_operators import CROSS_BLEND, CROSS_UNIFORM, TILE
-from .cuda import bind_globals, compile_kernel, device_function
-from .cuda_fast_math import check_device_math, fast_functions
-from .cuda_operator_kernels import arithmetic
-from .operators import BOUND_CLIP, BOUND_RESAMPLE
-from .random import device_functions
+from ..counter_operators import CROSS_BLEND, CROSS_UNIFORM, TILE
+from .reduce import bind_globals, compile_kernel, device_function
+from .fast_math import check_device_math, fast_functions
+from .operator_kernels import arithmetic
+from ..operators import BOUND_CLIP, BOUND_RESAMPLE
+from ..random import device_functions
 
 _CONSTANTS = {"U": np.uint64, "TILE": TILE, "CROSS_UNIFORM": CROSS_UNIFORM, "CROSS_BLEND": CROSS_BLEND,
               "BOUND_CLIP": BOUND_CLIP, "BOUND_RESAMPLE": BOUND_RESAMPLE, "F_ZERO": np.float32(0.0),

@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from .counter_operators import CROSSOVER_CODES, TILE
-from .cuda_counter_kernels import (cross_kernel, fill_kernel, resample_kernel, vary_dense_kernel,
-                                   vary_sparse_kernel)
-from .cuda_fast_math import check_device_math
-from .cuda_operator_kernels import interpolate_kernel
-from .cuda_operators import (genome_dtype, mode_code, check_parents, require_device, to_device,
-                             launch_dims_2d)
-from .random import check_key
+from ..counter_operators import CROSSOVER_CODES, TILE
+from .counter_kernels import cross_kernel, fill_kernel, resample_kernel, vary_dense_kernel, vary_sparse_kernel
+from .fast_math import check_device_math
+from .operator_kernels import interpolate_kernel
+from .operators import genome_dtype, mode_code, check_parents, require_device, to_device, launch_dims_2d
+from ..random import check_key
 
 
 # ------------------------------------------------------------- arguments
@@ -205,7 +203,7 @@ def resample_outside(x, lower, upper, key, base: int, *, stream=0) -> int:
     keys = _key_args(key, base)
     if not (x.shape[0] and x.shape[1]):
         return 0
-    from .cuda_workspace import zeroed_counter
+    from .workspace import zeroed_counter
 
     dev_moved = zeroed_counter("resampled genes", stream)
     blocks, threads = _quad_grid(x)

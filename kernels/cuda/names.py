@@ -2,7 +2,7 @@
 
 The CUDA kernels are module-level templates whose free names (``cuda``, ``load``,
 ``combine``, ``term``, constants, ...) are bound per specialisation by
-:func:`mpievo.kernels.cuda.bind_globals`. Numba's disk cache files a kernel under
+:func:`mpievo.kernels.cuda.reduce.bind_globals`. Numba's disk cache files a kernel under
 its module, ``__qualname__`` and first line, and keys it by the argument types and
 the bytecode: the bound globals are not part of the key. Two specialisations of one
 template with the same argument types (a sum and a max of float32 arrays, the sphere

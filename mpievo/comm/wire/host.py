@@ -4,8 +4,8 @@ The collective drivers and the ring algorithms are written once against this sma
 interface; the wire is the strategy each call is given:
 
 * :class:`HostWire` (here) -- numpy buffers sent as they are;
-* ``mpievo.comm.cast_wire`` -- float32 data sent as float16/bfloat16 (compression);
-* ``mpievo.comm.device_wire`` -- device buffers, handed to a CUDA-aware MPI
+* ``mpievo.comm.wire.cast`` -- float32 data sent as float16/bfloat16 (compression);
+* ``mpievo.comm.wire.device`` -- device buffers, handed to a CUDA-aware MPI
   directly (DeviceWire) or staged through pinned host memory (StagedWire).
 
 A wire instance serves one collective call. Interface (duck-typed):
@@ -33,9 +33,9 @@ import numpy as np
 
 from mpievo.kernels import host
 
-from .buffers import copy_host
+from ..buffers import copy_host
 
-#: compressed formats (mpievo.comm.cast_wire): float32 data sent in 16 bits
+#: compressed formats (mpievo.comm.wire.cast): float32 data sent in 16 bits
 WIRE_FORMATS = ("fp16", "bf16")
 
 

@@ -31,7 +31,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from .cuda import is_device
+from .reduce import is_device
 
 _INDEX = np.dtype(np.int64)
 

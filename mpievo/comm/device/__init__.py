@@ -1,0 +1,2 @@
+"""Device (GPU) buffers as the collectives see them (``buffers``) and whether the MPI
+library is CUDA-aware (``support``)."""
