@@ -87,10 +87,14 @@ class BbobOptions(Settings):
 
 
 # ------------------------------------------------------------------------- COCO side
+#: instances the bench may name (COCO's default suite holds only 1-5 and 101-110)
+SUITE_INSTANCES = "instances: 1-15"
+
+
 def _suite():
     import cocoex
 
-    return cocoex.Suite("bbob", "", "")
+    return cocoex.Suite("bbob", SUITE_INSTANCES, "")
 
 
 def f_opt(function: int, dim: int, instance: int) -> float:
@@ -270,12 +274,14 @@ def sade_single(pygmo, udp, budget: int, seed: int) -> None:
 def cmaes_ipop(pygmo, udp, budget: int, seed: int) -> None:
     """pygmo ``cmaes`` (sigma0 0.3, bounds forced) restarted with a doubled population while
     the budget allows (IPOP): pygmo's CMA-ES has no restarts of its own; each run ends at
-    its tolerances (1e-12) or its share of what is left."""
+    its tolerances (1e-12) or its share of what is left; no restart once a run reached the
+    final target (as an mpievo run stops there)."""
     problem = pygmo.problem(udp)
     dim = problem.get_nx()
     lam = 4 + int(3 * np.log(dim))
     restart = 0
-    while budget - udp.fitness_function.problem.evaluations >= 2 * lam:
+    fitness = udp.fitness_function
+    while budget - fitness.problem.evaluations >= 2 * lam and fitness.first_hit[-1] is None:
         left = budget - udp.fitness_function.problem.evaluations
         pop = pygmo.population(problem, lam, seed=seed * 1000 + restart)
         algo = pygmo.algorithm(pygmo.cmaes(gen=(left - lam) // lam, sigma0=0.3, ftol=1e-12, xtol=1e-12,

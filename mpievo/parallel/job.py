@@ -123,7 +123,8 @@ def build_scheme(comm, job, problem: Problem | None = None) -> Scheme:
     if layout.trivial:      # one rank per group: the plain island model
         return IslandScheme(comm, problem, job.engines, leader_rate=job.run.leader_rate,
                             leader_rate_final=job.run.leader_rate_final,
-                            leader_margin=job.run.leader_margin, **common)
+                            leader_margin=job.run.leader_margin, finish_diversity=job.run.finish_diversity,
+                            finish_reserve=job.run.finish_reserve, **common)
     if job.run.scheme == "replicated":
         return ReplicatedScheme(comm, problem, job.engines, **common)
     return HybridScheme(comm, layout, problem, job.engines, **common)

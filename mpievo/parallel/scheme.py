@@ -27,7 +27,8 @@ from ..evo.engine_config import EngineConfig
 from ..evo.genomes import row_dtype
 from ..evo.island import Island
 from ..evo.migration_policy import MigrationPolicy
-from ..rules.budget import lead_scale, leader, leader_rates, plan, rate_at, rounds_to_spend, split_left
+from ..rules.budget import (finish_step, finisher, lead_scale, leader, leader_rates, plan, rate_at,
+                            rounds_to_spend, split_left)
 from ..rules.mapping import islands_of_rank
 from ..rules.schedule import MigrationSchedule
 from ..rules.topology import build_topology
@@ -147,6 +148,10 @@ class IslandScheme:
         leader_margin: the lead changes hands only when another island is better by more
             than this fraction of the spread of the islands' best fitness at the first
             split (:func:`mpievo.rules.budget.lead_scale`); 0: any improvement.
+        finish_diversity, finish_reserve: with ``leader_rate > 1``, when the island holding
+            the best switches to a local CMA-ES from its best (:func:`mpievo.rules.budget.finisher`):
+            a non-CMA-ES island whose diversity is at most ``finish_diversity``, any
+            island once at most ``finish_reserve`` of the budget is left; 0: never.
 
     Generation ``g`` of the run is a round (:mod:`mpievo.rules.budget`): each island steps until
     the children it evaluated since its initial population reach ``g * R`` (``R``:
@@ -170,7 +175,7 @@ class IslandScheme:
     def __init__(self, comm, problem, engines: Sequence[EngineConfig], *, seed: int = 0,
                  policy: MigrationPolicy | None = None, schedule: MigrationSchedule | None = None,
                  budget: int | None = None, leader_rate: int = 1, leader_rate_final: int | None = None,
-                 leader_margin: float = 0.0):
+                 leader_margin: float = 0.0, finish_diversity: float = 0.0, finish_reserve: float = 0.0):
         self.comm = comm
         self.problem = problem
         self.n_islands = len(engines)
@@ -206,6 +211,15 @@ class IslandScheme:
         if not 0.0 <= leader_margin <= 1.0:
             raise ValueError(f"expected a leader_margin in [0, 1], got {leader_margin!r}")
         self.leader_margin = float(leader_margin)
+        for name, value in (("finish_diversity", finish_diversity), ("finish_reserve", finish_reserve)):
+            if not 0.0 <= value < 1.0:
+                raise ValueError(f"expected a {name} in [0, 1), got {value!r}")
+            if value > 0 and leader_rate == 1:
+                raise ValueError(f"expected a leader_rate > 1 with {name} = {value} (finishing happens at "
+                                 f"the budget's splits), got 1")
+        self.finish_diversity, self.finish_reserve = float(finish_diversity), float(finish_reserve)
+        self.kinds = [str(e.algorithm) for e in engines]
+        self.finished: list[int] = []           # islands switched to a finishing run
         self.lead_scale: float | None = None     # set at the first split
         # the split in force: since round split_generation, island i steps R * rates[i]
         # children per round from base[i] evaluations, up to shares[i]
@@ -261,21 +275,42 @@ class IslandScheme:
         """Split the budget left among the islands: the leader (best fitness now, before
         this migration's arrivals; the current one kept within ``leader_margin``) at the
         rate :func:`mpievo.rules.budget.rate_at` gives (collective: one small gather)."""
+        finishing = self.finish_diversity > 0 or self.finish_reserve > 0
         with self.comm.purpose("control"):
-            mine = [(i, self.islands[i].evaluations, self.islands[i].best_internal()) for i in self.local_indices]
+            mine = [(i, self.islands[i].evaluations, self.islands[i].best_internal(),
+                     self.islands[i].diversity() if finishing else 0.0) for i in self.local_indices]
             gathered = self.comm.allgather_object(mine)
         rows = sorted(r for part in gathered for r in part)
-        evaluations = [e for _, e, _ in rows]
+        evaluations = [r[1] for r in rows]
         budget = sum(self.plan.shares)
-        best = [b for _, _, b in rows]
+        best = [r[2] for r in rows]
         if self.lead_scale is None:
             self.lead_scale = lead_scale(best)
         self.leader = leader(best, self.leader, self.leader_margin * self.lead_scale)
+        if finishing:
+            late = self.finish_reserve > 0 and budget - sum(evaluations) <= self.finish_reserve * budget
+            chosen = finisher(best, [r[3] for r in rows], self.kinds, self.finished, self.finish_diversity, late)
+            if chosen is not None:
+                self.finished.append(chosen)
+                self.leader = chosen         # the finishing run gets the leader's share
+                if chosen in self.islands:
+                    self._finish(self.islands[chosen], rows[chosen][3])
         rate = rate_at(sum(evaluations), budget, self.leader_rate, self.leader_rate_final)
         self.rates = leader_rates(self.n_islands, self.leader, rate)
         self.shares = split_left(budget, evaluations, self.rates)
         self.base, self.split_generation = evaluations, generation
         self._update_budget_generation()
+
+    def _finish(self, island: Island, diversity: float | None = None) -> None:
+        """Switch ``island`` to CMA-ES (its engine's ``cma_*`` settings); with
+        ``diversity``, start a local run from its best with that step (else a restore
+        loads the run)."""
+        from ..evo.algorithms.cmaes import CMAES
+
+        algorithm = CMAES.from_config(island.config)
+        island.switch_algorithm(algorithm)
+        if diversity is not None:
+            algorithm.start_local(finish_step(diversity, algorithm.sigma0))
 
     def _update_budget_generation(self) -> None:
         self.budget_generation = self.split_generation + rounds_to_spend(
@@ -359,7 +394,10 @@ class IslandScheme:
     def _split_state(self) -> dict:
         if self.leader_rate == 1:
             return {}
-        return {"leader": -1 if self.leader is None else self.leader, "split_generation": self.split_generation,
+        finished = {"finished": np.isin(np.arange(self.n_islands), self.finished).astype(np.int64)} \
+            if self.finish_diversity > 0 or self.finish_reserve > 0 else {}
+        return {**finished, "leader": -1 if self.leader is None else self.leader,
+                "split_generation": self.split_generation,
                 "lead_scale": -1.0 if self.lead_scale is None else self.lead_scale,
                 "rates": np.asarray(self.rates, np.int64), "base": np.asarray(self.base, np.int64),
                 "shares": np.asarray(self.shares, np.int64)}
@@ -376,6 +414,10 @@ class IslandScheme:
         if sorted(island_states) != self.local_indices:
             raise ValueError(f"expected saved states of islands {self.local_indices} on rank "
                              f"{self.comm.rank}, got {sorted(island_states)}")
+        if "finished" in run_state:        # switched islands hold a CMA-ES state: switch them first
+            self.finished = [int(i) for i in np.flatnonzero(np.asarray(run_state["finished"]).ravel())]
+            for i in set(self.finished) & set(self.local_indices):
+                self._finish(self.islands[i])
         for i in self.local_indices:
             self.islands[i].load_state_dict(island_states[i])
         self.generation = int(run_state["generation"])

@@ -27,6 +27,14 @@ The rule (the same on every rank, from the settings alone):
   better by more than ``e`` times the spread of the islands' best fitness at the
   first split (:func:`lead_scale`): an island that polishes an immigrant's copy does
   not take the budget from the island that found it.
+* **Finishing** (``run.finish_diversity = d > 0`` and/or ``run.finish_reserve = r > 0``,
+  with the leader's share): at a split, the island holding the best fitness
+  (:func:`finisher`) switches, once, to a local CMA-ES started at its best member
+  with a step of its own spread (its diversity, box-relative): when it is not a
+  CMA-ES island and its members have converged (diversity <= ``d``), or, any island,
+  once at most ``r`` of the budget is left. It leads from then on, so the local run
+  gets the leader's share: a DE population that converged to 1e-6 of the optimum
+  spends the end of the budget on steps that now shrink geometrically.
 
 :func:`plan` applies the rule to a run's engine settings; nothing here communicates.
 """
@@ -174,3 +182,33 @@ def rounds_to_spend(shares: Sequence[int], base: Sequence[int], size: int, rates
     """Rounds after a split by which every island, stepping ``size * rate`` children per
     round from ``base`` evaluations, has spent its share."""
     return max(-(-(s - b) // (size * r)) for s, b, r in zip(shares, base, rates))
+
+
+# ---------------------------------------------------------------- finishing
+
+
+def finisher(best: Sequence[float], diversity: Sequence[float], kinds: Sequence[str], finished: Sequence[int],
+             tolerance: float, late: bool) -> int | None:
+    """The island to switch to a finishing run at this split, or None: the lowest index
+    holding the best (lowest) fitness, not switched before (``finished``), either
+    converged (``diversity`` at most ``tolerance`` > 0, an island whose ``kinds`` entry
+    is not ``"cmaes"``: a CMA-ES run converges to full precision on its own) or ``late``
+    (the budget's reserve is reached). NaN never finishes.
+
+    Example::
+
+        >>> finisher([3.0, 1e-6, 2.0], [0.2, 1e-4, 0.1], ["cmaes", "shade", "cmaes"], [], 1e-3, False)
+        1
+    """
+    values = [float("inf") if v != v else float(v) for v in best]
+    lead = values.index(min(values))
+    if lead in finished or not math.isfinite(values[lead]):
+        return None
+    converged = tolerance > 0 and kinds[lead] != "cmaes" and diversity[lead] <= tolerance
+    return lead if converged or late else None
+
+
+def finish_step(diversity: float, sigma0: float) -> float:
+    """The finishing run's initial step (box-relative): the island's own spread, within
+    [1e-12, ``sigma0``]."""
+    return min(max(float(diversity), 1e-12), float(sigma0))

@@ -115,6 +115,21 @@ class CMAES:
         self._clear_immigrants()
         self._repaired = None
 
+    def start_local(self, sigma: float) -> None:
+        """Replace the current run by a local one: from the archive's best member, step
+        ``sigma`` (box-relative), the first run's population; the restart counters stay
+        (a portfolio's finishing run, :mod:`mpievo.rules.budget`). Draws nothing.
+
+        Example::
+
+            from mpievo.evo import EngineConfig, Island, make_problem
+            island = Island(0, make_problem("sphere", dim=5), EngineConfig(algorithm="cmaes")).run(20)
+            island.algorithm.start_local(1e-4)        # polish the best found so far
+        """
+        start = self.archive.genomes[self.archive.best_index()].astype(np.float64)
+        self.strategy = Strategy(start, float(sigma), self.schedule.base, self.scale)
+        self._clear_immigrants()
+
     def _clear_immigrants(self) -> None:
         self._immigrants = np.empty((0, len(self.scale)))
         self._immigrant_fitness = np.empty(0)
