@@ -138,6 +138,14 @@ class RunConfig(Settings):
                                   "with leader_rate > 1: at the first split with at most this fraction of "
                                   "the budget left, the island holding the best switches (once) to a local "
                                   "CMA-ES from its best; 0: never")
+    progress_rate: int = setting(1, integer(1),
+                                 "with leader_rate > 1: at each split every island but the leader gets up to "
+                                 "this many parts of the budget left by its progress since the previous split "
+                                 "(orders of magnitude of its gap to the best closed per evaluation); 1: one part")
+    restart_after: int = setting(0, integer(0),
+                                 "with leader_rate > 1: an island that is not the leader restarts (CMA-ES from a "
+                                 "random point, its restart policy's regime) after this many splits in a row "
+                                 "without progress; 0: never")
     target: Any = setting(None, optional(finite),
                           "stop once an island's best fitness is at least this good (<= when minimising, "
                           ">= when maximising), one generation later; none: no target")

@@ -124,7 +124,8 @@ def build_scheme(comm, job, problem: Problem | None = None) -> Scheme:
         return IslandScheme(comm, problem, job.engines, leader_rate=job.run.leader_rate,
                             leader_rate_final=job.run.leader_rate_final,
                             leader_margin=job.run.leader_margin, finish_diversity=job.run.finish_diversity,
-                            finish_reserve=job.run.finish_reserve, **common)
+                            finish_reserve=job.run.finish_reserve, progress_rate=job.run.progress_rate,
+                            restart_after=job.run.restart_after, **common)
     if job.run.scheme == "replicated":
         return ReplicatedScheme(comm, problem, job.engines, **common)
     return HybridScheme(comm, layout, problem, job.engines, **common)

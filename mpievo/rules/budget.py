@@ -35,6 +35,18 @@ The rule (the same on every rank, from the settings alone):
   once at most ``r`` of the budget is left. It leads from then on, so the local run
   gets the leader's share: a DE population that converged to 1e-6 of the optimum
   spends the end of the budget on steps that now shrink geometrically.
+* **Progress** (``run.progress_rate = p > 1``, with the leader's share): at each split
+  every island's progress since the previous split is measured as the orders of
+  magnitude by which it closed its gap to the best fitness now, per 1,000 of its
+  evaluations (:func:`progress`), and an island that is not the leader gets
+  ``1 + (p - 1) * its progress / the largest progress`` parts (rounded) instead of 1
+  (:func:`progress_rates`): an island that is catching up quickly is fed before it
+  leads, a stalled one gets the floor of 1 part.
+* **Restarts** (``run.restart_after = k > 0``): an island that is not the leader and
+  made no progress at ``k`` splits in a row restarts (:func:`losers`): a CMA-ES island
+  begins its next run (its IPOP/BIPOP schedule: population and step of the regime
+  whose turn it is) from a random point, any other island switches to CMA-ES from a
+  random point; its stall count starts again.
 
 :func:`plan` applies the rule to a run's engine settings; nothing here communicates.
 """
@@ -212,3 +224,47 @@ def finish_step(diversity: float, sigma0: float) -> float:
     """The finishing run's initial step (box-relative): the island's own spread, within
     [1e-12, ``sigma0``]."""
     return min(max(float(diversity), 1e-12), float(sigma0))
+
+
+# ---------------------------------------------------------------- progress and restarts
+
+
+def progress(before: Sequence[float], now: Sequence[float], spent: Sequence[int], scale: float) -> list[float]:
+    """Each island's progress per 1,000 evaluations since the previous split: the orders
+    of magnitude by which it closed its gap to the best fitness now,
+    ``log10((before - best + floor) / (now - best + floor)) * 1000 / spent``, the floor
+    ``1e-12 * scale + 1e-300`` (``scale``: :func:`lead_scale`). 0 for an island that did
+    not improve, spent nothing, or has no finite value.
+
+    Example::
+
+        >>> [round(p, 3) for p in progress([10.0, 5.0], [1.0, 5.0], [1000, 1000], 10.0)]
+        [0.954, 0.0]
+    """
+    finite = [float(v) for v in now if math.isfinite(v)]
+    if not finite:
+        return [0.0] * len(now)
+    best, floor = min(finite), 1e-12 * scale + 1e-300
+    out = []
+    for b, n, e in zip(before, now, spent):
+        if not (math.isfinite(n) and e > 0 and n < b):
+            out.append(0.0)
+            continue
+        gap_before = (b - best + floor) if math.isfinite(b) else math.inf
+        out.append(1000.0 * math.log10(min(gap_before, 1e300) / (n - best + floor)) / e)
+    return out
+
+
+def progress_rates(rates: Sequence[int], lead: int, gains: Sequence[float], rate: int) -> list[int]:
+    """``rates`` with every island but the leader at ``1 + (rate - 1) * gain / max gain``
+    (rounded; 1 when no island progressed)."""
+    top = max(gains, default=0.0)
+    if top <= 0:
+        return list(rates)
+    return [r if i == lead else 1 + int(round((rate - 1) * max(0.0, g) / top)) for i, (r, g) in
+            enumerate(zip(rates, gains))]
+
+
+def losers(stalls: Sequence[int], lead: int, patience: int) -> list[int]:
+    """The islands to restart: not the leader, without progress at ``patience`` splits in a row."""
+    return [i for i, s in enumerate(stalls) if i != lead and patience > 0 and s >= patience]

@@ -114,15 +114,16 @@ def test_a_finishing_run_matches_the_serial_run_bit_for_bit(world):
 @pytest.mark.mpi(min_size=1)
 def test_a_finishing_run_resumes_after_the_switch_on_one_rank(world, tmp_path_factory):
     comm = Communicator(world)
-    run = {"finish_diversity": 1e-2}
+    run = {"finish_diversity": 1e-2, "progress_rate": 3, "restart_after": 1}
     job = sphere_job(comm.size, islands=4, **run)
     directory = comm.bcast_object(str(tmp_path_factory.mktemp("finish")) if comm.rank == 0 else None)
     scheme = build_scheme(comm, job)
     loop = RunLoop(comm, scheme, RunSettings(job.run.generations, 5), config=job.config,
                    checkpointer=Checkpointer(directory, comm=comm), stop=StopAt(scheme, 24, comm.rank))
     stopped = loop.run()
-    all_ranks_agree(world, stopped.stopped and bool(scheme.finished),
-                    f"expected a stop after a switch, got {stopped.stop_reason}, finished {scheme.finished}")
+    all_ranks_agree(world, stopped.stopped and bool(scheme.finished) and bool(scheme.switched),
+                    f"expected a stop after a switch, got {stopped.stop_reason}, finished {scheme.finished}, "
+                    f"switched {scheme.switched}")
     comm.barrier()
     same = True
     if comm.rank == 0:
@@ -133,3 +134,56 @@ def test_a_finishing_run_resumes_after_the_switch_on_one_rank(world, tmp_path_fa
             resumed.evaluations == straight.evaluations == 2 * BUDGET and \
             np.array_equal([i["evaluations"] for i in resumed.islands], [i["evaluations"] for i in straight.islands])
     all_ranks_agree(world, same, "the resumed finishing run differs from the uninterrupted one")
+
+
+# ---------------------------------------------------------------- progress and restarts
+def test_progress_is_orders_of_magnitude_of_the_gap_closed_per_evaluation():
+    from mpievo.rules.budget import losers, progress, progress_rates
+
+    gains = progress([10.0, 5.0, 1.0, math.inf], [1.0, 5.0, 0.5, 2.0], [1000, 1000, 500, 0], 10.0)
+    # island 0 closed its gap to the best (0.5) from 9.5 to 0.5; island 1 none; island 2 leads
+    # now (its gap from 0.5 to the floor 1e-11: 10.7 orders in 500); island 3 spent nothing
+    assert gains[0] == pytest.approx(math.log10(9.5 / 0.5)) and gains[1] == 0.0 and gains[3] == 0.0
+    assert gains[2] == pytest.approx(2 * math.log10(0.5 / 1e-11))
+    assert progress([1.0], [math.nan], [10], 1.0) == [0.0]
+    assert progress_rates([1, 1, 7, 1], 2, gains, 5) == [1 + round(4 * gains[0] / gains[2]), 1, 7, 1]
+    assert progress_rates([1, 7], 1, [0.0, 0.0], 5) == [1, 7]                  # no progress: unchanged
+    assert losers([3, 0, 5, 2], 2, 3) == [0] and losers([3, 3], 0, 0) == []
+
+
+def test_a_stalled_island_restarts_as_cmaes_and_is_saved_within_the_budget():
+    run = {"leader_rate": 3, "progress_rate": 3, "restart_after": 1}
+    scheme = build_scheme(SelfComm(), sphere_job(1, islands=4, **run))
+    scheme.initialize()
+    restarted_at = None
+    while scheme.generation < scheme.budget_generation:
+        scheme.step()
+        if scheme.switched and restarted_at is None:
+            restarted_at = scheme.generation
+            state, islands = scheme.run_state(), scheme.island_states()
+            resumed = build_scheme(SelfComm(), sphere_job(1, islands=4, **run))
+            resumed.restore(islands, state)
+    assert restarted_at is not None, "no island restarted"
+    (index,) = sorted(resumed.switched)[:1]
+    assert resumed.islands[index].algorithm.name == "cmaes" and state["switched"][index] == 1
+    while resumed.generation < resumed.budget_generation:
+        resumed.step()
+    assert resumed.stalls == scheme.stalls and resumed.rates == scheme.rates
+    assert [i.best_internal() for i in resumed.islands.values()] == [i.best_internal() for i in scheme.islands.values()]
+    assert sum(i.evaluations for i in scheme.islands.values()) == 2 * BUDGET
+
+
+@pytest.mark.mpi(min_size=1)
+def test_progress_and_restarts_match_the_serial_run_bit_for_bit(world):
+    comm = Communicator(world)
+    run = {"progress_rate": 3, "restart_after": 1, "finish_diversity": 1e-2}
+    distributed = run_job(sphere_job(comm.size, islands=4, **run), comm)
+    serial = run_job(sphere_job(1, islands=4, **run), SelfComm())
+    same = (distributed.generations, distributed.evaluations, distributed.best_fitness) == \
+        (serial.generations, serial.evaluations, serial.best_fitness)
+    if comm.rank == 0:
+        same = same and best_genome_bytes(distributed) == best_genome_bytes(serial) \
+            and distributed.islands == serial.islands
+    all_ranks_agree(world, same and distributed.evaluations == 2 * BUDGET,
+                    f"{comm.size} ranks: {distributed.best_fitness}, {distributed.evaluations} evaluations; "
+                    f"serial {serial.best_fitness}, {serial.evaluations}")

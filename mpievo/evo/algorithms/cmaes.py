@@ -134,6 +134,20 @@ class CMAES:
         self._immigrants = np.empty((0, len(self.scale)))
         self._immigrant_fitness = np.empty(0)
 
+    def restart(self, rng: np.random.Generator) -> None:
+        """End the current run and start the next one now, as a termination criterion
+        would (the policy's population and step, a uniformly random start; the draws of
+        ``rng``): a portfolio restarting a losing island.
+
+        Example::
+
+            from mpievo.evo import EngineConfig, Island, make_problem
+            from mpievo.evo.streams import stream
+            island = Island(0, make_problem("rastrigin", dim=5), EngineConfig(algorithm="cmaes")).run(20)
+            island.algorithm.restart(stream(0, 0, 21, "restart"))
+        """
+        self._restart(rng)
+
     def _restart(self, rng: np.random.Generator) -> None:
         run = restart(self.schedule, self.restart_policy, rng)
         start = rng.uniform(self.lower, self.upper)
