@@ -312,7 +312,13 @@ def cma_bipop(cma, udp, budget: int, seed: int) -> None:
     restart strategy): starts uniform in [-4, 4] per gene, step 2 (a fifth of BBOB's box
     width), pycma's boundary handling on the box, every default otherwise, up to the
     budget (an evaluation beyond it is refused, which ends the run) or the final target
-    (as an mpievo run stops there)."""
+    (as an mpievo run stops there).
+
+    Example::
+
+        import cma
+        row = run_peer(cma, "cma:bipop", 15, 10, 4, 0, 100_000, f_opt(15, 10, 4))   # through here
+    """
     lower, upper = (np.asarray(b, np.float64) for b in udp.bounds)
     rng = np.random.default_rng(seed)
     options = {"bounds": [list(lower), list(upper)], "maxfevals": budget, "seed": seed * 1000 + 1,
@@ -366,7 +372,12 @@ def _pygmo():
 
 
 def peer_modules(names) -> dict:
-    """{peer name: its module} for the peers ``names`` whose module imports."""
+    """{peer name: its module} for the peers ``names`` whose module imports.
+
+    Example::
+
+        peer_modules(PEERS)          # {"pygmo:sade": <module 'pygmo'>, ..., "cma:bipop": <module 'cma'>}
+    """
     modules = {}
     for name in names:
         with contextlib.suppress(ImportError):

@@ -111,7 +111,14 @@ def against_best_peer(rows: list[dict]) -> dict:
     cells with a peer, "far": cells more than 1.0 behind it, "solved": {solver: cells whose
     median reaches the final target}}}: the issue's three figures, per dimension under
     key ``dim`` and over all dimensions under None. The best peer of a cell is the one
-    with the lowest median there (its own marks against each peer: :func:`comparisons`)."""
+    with the lowest median there (its own marks against each peer: :func:`comparisons`).
+
+    Example::
+
+        rows = read_csv(Path("bbob/runs.csv"))
+        figures = against_best_peer(rows)["mpievo:portfolio"][10]   # 10-D cells
+        figures["good"], figures["far"], figures["solved"]["mpievo:portfolio"]
+    """
     medians = {key: s["median_log10"] for key, s in summary(rows).items()}
     solvers = list(dict.fromkeys(solver for _, _, solver in medians))
     peers = [s for s in solvers if not s.startswith("mpievo:")]
@@ -131,7 +138,12 @@ def against_best_peer(rows: list[dict]) -> dict:
 
 
 def format_best_peer(rows: list[dict]) -> str:
-    """The lines of :func:`against_best_peer` (empty without peers)."""
+    """The lines of :func:`against_best_peer` (empty without peers).
+
+    Example::
+
+        print(format_best_peer(read_csv(Path("bbob/runs.csv"))))
+    """
     lines = []
     for mine, per_dim in against_best_peer(rows).items():
         for dim, c in per_dim.items():

@@ -222,7 +222,13 @@ def finisher(best: Sequence[float], diversity: Sequence[float], kinds: Sequence[
 
 def finish_step(diversity: float, sigma0: float) -> float:
     """The finishing run's initial step (box-relative): the island's own spread, within
-    [1e-12, ``sigma0``]."""
+    [1e-12, ``sigma0``].
+
+    Example::
+
+        >>> finish_step(1e-4, 0.3), finish_step(0.5, 0.3)
+        (0.0001, 0.3)
+    """
     return min(max(float(diversity), 1e-12), float(sigma0))
 
 
@@ -238,8 +244,8 @@ def progress(before: Sequence[float], now: Sequence[float], spent: Sequence[int]
 
     Example::
 
-        >>> [round(p, 3) for p in progress([10.0, 5.0], [1.0, 5.0], [1000, 1000], 10.0)]
-        [0.954, 0.0]
+        >>> [round(p, 3) for p in progress([10.0, 5.0, 2.0], [1.0, 0.5, 2.0], [1000, 1000, 1000], 10.0)]
+        [1.279, 11.653, 0.0]
     """
     finite = [float(v) for v in now if math.isfinite(v)]
     if not finite:
@@ -257,7 +263,13 @@ def progress(before: Sequence[float], now: Sequence[float], spent: Sequence[int]
 
 def progress_rates(rates: Sequence[int], lead: int, gains: Sequence[float], rate: int) -> list[int]:
     """``rates`` with every island but the leader at ``1 + (rate - 1) * gain / max gain``
-    (rounded; 1 when no island progressed)."""
+    (rounded; 1 when no island progressed).
+
+    Example::
+
+        >>> progress_rates([1, 7, 1, 1], 1, [0.5, 2.0, 1.0, 0.0], 5)
+        [2, 7, 3, 1]
+    """
     top = max(gains, default=0.0)
     if top <= 0:
         return list(rates)
@@ -266,5 +278,11 @@ def progress_rates(rates: Sequence[int], lead: int, gains: Sequence[float], rate
 
 
 def losers(stalls: Sequence[int], lead: int, patience: int) -> list[int]:
-    """The islands to restart: not the leader, without progress at ``patience`` splits in a row."""
+    """The islands to restart: not the leader, without progress at ``patience`` splits in a row.
+
+    Example::
+
+        >>> losers([3, 0, 5, 2], lead=2, patience=3)
+        [0]
+    """
     return [i for i, s in enumerate(stalls) if i != lead and patience > 0 and s >= patience]
