@@ -156,9 +156,9 @@ class IslandScheme:
         progress_rate: with ``leader_rate > 1``, > 1 gives every other island up to this
             many parts by its progress since the previous split (:func:`mpievo.rules.budget.progress_rates`);
             1: one part each.
-        restart_after: with ``leader_rate > 1``, > 0 restarts an island that is not the
-            leader after this many splits in a row without progress (:func:`mpievo.rules.budget.losers`);
-            0: never.
+        restart_after: with ``leader_rate > 1``, > 0 restarts an island that does not run
+            CMA-ES and is not the leader as CMA-ES after this many splits in a row without
+            progress (:func:`mpievo.rules.budget.losers`); 0: never.
 
     Generation ``g`` of the run is a round (:mod:`mpievo.rules.budget`): each island steps until
     the children it evaluated since its initial population reach ``g * R`` (``R``:
@@ -331,7 +331,8 @@ class IslandScheme:
             spent = [e - b for e, b in zip(evaluations, self.last_evaluations)]
             gains = progress(self.after_best, best, spent, self.lead_scale)
             self.stalls = [0 if g > 0 else s + 1 for s, g in zip(self.stalls, gains)]
-            for i in losers(self.stalls, self.leader, self.restart_after):
+            eligible = [self.kinds[i] != "cmaes" and i not in self.switched for i in range(self.n_islands)]
+            for i in losers(self.stalls, self.leader, self.restart_after, eligible):
                 self.stalls[i] = 0
                 self._note_switch(i)
                 if i in self.islands:
@@ -364,13 +365,13 @@ class IslandScheme:
             self.switched.add(index)
 
     def _restart_island(self, island: Island, generation: int) -> None:
-        """A losing island's next run: CMA-ES (switched to, for another kind) from a random
-        point under its restart policy (draws: the island's ``restart`` stream of ``generation``)."""
+        """A losing island switched to CMA-ES, from a random point under its restart policy
+        (draws: the island's ``restart`` stream of ``generation``)."""
         from ..evo.algorithms.cmaes import CMAES
 
-        if not isinstance(island.algorithm, CMAES):
-            island.switch_algorithm(CMAES.from_config(island.config))
-        island.algorithm.restart(stream(self.seed, island.index, generation, "restart"))
+        algorithm = CMAES.from_config(island.config)
+        island.switch_algorithm(algorithm)
+        algorithm.restart(stream(self.seed, island.index, generation, "restart"))
 
     def _update_budget_generation(self) -> None:
         self.budget_generation = self.split_generation + rounds_to_spend(

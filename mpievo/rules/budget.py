@@ -42,11 +42,11 @@ The rule (the same on every rank, from the settings alone):
   ``1 + (p - 1) * its progress / the largest progress`` parts (rounded) instead of 1
   (:func:`progress_rates`): an island that is catching up quickly is fed before it
   leads, a stalled one gets the floor of 1 part.
-* **Restarts** (``run.restart_after = k > 0``): an island that is not the leader and
-  made no progress at ``k`` splits in a row restarts (:func:`losers`): a CMA-ES island
-  begins its next run (its IPOP/BIPOP schedule: population and step of the regime
-  whose turn it is) from a random point, any other island switches to CMA-ES from a
-  random point; its stall count starts again.
+* **Restarts** (``run.restart_after = k > 0``): an island that does not run CMA-ES, is
+  not the leader and made no progress at ``k`` splits in a row restarts as CMA-ES
+  (:func:`losers`): its engine's ``cma_*`` settings, the first restart of its policy
+  (IPOP: the grown population; BIPOP: the regime with the smaller budget used) from a
+  uniformly random point. From then on CMA-ES's own criteria restart it.
 
 :func:`plan` applies the rule to a run's engine settings; nothing here communicates.
 """
@@ -277,12 +277,14 @@ def progress_rates(rates: Sequence[int], lead: int, gains: Sequence[float], rate
             enumerate(zip(rates, gains))]
 
 
-def losers(stalls: Sequence[int], lead: int, patience: int) -> list[int]:
-    """The islands to restart: not the leader, without progress at ``patience`` splits in a row.
+def losers(stalls: Sequence[int], lead: int, patience: int, eligible: Sequence[bool]) -> list[int]:
+    """The islands to restart: ``eligible`` (not running CMA-ES, whose own restarts take
+    care of it: a large IPOP run may spend several splits on one generation), not the
+    leader, without progress at ``patience`` splits in a row.
 
     Example::
 
-        >>> losers([3, 0, 5, 2], lead=2, patience=3)
+        >>> losers([3, 0, 5, 4], lead=2, patience=3, eligible=[True, True, True, False])
         [0]
     """
-    return [i for i, s in enumerate(stalls) if i != lead and patience > 0 and s >= patience]
+    return [i for i, s in enumerate(stalls) if i != lead and eligible[i] and patience > 0 and s >= patience]

@@ -148,7 +148,8 @@ def test_progress_is_orders_of_magnitude_of_the_gap_closed_per_evaluation():
     assert progress([1.0], [math.nan], [10], 1.0) == [0.0]
     assert progress_rates([1, 1, 7, 1], 2, gains, 5) == [1 + round(4 * gains[0] / gains[2]), 1, 7, 1]
     assert progress_rates([1, 7], 1, [0.0, 0.0], 5) == [1, 7]                  # no progress: unchanged
-    assert losers([3, 0, 5, 2], 2, 3) == [0] and losers([3, 3], 0, 0) == []
+    assert losers([3, 0, 5, 2], 2, 3, [True] * 4) == [0] and losers([3, 3], 0, 0, [True] * 2) == []
+    assert losers([3, 4, 5, 2], 2, 3, [False, True, True, True]) == [1]      # CMA-ES restarts itself
 
 
 def test_a_stalled_island_restarts_as_cmaes_and_is_saved_within_the_budget():
