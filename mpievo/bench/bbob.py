@@ -363,14 +363,6 @@ def run_peer(module, name: str, function: int, dim: int, instance: int, seed: in
                 time.perf_counter() - start, "budget")
 
 
-def _pygmo():
-    with contextlib.suppress(ImportError):
-        import pygmo
-
-        return pygmo
-    return None
-
-
 def peer_modules(names) -> dict:
     """{peer name: its module} for the peers ``names`` whose module imports.
 
