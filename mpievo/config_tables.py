@@ -20,7 +20,7 @@ RESUMABLE_KEYS = ("run.generations", "run.budget", "run.target", "run.log_every"
                   "run.checkpoint_seconds", "run.checkpoint_keep", "run.blas_threads", "run.memory_check",
                   "run.ranks_per_island",
                   "run.checkpoint_background", "run.checkpoint_incremental",
-                  "run.scheme", "engine.evaluation")
+                  "run.scheme", "engine.evaluation", "run.breed")
 #: the parallel schemes of ``run.scheme``
 SCHEMES = ("island", "hybrid", "centralized", "replicated", "master_worker")
 #: the schemes that run as one group of every rank (rank 0 holds the islands or speaks for them)
@@ -163,6 +163,12 @@ class RunConfig(Settings):
                                     "ranks per group: the group's first rank holds its islands and "
                                     "breeds, all of them evaluate row blocks of each batch; \"node\": "
                                     "the ranks of a node")
+    breed: str = setting("auto", choice(("leader", "evaluator", "auto")),
+                         "hybrid and centralized schemes: who breeds a group's children: leader (the "
+                         "group's first rank breeds all and ships rows), evaluator (each rank breeds its "
+                         "own from the island's archive held once per node; only decisions and fitness "
+                         "travel; GA islands of model-sized rows), auto (evaluator for rows of 64 MiB "
+                         "or more where it can run)")
     log_every: int = setting(10, integer(1), "generations between global-best gathers and log lines")
     checkpoint_every: int = setting(0, integer(0), "generations between checkpoints; 0: none by count "
                                     "(there is always one at the end and on SIGUSR1/SIGTERM)")

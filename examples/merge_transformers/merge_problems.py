@@ -15,6 +15,14 @@
   recipe genome of :func:`recipe_problem`: one objective per task, ``1 -`` its validation
   exact match, all minimised (``merge_front.toml``: Pareto islands, the trade-off between tasks).
 
+* :func:`dataflow_problem` -- a :class:`~mpievo.torch.dataflow.DataFlowProblem`: which
+  layer of the base and the experts runs at each of ``T = 8 x 2`` slots (small size) and a
+  scale on its input; the base's embeddings and head; generation 0 the base's own path and
+  its neighbours.
+* :func:`combined_problem` -- the same over a parameter-space merge (the recipe's best,
+  source 0) plus the base and the experts, from the merge's own path (``merge_problems:combined``
+  reads the recipe run named by ``$MERGE_TRANSFORMERS_RECIPE_RUN``).
+
 The first two maximise :func:`scoring.fitness` on the validation split (the mean over tasks of
 exact-match accuracy); reports use the test split. Each process loads the sources once
 (first use) and writes each genome into one resident model in place. ``run.blas_threads``
@@ -28,15 +36,18 @@ them first (``python examples/merge_transformers/build.py``) so that ranks do no
 
 from __future__ import annotations
 
+import json
 import os
 import re
+from pathlib import Path
 
 import numpy as np
 
 from data import TASKS
 from zoo import SPECS, Zoo, new_model
 from mpievo.evo.moo import MultiObjectiveProblem
-from mpievo.torch import FlatParameters, ModelProblem, RecipeProblem, hf_bases, row_scores
+from mpievo.torch import FlatParameters, ModelProblem, RecipeProblem, hf_bases, load_model, row_scores
+from mpievo.torch.dataflow import DataFlowProblem
 from scoring import fitness, fitness_rows, task_scores
 
 #: box of every weight of a whole-weight genome (the models' weights lie well inside)
@@ -119,6 +130,47 @@ def front_problem(zoo: Zoo) -> MultiObjectiveProblem:
     return front
 
 
+#: passes over the sources' layers of the data-flow genome
+REPEATS = 2
+
+
+def dataflow_problem(zoo: Zoo, merged=None, repeats: int = REPEATS, scales: bool = True) -> DataFlowProblem:
+    """The data flow through the base's and the experts' layers (module docstring); with
+    ``merged`` (a model of the zoo's architecture) that model is source 0: its embeddings,
+    head and own path are the start (the combined job); ``scales=False``: the layers only."""
+    folder = zoo.build()
+    models = [load_model(folder / name) for name in ["base", *zoo.expert_names]]
+    if merged is not None:
+        models = [merged, *models]
+    problem = DataFlowProblem(models, _evaluate(zoo), repeats=repeats, scales=scales, start=0,
+                              name="transformer merge: data flow" + (" over a recipe merge" if merged else ""))
+    return row_scores(problem, lambda model, rows: fitness_rows(model, zoo.splits, rows),
+                      rows=min(len(zoo.splits[task].validation) for task in TASKS))
+
+
+def recipe_merge(zoo: Zoo, genome) -> "torch.nn.Module":
+    """The recipe problem's merge of ``genome`` as a model of its own (a copy)."""
+    import copy
+
+    recipe = recipe_problem(zoo)
+    recipe.materialize(np.asarray(genome, np.float64))
+    return copy.deepcopy(recipe.model).eval()
+
+
+def combined_problem(zoo: Zoo, recipe_genome=None) -> DataFlowProblem:
+    """Data flow over the recipe merge of ``recipe_genome`` (default: the best genome of the
+    run in ``$MERGE_TRANSFORMERS_RECIPE_RUN``) plus the base and the experts."""
+    if recipe_genome is None:
+        run = os.environ.get("MERGE_TRANSFORMERS_RECIPE_RUN")
+        if not run:
+            raise ValueError("expected $MERGE_TRANSFORMERS_RECIPE_RUN naming a finished merge.toml run, got none")
+        summary = json.loads((Path(run) / "summary.json").read_text(encoding="utf-8"))
+        recipe_genome = summary["best_genome"]
+        if isinstance(recipe_genome, str):         # a large genome: the .npy file it names
+            recipe_genome = np.load(Path(run) / recipe_genome)
+    return dataflow_problem(zoo, merged=recipe_merge(zoo, recipe_genome))
+
+
 def default_zoo() -> Zoo:
     size = os.environ.get("MERGE_TRANSFORMERS_SIZE", "full")
     if size not in SPECS:
@@ -127,7 +179,8 @@ def default_zoo() -> Zoo:
 
 
 #: the jobs' problems (merge.toml, whole_weights.toml, merge_front.toml), made when first named
-_MAKERS = {"recipe": recipe_problem, "whole_weights": whole_weight_problem, "front": front_problem}
+_MAKERS = {"recipe": recipe_problem, "whole_weights": whole_weight_problem, "front": front_problem,
+           "dataflow": dataflow_problem, "combined": combined_problem}
 
 
 def __getattr__(name: str):

@@ -9,8 +9,10 @@ three rows: as EvoX's OpenES (``es_shaping = "none"``, the raw fitness, and
 ES code), and mpievo's default ``centered_ranks`` shaping. EvoX: ``OpenES(optimizer="adam",
 mirrored_sampling=True)`` in a ``StdWorkflow``, run by ``--evox-python`` (a separate
 environment: mpievo does not depend on EvoX). Printed per solver: the fitness of the
-mean after each tenth of the budget (median over the seeds) and evaluations/s (the
-generations' wall time only; the mean's fitness is measured with the clock stopped).
+mean after each tenth of the budget (median over the seeds), evaluations/s (the
+generations' wall time only; the mean's fitness is measured with the clock stopped) and
+evaluations per CPU second of the process (``time.process_time``, one thread each: what
+a loaded machine's time slicing does not change), with the seeds' ranges.
 
 What differs: the noise (mpievo's counter-based Philox rebuilt from the key, EvoX's torch
 ``randn`` matrix); mpievo's island also keeps its archive of members.
@@ -66,14 +68,15 @@ algo = OpenES(spec["popsize"], torch.tensor(spec["x0"], dtype=torch.float32), sp
               optimizer="adam", mirrored_sampling=True)
 workflow = StdWorkflow(algo, Sphere())
 generations, checkpoints = spec["generations"], spec["checkpoints"]
-curve, elapsed = [], 0.0
+curve, elapsed, cpu = [], 0.0, 0.0
 for g in range(1, generations + 1):
-    start = time.perf_counter()
+    start, start_cpu = time.perf_counter(), time.process_time()
     workflow.init_step() if g == 1 else workflow.step()
     elapsed += time.perf_counter() - start
+    cpu += time.process_time() - start_cpu
     if g in checkpoints:
         curve.append(float(f(algo.center)))
-print(json.dumps({"curve": curve, "seconds": elapsed}))
+print(json.dumps({"curve": curve, "seconds": elapsed, "cpu_seconds": cpu}))
 """
 
 
@@ -98,14 +101,15 @@ def run_mpievo(dim, seed, popsize, sigma, lr, generations, checkpoints, shaping,
                           es_learning_rate=lr, es_shaping=shaping, es_adam_bias_correction=bias_correction)
     island = Island(0, problem, config, seed=seed)
     island.initialize()
-    curve, elapsed = [], 0.0
+    curve, elapsed, cpu = [], 0.0, 0.0
     for g in range(1, generations + 1):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         island.step(g)
         elapsed += time.perf_counter() - start
+        cpu += time.process_time() - start_cpu
         if g in checkpoints:
             curve.append(float(sphere(island.algorithm.mean[None])[0]))
-    return {"curve": curve, "seconds": elapsed}
+    return {"curve": curve, "seconds": elapsed, "cpu_seconds": cpu}
 
 
 def run_evox(python: str, dim, seed, popsize, sigma, lr, generations, checkpoints) -> dict:
@@ -147,16 +151,22 @@ def quality(options) -> list[dict]:
         for name, solve in solvers.items():      # solvers take turns on each seed
             result = solve(seed)
             rows.append({"solver": name, "seed": seed, **result,
-                         "evaluations_per_s": generations * options.popsize / result["seconds"]})
+                         "evaluations_per_s": generations * options.popsize / result["seconds"],
+                         "evaluations_per_cpu_s": generations * options.popsize / result["cpu_seconds"]})
     print(f"shifted sphere, dim {options.dim}, popsize {options.popsize}, sigma {options.sigma}, lr {options.lr}, "
           f"Adam, budget {generations * options.popsize} evaluations, seeds {list(options.seeds)} (medians)")
     marks = sorted(checkpoints)
-    print(f"{'solver':34s} " + " ".join(f"{m * options.popsize:>9d}" for m in marks) + "   evals/s")
+    print(f"{'solver':34s} " + " ".join(f"{m * options.popsize:>9d}" for m in marks) + "   evals/s"
+          + " per CPU s   (seeds' range: final fitness; evals/s; per CPU s)")
     for name in solvers:
         mine = [r for r in rows if r["solver"] == name]
         curve = [statistics.median(r["curve"][i] for r in mine) for i in range(len(marks))]
-        speed = statistics.median(r["evaluations_per_s"] for r in mine)
-        print(f"{name:34s} " + " ".join(f"{v:9.3g}" for v in curve) + f"   {speed:8.0f}")
+        speeds = [r["evaluations_per_s"] for r in mine]
+        cpu = [r["evaluations_per_cpu_s"] for r in mine]
+        finals = [r["curve"][-1] for r in mine]
+        print(f"{name:34s} " + " ".join(f"{v:9.3g}" for v in curve) + f"   {statistics.median(speeds):7.0f}"
+              f" {statistics.median(cpu):9.0f}   ({min(finals):.3g}-{max(finals):.3g}; {min(speeds):.0f}-"
+              f"{max(speeds):.0f}; {min(cpu):.0f}-{max(cpu):.0f})")
     return rows
 
 
@@ -181,7 +191,8 @@ def bytes_worker(dim: int, popsize: int) -> None:
 
 def scale_worker(dim: int, popsize: int, cost_ms: float, generations: int) -> None:
     """Launched on several ranks: SeededES with a fitness that sleeps ``cost_ms`` (the
-    evaluation dominates); rank 0 prints evaluations/s."""
+    evaluation dominates); rank 0 prints evaluations/s and its CPU seconds per generation
+    (the noise, the update and the all-gather: what the sleeping leaves)."""
     from mpievo.evo.algorithms.es import ES
     from mpievo.parallel.es_group import SeededES
     from mpievo.parallel.world import world_comm
@@ -195,29 +206,38 @@ def scale_worker(dim: int, popsize: int, cost_ms: float, generations: int) -> No
     run.es.popsize, saved = 2, run.es.popsize          # one tiny generation compiles the kernels
     run.step()
     run.es.popsize = saved
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     run.run(generations)
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
     if comm.rank == 0:
-        print(json.dumps({"ranks": comm.size, "evaluations_per_s": generations * popsize / seconds}))
+        print(json.dumps({"ranks": comm.size, "evaluations_per_s": generations * popsize / seconds,
+                          "seconds_per_generation": seconds / generations, "cpu_per_generation": cpu / generations}))
 
 
 def scale(options) -> list[dict]:
-    """Evaluations/s of SeededES on 1 and ``options.ranks`` ranks, the evaluation dominating."""
+    """Evaluations/s of SeededES on 1 and ``options.ranks`` ranks, the evaluation dominating:
+    ``options.repeats`` rounds, the two taking turns; prints each round's ratio and their median."""
     from ..launcher import launch_command, launch_env
 
-    rows = []
-    for ranks in (1, options.ranks):
-        cmd = launch_command(ranks, ["python", "-m", "mpievo.bench.es", "scale-worker", "--dim", str(options.dim),
-                                     "--popsize", str(options.popsize), "--cost-ms", str(options.cost_ms)])
-        done = subprocess.run(cmd, env=launch_env(), capture_output=True, text=True, timeout=3600)
-        if done.returncode:
-            raise RuntimeError(f"scale worker on {ranks} ranks: exit {done.returncode}: {done.stderr[-2000:]}")
-        rows.append(_last_json(done.stdout))
-    ratio = rows[1]["evaluations_per_s"] / rows[0]["evaluations_per_s"]
-    print(f"SeededES, {options.dim} genes, popsize {options.popsize}, {options.cost_ms} ms per evaluation: "
-          f"{rows[0]['evaluations_per_s']:.1f} evaluations/s on 1 rank, {rows[1]['evaluations_per_s']:.1f} on "
-          f"{options.ranks}: {ratio:.2f}x")
+    rows, ratios = [], []
+    for _ in range(options.repeats):
+        speeds = []
+        for ranks in (1, options.ranks):
+            cmd = launch_command(ranks, ["python", "-m", "mpievo.bench.es", "scale-worker", "--dim",
+                                         str(options.dim), "--popsize", str(options.popsize), "--cost-ms",
+                                         str(options.cost_ms)])
+            done = subprocess.run(cmd, env=launch_env(), capture_output=True, text=True, timeout=3600)
+            if done.returncode:
+                raise RuntimeError(f"scale worker on {ranks} ranks: exit {done.returncode}: {done.stderr[-2000:]}")
+            rows.append(_last_json(done.stdout))
+            speeds.append(rows[-1]["evaluations_per_s"])
+        ratios.append(speeds[1] / speeds[0])
+        cpu = [f"{1000 * row['cpu_per_generation']:.0f}" for row in rows[-2:]]
+        print(f"SeededES, {options.dim} genes, popsize {options.popsize}, {options.cost_ms} ms per evaluation: "
+              f"{speeds[0]:.1f} evaluations/s on 1 rank, {speeds[1]:.1f} on {options.ranks}: {ratios[-1]:.2f}x "
+              f"(rank 0's CPU ms per generation: {cpu[0]} and {cpu[1]})")
+    print(f"median ratio {statistics.median(ratios):.2f}x (min {min(ratios):.2f}, max {max(ratios):.2f}, "
+          f"{len(ratios)} rounds)")
     return rows
 
 
@@ -285,10 +305,11 @@ def lowrank(options) -> dict:
 
     close = torch.allclose(batched(), one_by_one(), rtol=1e-3, atol=1e-3)
     low, dense, base = fastest(batched, one_by_one, plain, repeats=options.repeats)
+    cpu = fastest(batched, one_by_one, plain, repeats=options.repeats, clock=time.process_time)
     row = {"parameters": params, "popsize": options.popsize, "rank": options.rank, "tokens": options.tokens,
            "threads": options.threads, "lowrank_evals_per_s": options.popsize / low,
            "materialise_evals_per_s": options.popsize / dense, "ratio": dense / low, "same_fitness": close,
-           "plain_batched_evals_per_s": options.popsize / base}
+           "plain_batched_evals_per_s": options.popsize / base, "cpu_seconds": cpu}
     print(f"GPT-2 {params / 1e6:.1f} M parameters ({options.layers} x {options.width}), population "
           f"{options.popsize}, rank {options.rank}, {options.tokens} tokens per member, {options.threads} "
           f"thread(s), fastest of {options.repeats}:")
@@ -297,7 +318,10 @@ def lowrank(options) -> dict:
     print(f"  plain batched inference:   {row['plain_batched_evals_per_s']:8.1f} evaluations/s (no perturbation)")
     print(f"  ratio {row['ratio']:.2f}x; low-rank at {base / low:.0%} of plain batched inference; the same "
           f"fitness (rtol 1e-3): {close}")
+    print(f"  in CPU time (fastest of {options.repeats}): ratio {cpu[1] / cpu[0]:.2f}x; low-rank at "
+          f"{cpu[2] / cpu[0]:.0%} of plain batched inference")
     return row
+
 
 
 def _ints(text: str) -> list[int]:
@@ -331,7 +355,7 @@ def main(argv=None) -> int:
     parser.add_argument("--rank", type=int, default=4, help="lowrank: rank of each perturbation (default 4)")
     parser.add_argument("--tokens", type=int, default=32, help="lowrank: tokens per member (default 32)")
     parser.add_argument("--threads", type=int, default=1, help="lowrank: torch threads (default 1)")
-    parser.add_argument("--repeats", type=int, default=3, help="lowrank: timed repetitions (default 3)")
+    parser.add_argument("--repeats", type=int, default=3, help="lowrank: timed repetitions; scale: rounds (default 3)")
     parser.add_argument("--json", dest="json_path", default=None, help="write the rows as JSON here")
     options = parser.parse_args(argv)
     options.popsize = options.popsize or (32 if options.part == "lowrank" else 50)

@@ -15,6 +15,11 @@ Three measurements on a GPT-2 built from a config (no download; ``--layers``,
 * ``child`` (:mod:`.models_child`): a model-sized child at scale (GPT-2 small in
   bfloat16 by default) against a genome-sized memcpy, generation 0 against reading the
   sources' safetensors files once, and the node's peak RSS against the pre-run estimate.
+* ``load`` (``--sources-dir``, as ``child`` writes them): the sources read into the node's
+  shared memory (:func:`mpievo.torch.hf.hf_bases`, loaded by
+  :func:`mpievo.parallel.shared_bases.share_bases`) against reading their safetensors
+  files once: the time, and the leader's peak RSS growth while loading against the growth
+  that stays (target <= 1.1x).
 * ``scale``: evaluations/s of the same job (islands and budget fixed) on all the
   launched ranks against rank 0 alone, the fitness a forward pass that dominates (target
   >= 1.8x at 2 ranks). Run it under ``mpievo launch -n 2 -- python -m mpievo.bench.models
@@ -125,6 +130,49 @@ def measure_memory(options) -> None:
               f"{estimate / mib:.1f} MiB (the larger phase): {later / estimate:.2f}x (target within 10 %)")
 
 
+def measure_load(options) -> None:
+    """The ``load`` part (module docstring), on every launched rank; each node's leader
+    loads and prints.
+
+    Example:
+        >>> # python -m mpievo.bench.models load --sources-dir /tmp/sources --layers 12 --width 768
+    """
+    from pathlib import Path
+
+    import torch
+
+    from mpievo.parallel.shared_bases import share_bases
+    from mpievo.parallel.world import world_comm
+    from mpievo.torch import FlatParameters, hf_bases
+
+    from .models_child import read_once
+
+    if not options.sources_dir:
+        raise SystemExit("mpievo bench models load: expected --sources-dir (source* model directories), got none")
+    comm = world_comm()
+    paths = sorted(Path(options.sources_dir).glob("source*"))
+    flat = FlatParameters(build_model(options.layers, options.width, 0, vocab=options.vocab or 50257,
+                                      positions=options.positions or 1024).to(torch.bfloat16))
+    bases = hf_bases(paths, flat, ranks_per_node=comm.size)
+    read = read_once(paths) if comm.rank == 0 else 0.0
+    comm.barrier()
+    before = _status_bytes("VmRSS") or 0
+    phased = _reset_peak()
+    start = time.perf_counter()
+    release = share_bases(comm, bases)
+    seconds = time.perf_counter() - start
+    peak, resident = _peak_bytes() - before, (_status_bytes("VmRSS") or 0) - before
+    if comm.rank == 0:
+        mib = 2 ** 20
+        print(f"{len(paths)} sources of {flat.dim:,} genes ({bases.nbytes / mib:.0f} MiB {bases.dtype.name}): "
+              f"loaded in {seconds:.2f} s, reading the safetensors files once {read:.2f} s ({seconds / read:.2f}x)")
+        if phased:
+            print(f"leader: peak RSS growth while loading {peak / mib:.0f} MiB, resident after {resident / mib:.0f} "
+                  f"MiB: {peak / max(resident, 1):.3f}x (target <= 1.1x)")
+    comm.barrier()
+    release()
+
+
 def measure_scale(options) -> None:
     import torch
 
@@ -166,7 +214,7 @@ def measure_scale(options) -> None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="mpievo bench models", description=__doc__.split("\n")[0])
-    parser.add_argument("part", choices=("copy", "memory", "scale", "child"))
+    parser.add_argument("part", choices=("copy", "memory", "scale", "child", "load"))
     parser.add_argument("--layers", type=int, default=None, help="GPT-2 blocks (default: copy, memory 8; scale 2)")
     parser.add_argument("--width", type=int, default=None,
                         help="GPT-2 embedding width (default: copy, memory 256; scale 64)")
@@ -178,7 +226,7 @@ def main(argv=None) -> int:
                         help="scale: sequences of 64 tokens per forward pass (the evaluation's cost)")
     parser.add_argument("--sources", type=int, default=4, help="child: source models (a base and 3 more)")
     parser.add_argument("--sources-dir", default=None,
-                        help="child: use the source* directories there (as save_sources writes them)")
+                        help="child, load: use the source* directories there (as save_sources writes them)")
     parser.add_argument("--vocab", type=int, default=None, help="child: vocabulary (default 50257: GPT-2's)")
     parser.add_argument("--positions", type=int, default=None, help="child: positions (default 1024)")
     parser.add_argument("--generations", type=int, default=12, help="child: generations after generation 0")
@@ -196,7 +244,7 @@ def main(argv=None) -> int:
     small = options.part == "scale"        # scale: a small genome, an evaluation that dominates
     options.layers = options.layers or (2 if small else 8)
     options.width = options.width or (64 if small else 256)
-    {"copy": measure_copy, "memory": measure_memory, "scale": measure_scale}[options.part](options)
+    {"copy": measure_copy, "memory": measure_memory, "scale": measure_scale, "load": measure_load}[options.part](options)
     return 0
 
 

@@ -12,7 +12,7 @@ resident does not dominate it):
   (:func:`mpievo.parallel.run_job`), with pygmo ``nsga2``'s variation settings
   (:data:`LIKE_PYGMO`: crossover 0.95, eta_c 10, eta_m 50, mutation 0.01 per gene), so
   that the two NSGA-II differ in their code, not their parameters; ``moead`` with pygmo
-  ``moead``'s (:data:`LIKE_PYGMO_MOEAD`);
+  ``moead``'s (:data:`LIKE_PYGMO_MOEAD`: DE variation, not mpievo's default SBX);
 * pygmo ``nsga2`` and ``moead`` (Tchebycheff, 20 neighbours; grid weights for 2
   objectives, low-discrepancy ones for more): one population per island, evolved
   ``interval`` generations at a time in this process (its ``archipelago`` would run a
@@ -56,8 +56,9 @@ PEERS = ("nsga2", "moead")
 LIKE_PYGMO = {"sbx_prob": 0.95, "sbx_eta": 10.0, "pm_eta": 50.0, "mutation_rate": 0.01}
 #: pygmo moead's default neighbourhood (fewer for populations below 21)
 MOEAD_NEIGHBOURS = 20
-#: mpievo's moead settings equal to pygmo moead's defaults (eta_m, mutation 1/dim, neighbours)
-LIKE_PYGMO_MOEAD = {"pm_eta": 20.0, "mutation_rate": None, "moead_neighbours": MOEAD_NEIGHBOURS}
+#: mpievo's moead settings equal to pygmo moead's defaults (DE, eta_m, mutation 1/dim, neighbours)
+LIKE_PYGMO_MOEAD = {"moead_variation": "de", "pm_eta": 20.0, "mutation_rate": None,
+                    "moead_neighbours": MOEAD_NEIGHBOURS}
 
 
 class MooCheckError(RuntimeError):

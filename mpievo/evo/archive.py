@@ -279,7 +279,32 @@ class Archive:
     def _rows_equal(self, a, ia, b, ib) -> np.ndarray:
         return np.all(a[ia] == b[ib], axis=1)
 
+    def population_rows(self, count: int) -> np.ndarray | None:
+        """The storage of the first ``count`` slots, for generation 0 to be written and
+        evaluated in place (then :meth:`insert` it: rows already in their slots are not
+        copied), so no population is held beside the archive; None where that does not
+        apply (members already, a device archive, or a subclass that moves rows itself).
+
+        Example:
+            >>> archive = Archive(4, 3)
+            >>> rows = archive.population_rows(2)
+            >>> rows[:] = 1.0
+            >>> archive.insert(rows, [2.0, 1.0], [0, 1], 0, 0).slots.tolist()
+            [0, 1]
+        """
+        if self.size or not 0 < count <= self.limit or not self.merges_in_one_call:
+            return None
+        return self._genomes[:count]
+
     def _copy_rows(self, genomes, rows, slots) -> None:
+        if genomes.base is self._genomes and genomes.ctypes.data == self._genomes.ctypes.data:
+            # generation 0 written in place (population_rows): row k enters slot k, or,
+            # with duplicates dropped, a lower one (read before it is written over)
+            if self.size or np.any(slots > rows) or np.any(np.diff(slots) <= 0):
+                genomes = genomes.copy()
+            else:
+                moved = np.flatnonzero(rows != slots)
+                rows, slots = rows[moved], slots[moved]
         kernels.copy_rows(_moved(genomes), rows, _moved(self._genomes), slots)
 
     def _retain_rows(self, slots) -> None:

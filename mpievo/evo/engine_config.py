@@ -40,7 +40,7 @@ MAX_MEMBERS = 10_000_000
 
 #: the settings whose default depends on the algorithm: their values when the algorithm
 #: class does not say (its ``config_defaults``, e.g. the Pareto islands' population of 100)
-ALGORITHM_DEFAULTS = {"capacity": 64, "batch_size": 128}
+ALGORITHM_DEFAULTS = {"capacity": 64, "batch_size": 128, "sbx_eta": 15.0, "sbx_prob": 0.9}
 
 
 def algorithm_defaults(algorithm: str) -> dict:
@@ -49,7 +49,7 @@ def algorithm_defaults(algorithm: str) -> dict:
 
     Example::
 
-        algorithm_defaults("nsga2")      # {"capacity": 100, "batch_size": 100}
+        algorithm_defaults("nsga2")      # {"capacity": 100, "batch_size": 100, "sbx_eta": 15.0, ...}
     """
     own = getattr(algorithm_classes().get(algorithm), "config_defaults", {})
     return {name: own.get(name, value) for name, value in ALGORITHM_DEFAULTS.items()}
@@ -134,13 +134,17 @@ class EngineConfig(Settings):
                           "interpolation weight omega*a + (1-omega)*b; None: U(0,1) per child")
     swap_prob: Any = _setting(0.5, number(0.0, 1.0), "uniform crossover: probability of a gene from b")
     blend_alpha: Any = _setting(0.5, number(0.0, 10.0), "BLX-alpha widening")
-    sbx_eta: Any = _setting(15.0, number(0.0, 1e6), "SBX distribution index")
-    sbx_prob: Any = _setting(0.9, number(0.0, 1.0), "nsga2, smsemoa: probability that a child is an SBX crossover "
-                             "(else a copy of its first parent)")
+    sbx_eta: Any = _setting(None, optional(number(0.0, 1e6)), "SBX distribution index; none: the algorithm's "
+                            "default (15; moead 20)")
+    sbx_prob: Any = _setting(None, optional(number(0.0, 1.0)), "nsga2, smsemoa, moead: probability that a pair is "
+                             "an SBX crossover (else copies of its parents); none: the algorithm's default (0.9; "
+                             "moead 1)")
     pm_eta: Any = _setting(20.0, number(0.0, 1e6), "nsga2, smsemoa, moead: polynomial mutation distribution index")
     mutation_rate: Any = _setting(None, optional(number(0.0, 1.0)),
                                   "per-gene mutation probability; None: min(1, 10/dim) (nsga2, smsemoa, moead: 1/dim)")
     moead_neighbours: Any = _setting(20, integer(2), "moead: subproblems in a neighbourhood (pygmo's default 20)")
+    moead_variation: Any = _setting("sbx", choice(("sbx", "de")), "moead: sbx (Zhang and Li 2007, pymoo) or de "
+                                    "(MOEA/D-DE, pygmo's moead)")
     mutation_sigma: Any = _setting(0.1, number(0.0, 1.0, open_low=True),
                                    "initial mutation step, relative to the box width")
     step_adaptation: Any = _setting("success", choice(STEP_ADAPTATIONS),
@@ -209,6 +213,9 @@ class EngineConfig(Settings):
     es_lr_decay: Any = _setting(1.0, number(0.0, 1.0, open_low=True), "ES: learning-rate factor per update")
     es_lr_min: Any = _setting(0.0, number(0.0, 1e6), "ES: learning rate's floor under es_lr_decay")
     es_adam_bias_correction: Any = _setting(True, boolean, "ES: Adam's bias correction (false: as EvoX's OpenES)")
+    es_noise: Any = _setting("full", choice(("full", "lowrank")),
+                             "ES: full (a normal per gene) or lowrank (rank-es_rank terms on a model's matrices)")
+    es_rank: Any = _setting(4, integer(1), "ES: rank of the low-rank noise per weight matrix (EGGROLL)")
 
     def __post_init__(self):
         """Settings left unset (None) that :data:`ALGORITHM_DEFAULTS` lists take the

@@ -44,7 +44,7 @@ from .migration_policy import Migrants, admit, choose_emigrants
 from .moo.archive import ParetoArchive
 from .moo.indicators import hypervolume
 from .moo.problems import check_algorithm_objectives, sanitized_values
-from .operators import box_arrays
+from .operators import box_arrays, round_integers
 from .problems import Problem, make_problem
 from .streams import StreamKeys, stream
 
@@ -124,8 +124,14 @@ class Island:
             raise ValueError(f"problem.fidelity_sample: expected dense host genomes of one objective, got "
                              f"genome {self.config.genome!r} on device {self.config.device!r}, {self.n_obj} objectives")
         self.fidelity_rows = 0        # rows scored (fidelity only): evaluations = ceil(rows / N)
+        self.integer = getattr(problem, "integer", None)   # integer genes: children rounded in ask()
+        if self.integer is not None and (self.on_device or encoded is not None):
+            raise ValueError(f"problem.integer: expected dense host genomes, got genome {self.config.genome!r} "
+                             f"on device {self.config.device!r}")
         self.algorithm = make_algorithm(spec, self.config)
         check_algorithm_objectives(self.algorithm, self.problem, self.n_obj)
+        if callable(getattr(self.algorithm, "check_problem", None)):
+            self.algorithm.check_problem(self.problem)     # e.g. ES's low-rank noise: before any work
         self.generation = -1          # last completed generation; -1 before initialize()
         self.evaluations = 0
         self.nonfinite = 0            # evaluations that returned NaN or +-inf
@@ -234,7 +240,8 @@ class Island:
                 device_operators, rng, lower, upper,
                 device_operators.empty((self.archive.limit, self.problem.dim), self.archive.dtype),
                 on_device=True)
-        return self.problem.initial_genomes(rng, self.archive.limit, self.archive.dtype)
+        n = self.archive.limit     # host rows: written where they will be kept
+        return self.problem.initial_genomes(rng, n, self.archive.dtype, out=self.archive.population_rows(n))
 
     def initialize_with(self, genomes, fitness) -> None:
         """Generation 0 from :meth:`initial_population`'s ``genomes`` and their minimised
@@ -268,6 +275,7 @@ class Island:
         else:
             genomes = self.algorithm.ask(rng)
         genomes = self._check_batch(genomes)
+        round_integers(genomes, self.integer)      # integer genes bred continuously, scored and kept rounded
         self._pending = (generation, genomes)
         return genomes
 

@@ -416,6 +416,23 @@ def apply_bounds(x: np.ndarray, lower, upper, rng: np.random.Generator | None = 
     return int(kernels.bound_rows(x, lower, upper, code))
 
 
+def round_integers(x, columns) -> None:
+    """Round the integer genes ``columns`` (sorted indices; None: none) of the host rows
+    ``x`` to the nearest integer, in place (ties to even: deterministic). Genes inside an
+    integer box stay inside it; half-precision rows round in float32 (integers up to
+    256 exact in bfloat16).
+
+    Example::
+
+        x = np.array([[0.4, 2.6], [0.6, 1.5]], np.float32)
+        round_integers(x, np.array([0]))          # x[:, 0] is now [0, 1]
+    """
+    if columns is None or not len(columns):
+        return
+    part = x[:, columns].astype(np.float32 if x.dtype.itemsize < 4 else x.dtype)
+    x[:, columns] = np.rint(part).astype(x.dtype)
+
+
 # --- storage of a host island (mpievo.evo.device_operators has the device's) ----------
 
 def place(arr) -> np.ndarray:

@@ -67,6 +67,40 @@ def check_fitness(values, n: int, name: str = "problem") -> np.ndarray:
 
 #: bounds kept in their own dtype (a delta island's row box, in the rows' dtype)
 _ROW_BOUND_DTYPES = (np.dtype(np.float32), np.dtype(np.float16), BFLOAT16)
+#: genes checked at a time (model-sized rows: no genome-sized mask, no element-wise bfloat16)
+_CHECK_CHUNK = 1 << 20
+
+
+def _wide(part: np.ndarray) -> np.ndarray:
+    """A chunk as numpy compares it exactly: half types widened to float32 (a bit kernel)."""
+    return half.widen_into(part, np.empty(part.shape, np.float32)) if half.is_half(part.dtype) else part
+
+
+def nonfinite_count(values: np.ndarray) -> int:
+    """NaN and +-inf values in ``values`` (any shape), a chunk at a time.
+
+    Example:
+        >>> nonfinite_count(np.array([[1.0, np.inf], [np.nan, 0.0]], np.float16))
+        2
+    """
+    flat = np.asarray(values).reshape(-1)
+    if flat.dtype.kind in "iu":
+        return 0
+    if half.is_half(flat.dtype):      # exponent bits all ones, from the bits
+        infinity = 0x7F80 if flat.dtype == BFLOAT16 else 0x7C00
+        bits = flat.view(np.uint16)
+        return sum(int(np.count_nonzero((bits[i:i + _CHECK_CHUNK] & 0x7FFF) >= infinity))
+                   for i in range(0, bits.size, _CHECK_CHUNK))
+    return sum(int(np.count_nonzero(~np.isfinite(flat[i:i + _CHECK_CHUNK])))
+               for i in range(0, flat.size, _CHECK_CHUNK))
+
+
+def _ordered(lower: np.ndarray, upper: np.ndarray) -> bool:
+    """``np.all(lower < upper)``, a chunk at a time."""
+    if lower.strides == upper.strides == (0,):
+        return bool(np.all(_wide(lower[:1]) < _wide(upper[:1])))
+    return all(np.all(_wide(lower[i:i + _CHECK_CHUNK]) < _wide(upper[i:i + _CHECK_CHUNK]))
+               for i in range(0, lower.size, _CHECK_CHUNK))
 
 
 def _as_bound(value, dim: int, name: str) -> np.ndarray:
@@ -81,9 +115,46 @@ def _as_bound(value, dim: int, name: str) -> np.ndarray:
         arr = np.broadcast_to(arr, (dim,))
     if arr.shape != (dim,):
         raise ValueError(f"expected {name} to be a scalar or of shape ({dim},), got shape {arr.shape}")
-    if not np.all(np.isfinite(arr)):
+    if nonfinite_count(arr[:1] if arr.strides == (0,) else arr):
         raise ValueError(f"expected finite {name} bounds, got {arr[~np.isfinite(arr)][:3]}")
     return arr
+
+
+def integer_genes(integer, dim: int, lower, upper) -> np.ndarray | None:
+    """The sorted indices of a problem's integer genes (None: none), from a (dim,) bool
+    mask or gene indices; their bounds must be integers.
+
+    Raises:
+        ValueError: another shape, an index outside ``[0, dim)``, or a fractional bound
+            of an integer gene (named).
+
+    Example::
+
+        integer_genes([True, False, True], 3, 0.0, [1.0, 0.5, 4.0])    # array([0, 2])
+    """
+    if integer is None:
+        return None
+    arr = np.asarray(integer)
+    if arr.dtype == bool:
+        if arr.shape != (dim,):
+            raise ValueError(f"integer: expected a bool mask of shape ({dim},) or gene indices, got shape {arr.shape}")
+        arr = np.flatnonzero(arr)
+    elif arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
+        raise ValueError(f"integer: expected a bool mask of shape ({dim},) or int gene indices, "
+                         f"got {arr.dtype} of shape {arr.shape}")
+    columns = np.unique(arr.astype(np.int64))
+    if columns.size and (columns[0] < 0 or columns[-1] >= dim):
+        raise ValueError(f"integer: expected gene indices in [0, {dim}), got {columns[0] if columns[0] < 0 else columns[-1]}")
+    if not columns.size:
+        return None
+    for name, bound in (("lower", lower), ("upper", upper)):
+        values = np.asarray(bound, np.float64)[columns]
+        fractional = np.flatnonzero(values != np.rint(values))
+        if fractional.size:
+            gene = int(columns[fractional[0]])
+            raise ValueError(f"integer: expected integer bounds of integer genes, got gene {gene}'s {name} "
+                             f"{values[fractional[0]]}")
+    return columns
 
 
 class Problem:
@@ -111,6 +182,12 @@ class Problem:
         bases: base models for ``engine.genome = "delta"`` or ``"seeded"``: a
             :class:`~mpievo.evo.genomes.BaseModels`, an array ``(count, dim)`` or ``(dim,)``,
             or a path to a ``.npy`` file (see :mod:`mpievo.evo.genomes`).
+        integer: the integer genes: a (dim,) bool mask or gene indices (their bounds
+            integers; ``[0, 1]``: a binary gene). They are bred like the others and
+            rounded to the nearest integer wherever a genome is made (generation 0, every
+            child an island asks for), so archives, migrants and checkpoints hold
+            integers; CMA-ES learns from its continuous samples with a margin
+            (:mod:`mpievo.evo.algorithms.cmaes`). Dense host genomes only.
 
     Raises:
         ValueError, TypeError: bad dimension or bounds.
@@ -124,7 +201,7 @@ class Problem:
 
     def __init__(self, func: Callable, dim: int, lower, upper, *, maximize: bool = False,
                  name: str | None = None, batched: bool = True, initial: Callable | None = None,
-                 device: bool = False, bases=None):
+                 device: bool = False, bases=None, integer=None):
         if not callable(func):
             raise TypeError(f"expected a callable fitness function, got {type(func).__name__}")
         if initial is not None and not callable(initial):
@@ -135,7 +212,7 @@ class Problem:
         self.dim = int(dim)
         self.lower = _as_bound(lower, self.dim, "lower")
         self.upper = _as_bound(upper, self.dim, "upper")
-        if not np.all(self.lower < self.upper):
+        if not _ordered(self.lower, self.upper):
             bad = int(np.argmin(self.upper - self.lower))
             raise ValueError(f"expected lower < upper for every gene, got gene {bad}: "
                              f"[{self.lower[bad]}, {self.upper[bad]}]")
@@ -146,6 +223,7 @@ class Problem:
         self.device = bool(device)
 
         self.bases = as_bases(bases)
+        self.integer = integer_genes(integer, self.dim, self.lower, self.upper)
 
     def __repr__(self) -> str:
         sense = "maximize" if self.maximize else "minimize"
@@ -172,27 +250,33 @@ class Problem:
             values = list(map(self.func, genomes))  # no bytecode per row
         return check_fitness(values, n, self.name)
 
-    def initial_genomes(self, rng: np.random.Generator, n: int, dtype) -> np.ndarray:
+    def initial_genomes(self, rng: np.random.Generator, n: int, dtype, out: np.ndarray | None = None) -> np.ndarray:
         """An island's ``n`` generation-0 genomes, in ``dtype`` and inside the box.
 
         ``initial(rng, n)`` when the problem has one, else uniform in the box (from
         :data:`~.operators.COUNTER_DIM` genes counter-based, as on a device island); either
-        is cast to ``dtype`` and clipped to the box (in ``dtype``, rounded inwards).
+        is cast to ``dtype`` and clipped to the box (in ``dtype``, rounded inwards), into
+        ``out`` ((n, dim) of ``dtype``) when given: an archive's own rows, so that no
+        population is held beside the archive it enters.
 
         Raises:
             ValueError: ``initial`` returned another shape or a non-finite gene.
             TypeError: ``initial`` returned something other than real numbers.
         """
         lower, upper = box_arrays(self.lower, self.upper, dtype)
+        genomes = np.empty((n, self.dim), dtype) if out is None else out
         if self.initial is None:
             if counter_based(self.dim):  # large genomes: counter-based, as on the device
-                return half.uniform_genomes(operators, rng, lower, upper, np.empty((n, self.dim), dtype))
-            genomes = np.empty((n, self.dim), dtype)
+                genomes = half.uniform_genomes(operators, rng, lower, upper, genomes)
+                operators.round_integers(genomes, getattr(self, "integer", None))
+                return genomes
             for row in genomes:  # one float64 row at a time: the same draws as one (n, dim) call
                 row[...] = rng.uniform(self.lower, self.upper)
         else:
-            genomes = self._check_initial(self.initial(rng, n), n).astype(dtype)
-        return np.clip(genomes, lower, upper, out=genomes)
+            np.copyto(genomes, self._check_initial(self.initial(rng, n), n), casting="unsafe")
+        np.clip(genomes, lower, upper, out=genomes)
+        operators.round_integers(genomes, getattr(self, "integer", None))
+        return genomes
 
     def starting_from(self, x0) -> "Problem":
         """A copy of this problem whose islands all start with ``x0`` (SciPy's starting
@@ -228,9 +312,9 @@ class Problem:
                              f"got shape {arr.shape}")
         if arr.dtype.kind not in "fiu" and not half.is_half(arr.dtype):   # bfloat16 is kind "V"
             raise TypeError(f"expected real-valued initial genomes from {self.name!r}, got dtype {arr.dtype}")
-        if not all(np.isfinite(row).all() for row in arr.reshape(n, -1)):   # a row's mask at a time
-            raise ValueError(f"expected finite initial genomes from {self.name!r}, "
-                             f"got {sum(int(np.count_nonzero(~np.isfinite(row))) for row in arr)} non-finite genes")
+        bad = nonfinite_count(arr)
+        if bad:
+            raise ValueError(f"expected finite initial genomes from {self.name!r}, got {bad} non-finite genes")
         return arr
 
     def evaluate(self, genomes: np.ndarray) -> np.ndarray:

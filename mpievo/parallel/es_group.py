@@ -14,7 +14,8 @@ result is the same bits on any rank count. Per generation a rank sends at most
 ``8 * popsize`` bytes, whatever the genome size.
 
 Memory per rank: the mean, the moments (Adam: two, SGD with momentum: one, plain SGD:
-none) and one work row, each one genome, plus what the fitness needs (a model).
+none), one work row and the float32 noise of the pair being evaluated (its two members
+from one draw), each one genome, plus what the fitness needs (a model).
 
 Example::
 
@@ -31,6 +32,8 @@ from __future__ import annotations
 from typing import Callable
 
 import numpy as np
+
+from mpievo.kernels import es_noise
 
 from ..evo.algorithms.es import ES
 from ..evo.streams import StreamKeys
@@ -54,7 +57,7 @@ class SeededES:
         lower, upper: the box (scalars or arrays; default unbounded).
 
     Raises:
-        ValueError: a mean that is not a non-empty 1-D real array.
+        ValueError: a mean that is not a non-empty 1-D real array, or low-rank noise.
 
     Example::
 
@@ -71,12 +74,16 @@ class SeededES:
         self.comm = comm
         self.fitness = fitness
         self.es = ES() if es is None else es
+        if self.es.noise != "full":
+            raise ValueError(f"es.noise: expected 'full' for SeededES (members built one at a time), "
+                             f"got {self.es.noise!r}")
         self.seed, self.island = int(seed), int(island)
         StreamKeys(self.seed, self.island, 0).counter_start()     # validates the keys early
         self.es.start(mean, lower, upper)
         self.generation = 0
         self.evaluations = 0
         self._row = np.empty(len(mean), mean.dtype)
+        self._z = np.empty(len(mean), np.float32)      # the noise of the pair being evaluated
 
     def step(self) -> np.ndarray:
         """One generation: this rank's members evaluated, the fitness all-gathered, the mean
@@ -87,8 +94,12 @@ class SeededES:
         blocks = row_blocks(es.popsize, self.comm.size)
         first, stop = blocks[self.comm.rank]
         local = np.empty(stop - first, np.float64)
+        drawn = -1
         for i, member in enumerate(range(first, stop)):
-            es.member_into(self._row, member, key, base, sigma)
+            if member // 2 != drawn:           # both members of a pair from one draw
+                drawn = member // 2
+                es_noise.noise(self._z, key, base, pair=drawn, stride=es.stride)
+            es_noise.shift(self._row, es.mean, -sigma if member % 2 else sigma, self._z)
             es.clip(self._row)
             local[i] = float(self.fitness(self._row))
         local[~np.isfinite(local)] = np.inf

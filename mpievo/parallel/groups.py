@@ -130,6 +130,12 @@ class GroupProblem(Problem):
         self.local = problem
         self.group = group
 
+    @property
+    def width(self):
+        """The problem's own (a delta row box's width is the genome box's: the mutation
+        scale of the island model)."""
+        return self.local.width
+
     def evaluate(self, genomes: np.ndarray) -> np.ndarray:
         return self._spread(np.ascontiguousarray(genomes), False)
 
@@ -156,14 +162,18 @@ class GroupProblem(Problem):
             self.group.bcast_object(("release", message), root=0)
 
 
-def serve(problem: Problem, group):
+def serve(problem: Problem, group, handle=None):
     """A non-leader's side of :class:`GroupProblem`: evaluate this rank's block of
-    every batch until the leader releases the group; returns the leader's message."""
+    every batch until the leader releases the group; returns the leader's message.
+    ``handle(order) -> bool`` takes the orders it knows first (evaluator breeding,
+    :mod:`.breed_local`)."""
     while True:
         with group.purpose("evaluation"):
             order = group.bcast_object(None, root=0)
             if order[0] == "release":
                 return order[1]
+            if handle is not None and handle(order):
+                continue
             _, n, dtype, on_device = order
             a, b = row_blocks(n, group.size)[group.rank]
             if b == a:

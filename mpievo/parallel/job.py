@@ -128,7 +128,7 @@ def build_scheme(comm, job, problem: Problem | None = None) -> Scheme:
                             restart_after=job.run.restart_after, **common)
     if job.run.scheme == "replicated":
         return ReplicatedScheme(comm, problem, job.engines, **common)
-    return HybridScheme(comm, layout, problem, job.engines, **common)
+    return HybridScheme(comm, layout, problem, job.engines, breed=job.run.breed, **common)
 
 
 def run_job(job, comm, *, reporters: Sequence[Reporter] = (), checkpointer: Any = None,

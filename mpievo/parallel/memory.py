@@ -6,7 +6,9 @@ profile): per island, the archive (``engine.capacity`` rows) and a generation's 
 (``engine.batch_size`` rows) of ``problem.dim`` genes in ``engine.dtype``, plus the float64
 random draws of the children below :data:`~mpievo.evo.operators.COUNTER_DIM` genes (above,
 the counter-based kernels draw nothing ahead); genomes over base models (delta, seeded)
-add two genome buffers per rank and the bases once per node (:func:`genomes_estimate`);
+add per rank the block children are materialised into (a model's own buffer, or up to a
+batch of genomes within ``engine.materialize_budget``) and a delta island's row box, and
+per node the bases once and the best genome rank 0 hands out (:func:`genomes_estimate`);
 CMA-ES adds its covariance and eigenvectors (two dim x dim float64 matrices), ES counts
 ``engine.es_popsize`` members, three genomes (mean, moments) and its kept noise instead, a
 rotated built-in its rotation matrix. A rank holds ``ceil(islands / ranks)`` islands.
@@ -32,23 +34,54 @@ from ..evo.operators import counter_based
 _DRAW_BYTES = 8
 
 
+def box_bytes_per_gene(row_itemsize: int, delta: bool = True) -> int:
+    """Bytes a gene of a delta island's row box takes: its two bounds in the rows' dtype
+    and, for half-precision rows, the GA's float32 copy of both (it breeds in float32);
+    0 for other genomes (their box is the problem's: a scalar box costs nothing).
+
+    Example:
+        >>> box_bytes_per_gene(2), box_bytes_per_gene(4), box_bytes_per_gene(2, delta=False)
+        (12, 8, 0)
+    """
+    if not delta:
+        return 0
+    return 2 * row_itemsize + (2 * 4 if row_itemsize == 2 else 0)
+
+
 def genomes_estimate(dim: int, *, sources: int = 0, bases_itemsize: int = 4, rows_per_rank: int = 0,
-                     row_itemsize: int = 4, genome_itemsize: int = 4, ranks_per_node: int = 1) -> int:
+                     row_itemsize: int = 4, genome_itemsize: int = 4, ranks_per_node: int = 1,
+                     delta: bool | None = None, block_rows: int = 1) -> int:
     """Bytes a node needs for model-sized genomes: the ``sources`` once (``bases_itemsize``
-    bytes a gene: a half model's sources stay in their dtype), and per rank
-    ``rows_per_rank`` rows (archives and batches) of ``row_itemsize`` and two genome
-    buffers of ``genome_itemsize`` (the model's buffer a child is written into, and the
-    best genome handed out). The one estimate of the pre-run checks
+    bytes a gene: a half model's sources stay in their dtype); per rank ``rows_per_rank``
+    rows (archives and batches) of ``row_itemsize``, a delta island's row box
+    (:func:`box_bytes_per_gene`; ``delta`` defaults to rows over sources in the genomes'
+    own dtype) and ``block_rows`` genomes (``genome_itemsize``) that children are
+    materialised into (a model's buffer: one); once per node, the best genome rank 0
+    hands out (:func:`best_genome_bytes`). The one estimate of the pre-run checks
     (:func:`memory_problem`, :func:`mpievo.torch.hf.check_memory`) and of
     ``mpievo bench models``.
 
     Example:
         >>> genomes_estimate(1000, sources=3, bases_itemsize=2, rows_per_rank=6, row_itemsize=2,
         ...                  genome_itemsize=2, ranks_per_node=2)
-        38000
+        64000
     """
-    per_rank = dim * (rows_per_rank * row_itemsize + 2 * genome_itemsize)
-    return dim * sources * bases_itemsize + ranks_per_node * per_rank
+    delta = (sources > 0 and row_itemsize == genome_itemsize) if delta is None else delta
+    per_rank = dim * (rows_per_rank * row_itemsize + box_bytes_per_gene(row_itemsize, delta)
+                      + block_rows * genome_itemsize)
+    return (dim * sources * bases_itemsize + ranks_per_node * per_rank
+            + best_genome_bytes(dim, row_itemsize, genome_itemsize, encoded=sources > 0))
+
+
+def best_genome_bytes(dim: int, row_itemsize: int, genome_itemsize: int, *, encoded: bool = True) -> int:
+    """Bytes of the best genome a run hands out on rank 0: its archive row copied and,
+    for genomes over bases, decoded (into the decode cache, and copied out of it).
+
+    Example:
+        >>> best_genome_bytes(1000, 2, 2), best_genome_bytes(1000, 4, 4, encoded=False)
+        (6000, 4000)
+    """
+    return dim * (row_itemsize + (2 * genome_itemsize if encoded else 0))
 
 
 def island_bytes(engine, dim: int) -> int:
@@ -77,8 +110,15 @@ def rank_estimate(job, nranks: int) -> tuple[int, int]:
     on_device = any(engine.device == "cuda" for engine in job.engines)
     islands = per_rank * largest
     host = 0 if on_device else islands
-    if _bases(job) is not None and not on_device:     # the genome buffers of genomes over bases
-        host += 2 * dim * genome_dtype(job.engines[0].dtype).itemsize
+    if _bases(job) is not None and not on_device:     # the buffers of genomes over bases
+        engine = job.engines[0]
+        itemsize = genome_dtype(engine.dtype).itemsize
+        fit = max(1, int(engine.materialize_budget) // (dim * itemsize))
+        # the block children are materialised into: a model's own buffer, else at most
+        # half the budget, of which a batch (or generation 0) is used at a time
+        block = 1 if hasattr(job.problem, "genome_block") else min(max(1, fit // 2),
+                                                                    max(engine.capacity, engine.batch_size))
+        host += per_rank * dim * box_bytes_per_gene(itemsize, engine.genome == "delta") + block * dim * itemsize
     if getattr(job.problem, "rotate", False):
         host += 8 * dim * dim
     return host, islands if on_device else 0
@@ -109,15 +149,23 @@ def memory_problem(comm, job) -> str | None:
         seen = comm.allgather_object((socket.gethostname(), host, usable, source))
     bases = _bases(job)
     shared = 0 if bases is None else bases.nbytes      # once per node (mpievo.parallel.shared_bases)
+    if bases is not None:                              # and the best genome rank 0 hands out
+        shared += best_genome_bytes(job.problem.dim, _row_itemsize(job), genome_dtype(job.engines[0].dtype).itemsize)
     for node in dict.fromkeys(name for name, *_ in seen):
         here = [entry for entry in seen if entry[0] == node]
         need = sum(entry[1] for entry in here) + shared
         known = [(entry[2], entry[3]) for entry in here if entry[2] is not None]
         if known and need > min(known)[0]:
             usable, source = min(known)
-            kind = "host" if bases is None else f"host ({bases.count} base models of {_gib(shared)} included)"
+            kind = "host" if bases is None else (f"host ({bases.count} base models of {_gib(bases.nbytes)} "
+                                                 "and the best genome included)")
             return _refusal(job, f"{len(here)} rank(s) on {node}", need, usable, source, kind)
     return None
+
+
+def _row_itemsize(job) -> int:
+    """Bytes of a gene of an island's rows: a seeded recipe's float64, else the genomes'."""
+    return 8 if job.engines[0].genome == "seeded" else genome_dtype(job.engines[0].dtype).itemsize
 
 
 def _bases(job):

@@ -1,7 +1,10 @@
 """The base models of ``delta``/``seeded`` genomes held once per node: :func:`share_bases`.
 
 Each node's leader (its local rank 0) loads the bases into a node-shared array
-(:func:`mpievo.comm.shared_array.node_shared_array`) and hashes them; one all-gather
+(:func:`mpievo.comm.shared_array.node_shared_array`) and, when there are several nodes,
+hashes them (on one node the checksum is left to :attr:`BaseModels.checksum`, computed
+when a checkpoint first needs it: hashing the bases costs about as much as loading
+them, and a run without checkpoints never needs it); one all-gather
 over the communicator then tells every rank whether each leader succeeded and what
 it got, so a loader that fails, or nodes that load different bases, make every rank
 raise together instead of leaving some waiting. A node barrier orders the fill
@@ -38,7 +41,8 @@ def share_bases(comm, bases: BaseModels) -> Callable[[], None]:
             exception is the cause) or the nodes' checksums differ.
     """
     shared = node_shared_array(comm, bases.shape, bases.dtype)
-    report, failure = _load(bases, shared) if shared.leader else (None, None)
+    several_nodes = len(shared.node_ranks) < comm.size
+    report, failure = _load(bases, shared, several_nodes) if shared.leader else (None, None)
     reports = comm.allgather_object(report)
     problem = _problem([r for r in reports if r is not None])
     if problem is not None:
@@ -49,12 +53,12 @@ def share_bases(comm, bases: BaseModels) -> Callable[[], None]:
     return shared.free
 
 
-def _load(bases: BaseModels, shared: SharedArray):
-    """The leader's report ``(node ranks, checksum or None, error text or None)`` and
-    the exception its load raised (None on success)."""
+def _load(bases: BaseModels, shared: SharedArray, digest: bool):
+    """The leader's report ``(node ranks, checksum (None unless ``digest``) or None,
+    error text or None)`` and the exception its load raised (None on success)."""
     try:
         bases.load_into(shared.array)
-        return (shared.node_ranks, checksum(shared.array), None), None
+        return (shared.node_ranks, checksum(shared.array) if digest else None, None), None
     except Exception as err:  # noqa: BLE001 - reported to every rank, re-raised there
         return (shared.node_ranks, None, f"{type(err).__name__}: {err}"), err
 

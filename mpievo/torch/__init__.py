@@ -8,6 +8,8 @@
   standard merges as plain functions (:func:`average`, :func:`task_arithmetic`,
   :func:`ties`, :func:`dare`, :func:`slerp`).
 * :mod:`.recipes` -- merge recipes as small float64 genomes (:class:`RecipeProblem`).
+* :mod:`.dataflow` -- data-flow-space merges: the path of the forward pass through the
+  sources' layers as a genome (:class:`DataFlowProblem`, :func:`save_dataflow`).
 * :mod:`.hf` -- Hugging Face directories in (checked before loading) and out
   (:func:`load_model`, :func:`hf_bases`, :func:`save_merged`, :func:`save_best`).
 
@@ -37,3 +39,8 @@ __all__ += ["breadcrumbs", "della", "model_stock", "passthrough"]
 from .fidelity import row_scores  # noqa: E402
 
 __all__ += ["row_scores"]
+
+# data-flow-space merges: which source layer runs at each step of the forward pass (merging guide, "Data-flow merges")
+from .dataflow import DataFlowModel, DataFlowProblem, DataFlowSpace, save_dataflow  # noqa: E402
+
+__all__ += ["DataFlowModel", "DataFlowProblem", "DataFlowSpace", "save_dataflow"]

@@ -10,8 +10,8 @@ merged model written back as one.
   nothing is downloaded).
 * :func:`hf_bases` makes the sources the bases of genomes in a model's flat layout, in
   its dtype, loaded when first used: once per node under MPI
-  (:mod:`mpievo.parallel.shared_bases`), tensor by tensor from the memory-mapped
-  safetensors files (:func:`fill_from_files`; sharded checkpoints through their
+  (:mod:`mpievo.parallel.shared_bases`), tensor by tensor from the
+  safetensors files (:func:`fill_from_files`: read into the row, nothing mapped; sharded checkpoints through their
   ``model.safetensors.index.json``, a missing shard or a truncated file named).
 * :func:`save_merged` writes a model with ``save_pretrained`` (``from_pretrained``
   loads it) and, beside it, ``mpievo_merge.json``: the recipe or genome that made it;
@@ -32,6 +32,7 @@ from typing import Sequence
 import numpy as np
 
 from ..evo.genomes import BaseModels, checksum
+from ..kernels.host import BFLOAT16
 from ..parallel.memory import genomes_estimate
 from .flat import FlatParameters
 from .problem import ModelProblem, bases_dtype, fill_genome
@@ -39,6 +40,9 @@ from .recipes import RecipeProblem
 
 #: safetensors dtypes a gene may have (the engine's float32/float64, or half types cast once)
 GENE_FILE_DTYPES = {"F32": 4, "F64": 8, "F16": 2, "BF16": 2}
+#: the numpy dtype of each gene dtype of a safetensors file
+FILE_DTYPES = {"F32": np.dtype(np.float32), "F64": np.dtype(np.float64), "F16": np.dtype(np.float16),
+               "BF16": BFLOAT16}
 #: the file written beside a merged model
 RECIPE_FILE = "mpievo_merge.json"
 
@@ -199,14 +203,14 @@ def available_memory() -> int:
 def memory_estimate(numel: int, sources: int, *, archive_rows: int = 0, ranks_per_node: int = 1,
                     bases_itemsize: int = 4, gene_itemsize: int = 4, row_itemsize: int = 4) -> int:
     """Bytes a node needs: the sources once (``bases_itemsize`` per gene: a half model's
-    stay in their dtype), and per rank two genome buffers (``gene_itemsize``) and
-    ``archive_rows`` rows of ``row_itemsize`` (archive and batch):
-    :func:`mpievo.parallel.memory.genomes_estimate`, what ``mpievo bench models`` prints.
+    stay in their dtype); per rank ``archive_rows`` rows of ``row_itemsize`` (archive and
+    batch), the delta row box and the model's buffer (``gene_itemsize``); the best genome
+    once: :func:`mpievo.parallel.memory.genomes_estimate`, what ``mpievo bench models`` prints.
 
     Example:
         >>> memory_estimate(1000, 3, archive_rows=6, ranks_per_node=2, bases_itemsize=2,
         ...                 gene_itemsize=2, row_itemsize=2)
-        38000
+        64000
     """
     return genomes_estimate(numel, sources=sources, bases_itemsize=bases_itemsize, rows_per_rank=archive_rows,
                             row_itemsize=row_itemsize, genome_itemsize=gene_itemsize,
@@ -259,7 +263,7 @@ def hf_bases(paths: Sequence[str | os.PathLike], flat: FlatParameters, *, check:
     dtype (bfloat16 and float16 sources stay 2 bytes a gene), loaded on first use: once
     per node under MPI, straight into the node's shared array. A directory of safetensors
     files (sharded with ``model.safetensors.index.json`` or not) is read tensor by tensor
-    from the memory-mapped files (nothing beyond one tensor is held besides the bases);
+    from the files into its row (nothing beyond a small cast buffer is held besides the bases);
     one without them, or whose tensor names differ from the model's, is loaded with
     :func:`load_model`, copied into its row and freed.
 
@@ -287,8 +291,8 @@ def hf_bases(paths: Sequence[str | os.PathLike], flat: FlatParameters, *, check:
                                bases_itemsize=dtype.itemsize, gene_itemsize=itemsize,
                                row_itemsize=itemsize if row_itemsize is None else row_itemsize)
         check_memory(need, available, detail=f"{len(paths)} sources of {info.numel:,} genes in {dtype.name}, and "
-                                             f"per rank of {ranks_per_node}: {archive_rows} archive and batch rows "
-                                             "and two genome buffers")
+                                             f"per rank of {ranks_per_node}: {archive_rows} archive and batch rows, "
+                                             "the row box and the model's buffer; the best genome once")
 
     def load(out: np.ndarray) -> None:
         for row, path in zip(out, paths):
@@ -300,9 +304,10 @@ def hf_bases(paths: Sequence[str | os.PathLike], flat: FlatParameters, *, check:
 
 
 def fill_from_files(directory: str | os.PathLike, flat: FlatParameters, out: np.ndarray) -> bool:
-    """Fill the row ``out`` (``flat``'s layout) from ``directory``'s safetensors files, one
-    memory-mapped tensor at a time, cast to ``out``'s dtype; False (nothing written) when
-    the directory has no safetensors files or lacks a gene tensor under its name or a
+    """Fill the row ``out`` (``flat``'s layout) from ``directory``'s safetensors files, each
+    tensor read straight into its place (:func:`read_cast`: cast to ``out``'s dtype through
+    a small buffer; nothing memory-mapped, so loading holds no more than the row); False
+    (nothing written) when the directory has no safetensors files or lacks a gene tensor under its name or a
     tied alias (then load the model instead).
 
     Raises:
@@ -312,12 +317,8 @@ def fill_from_files(directory: str | os.PathLike, flat: FlatParameters, out: np.
     Example:
         >>> # fill_from_files("ft-a", flat, bases_row)
     """
-    import torch
-
-    from .flat import as_numpy
-
     directory = Path(directory)
-    headers = _tensor_headers(directory)
+    headers = _tensor_headers(directory)     # every file's header checked by safetensors
     if headers is None:
         return False
     found = []
@@ -333,14 +334,112 @@ def fill_from_files(directory: str | os.PathLike, flat: FlatParameters, out: np.
     for index, name in enumerate(found):
         by_file.setdefault(headers[name][2], []).append(index)
     for file, indices in by_file.items():
-        with _open(file) as handle:
+        spans = _data_spans(file)
+        with open(file, "rb", buffering=0) as handle:
             for index in indices:
+                name = found[index]
+                code, begin, end = spans[name]
+                if code not in FILE_DTYPES:
+                    raise TypeError(f"expected a float tensor {name!r}, got {code} in {file}")
                 start, stop = flat.offsets[index], flat.offsets[index + 1]
-                tensor = handle.get_tensor(found[index]).reshape(-1)
-                if tensor.dtype not in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
-                    raise TypeError(f"expected a float tensor {found[index]!r}, got {tensor.dtype} in {file}")
-                out[start:stop] = as_numpy(tensor).astype(out.dtype, copy=False)
-                del tensor
+                if end - begin != (stop - start) * FILE_DTYPES[code].itemsize:
+                    raise ValueError(f"expected {stop - start} values of {code} for {name!r}, got "
+                                     f"{end - begin} bytes in {file}")
+                read_cast(handle, begin, FILE_DTYPES[code], out[start:stop], file)
+    return True
+
+
+def _data_spans(file: Path) -> dict[str, tuple[str, int, int]]:
+    """``{tensor: (dtype code, first byte, end byte)}`` of a safetensors file, the bytes
+    from the file's start (its header: an 8-byte length, then JSON with ``data_offsets``
+    relative to the data after it)."""
+    with open(file, "rb") as handle:
+        size = int.from_bytes(handle.read(8), "little")
+        header = json.loads(handle.read(size))
+    start = 8 + size
+    return {name: (entry["dtype"], start + entry["data_offsets"][0], start + entry["data_offsets"][1])
+            for name, entry in header.items() if name != "__metadata__"}
+
+
+#: bytes read at a time where a tensor is cast on its way into its row
+_CAST_CHUNK = 8 << 20
+
+
+def read_cast(handle, offset: int, dtype: np.dtype, out: np.ndarray, label="file") -> None:
+    """Read ``out.size`` values of ``dtype`` at byte ``offset`` of the open binary file
+    ``handle`` into the contiguous ``out``, cast to ``out``'s dtype (:func:`cast_into`):
+    straight into ``out`` when the dtypes agree, else through a buffer of
+    :data:`_CAST_CHUNK` bytes (no tensor-sized temporary, nothing memory-mapped).
+
+    Raises:
+        ValueError: the file ends before the values do (``label`` named).
+
+    Example:
+        >>> import io
+        >>> out = np.empty(2, np.float32)
+        >>> read_cast(io.BytesIO(np.float64([1.5, 2.5]).tobytes()), 0, np.dtype(np.float64), out)
+        >>> out.tolist()
+        [1.5, 2.5]
+    """
+    handle.seek(offset)
+    if np.dtype(dtype) == out.dtype:
+        _read_exactly(handle, out.reshape(-1).view(np.uint8), label)
+        return
+    step = max(1, _CAST_CHUNK // np.dtype(dtype).itemsize)
+    buffer = np.empty(min(step, out.size), dtype)
+    for start in range(0, out.size, step):
+        part = buffer[:min(step, out.size - start)]
+        _read_exactly(handle, part.view(np.uint8), label)
+        cast_into(part, out[start:start + part.size])
+
+
+def _read_exactly(handle, target: np.ndarray, label) -> None:
+    view, done = memoryview(target), 0
+    while done < target.size:
+        got = handle.readinto(view[done:])
+        if not got:
+            raise ValueError(f"expected {target.size} more bytes in {label}, got {done} (truncated? copy it again)")
+        done += got
+
+
+def cast_into(values: np.ndarray, out: np.ndarray) -> None:
+    """``out[...] = values.astype(out.dtype)``, bit for bit, without numpy's element-wise
+    bfloat16 casts (``ml_dtypes``): to bfloat16 through float32 (``ml_dtypes`` rounds a
+    float64 through float32 too) and :func:`mpievo.evo.half.round_into`'s bit kernel, from
+    bfloat16 widened exactly by :func:`mpievo.evo.half.widen_into`; other pairs numpy's
+    own casts. 1-D contiguous arrays of a gene dtype.
+
+    Example:
+        >>> from mpievo.evo.half import genome_dtype
+        >>> out = np.empty(3, genome_dtype("bfloat16"))
+        >>> cast_into(np.float32([1.0, 1.00390625, -2.0]), out)    # a tie rounds to even
+        >>> out.astype(np.float32).tolist()
+        [1.0, 1.0, -2.0]
+    """
+    from ..evo.half import round_into, widen_into
+
+    if values.dtype == out.dtype:
+        np.copyto(out, values)
+    elif out.dtype == BFLOAT16:
+        round_into(values if values.dtype == np.float32 else values.astype(np.float32), out)
+        _quiet_nans(out.view(np.uint16), 0x7F80, 0x7FC0)
+    elif values.dtype == BFLOAT16:
+        if out.dtype == np.float32:
+            widen_into(values, out)
+        else:
+            np.copyto(out, widen_into(values, np.empty(values.shape, np.float32)), casting="unsafe")
+            if out.dtype == np.float16:
+                _quiet_nans(out.view(np.uint16), 0x7C00, 0x7E00)
+    else:
+        np.copyto(out, values, casting="unsafe")
+
+
+def _quiet_nans(bits: np.ndarray, infinity: int, nan: int) -> None:
+    """The NaNs of half bits ``bits`` as ``ml_dtypes`` writes them: the sign kept, the
+    canonical quiet ``nan`` bits (a NaN's payload is dropped)."""
+    found = np.flatnonzero((bits & 0x7FFF) > infinity)
+    if found.size:
+        bits[found] = (bits[found] & 0x8000) | nan
     return True
 
 

@@ -11,7 +11,7 @@ e_k``, so the population costs one batched forward pass over the shared base wei
 Embeddings (and a head tied to them) are not perturbed.
 
 The noise of pair ``j`` comes from the counter-based generator
-(:func:`mpievo.kernels.random.normals`) keyed by ``(seed, island, generation, "breed")``
+(four normals per Philox block, :func:`mpievo.kernels.es_noise.noise`) keyed by ``(seed, island, generation, "breed")``
 and ``(pair, tensor)``, so any rank rebuilds any member's factors. The update
 (:meth:`LowRankPopulation.step`) is the ES gradient as the sum of the low-rank terms,
 ``sum_j c_j U_j V_j^T`` per matrix (one matrix product), applied in place with SGD.
@@ -34,7 +34,7 @@ import torch
 
 from mpievo.evo.algorithms.es import shape_fitness
 from mpievo.evo.streams import counter_key
-from mpievo.kernels import random as philox
+from mpievo.kernels import es_noise
 
 _LINEAR_TYPES = ("Linear", "Conv1D")
 
@@ -102,8 +102,9 @@ class LowRankPopulation:
 
     # --- noise --------------------------------------------------------------------
     def _draw(self, key, block: int, shape) -> torch.Tensor:
-        n = int(np.prod(shape))
-        values = philox.normals(key, block, (n + 1) // 2).reshape(-1)[:n]
+        # the normals of blocks block, block + 1, ... four per block (es_noise's vectorised draw)
+        values = np.empty(int(np.prod(shape)), np.float32)
+        es_noise.noise(values, key, block, pair=0, stride=0)
         return torch.from_numpy(values.reshape(shape))
 
     def noise(self, generation: int) -> list[dict]:
@@ -128,7 +129,7 @@ class LowRankPopulation:
                 shapes["bias"] = (pairs,) + tuple(module.bias.shape)
             for name, shape in shapes.items():
                 entry[name] = self._draw(key, block, shape).to(module.weight.device, module.weight.dtype)
-                block += (int(np.prod(shape)) + 1) // 2
+                block += es_noise.pair_stride(int(np.prod(shape)))
             out.append(entry)
         return out
 
@@ -157,30 +158,35 @@ class LowRankPopulation:
                 handle.remove()
 
     def _hook(self, module, noise: dict):
-        linear = type(module).__name__ in _LINEAR_TYPES
-        scale = 1.0 / math.sqrt(self.rank)
-        # pair j's noise serves members 2j and 2j + 1
+        # pair j's noise serves members 2j and 2j + 1; the signs and scales folded in once
+        # per generation, so that each layer adds its members' terms in one fused product
         expand = {name: value.repeat_interleave(2, dim=0) for name, value in noise.items()}
-
-        signs = self.signs(module.weight)[:, None, None]
-        low_scale = signs * scale
+        signs = self.signs(module.weight)[:, None]                       # (popsize, 1)
+        bias = signs * expand["bias"] if "bias" in expand else None      # (popsize, out)
+        if type(module).__name__ in _LINEAR_TYPES:
+            left = expand["u"] * (signs / math.sqrt(self.rank))[:, :, None]   # (popsize, in, r)
+            right = expand["v"].transpose(1, 2)                                # (popsize, r, out)
+            if bias is not None:     # the bias as one more rank: a column of ones times it
+                right = torch.cat([right, bias[:, None, :]], dim=1)
+            right = right.contiguous()
+        else:                         # a layer norm: each member's own weight and bias
+            weight = (module.weight + signs * expand["weight"])[:, None, :]
+            shift = (module.bias + bias)[:, None, :] if bias is not None else torch.zeros_like(weight)
 
         def hook(mod, inputs, output):
             x = inputs[0]
             p = self.popsize
             if x.shape[0] % p:
                 raise ValueError(f"expected a batch of popsize ({p}) x b rows, got {x.shape[0]}")
-            out = output.reshape(p, -1, output.shape[-1])
-            if linear:
-                xs = x.reshape(p, -1, x.shape[-1])
-                low = torch.bmm(torch.bmm(xs, expand["u"]), expand["v"].transpose(1, 2))
-                out = out + low_scale * low
-            else:
+            if type(mod).__name__ not in _LINEAR_TYPES:
                 normed = torch.nn.functional.layer_norm(x, mod.normalized_shape, None, None, mod.eps)
-                normed = normed.reshape(p, -1, normed.shape[-1])
-                out = out + signs * normed * expand["weight"][:, None, :]
-            if "bias" in expand:
-                out = out + signs * expand["bias"][:, None, :]
+                out = torch.addcmul(shift, normed.reshape(p, -1, normed.shape[-1]), weight)
+                return out.reshape(output.shape)
+            xs = x.reshape(p, -1, x.shape[-1])
+            t = torch.bmm(xs, left)
+            if right.shape[1] > t.shape[2]:
+                t = torch.cat([t, torch.ones_like(t[:, :, :1])], dim=2)
+            out = torch.baddbmm(output.reshape(p, -1, output.shape[-1]), t, right)
             return out.reshape(output.shape)
 
         return hook

@@ -70,7 +70,7 @@ def test_all_problems_are_reported_at_once_path_first():
         validate(config, 2, "job.toml")
     assert info.value.problems == [
         "extra: expected a key among ['engine', 'migration', 'problem', 'run'], got an unknown key",
-        "run.bogus: expected a key among ['blas_threads', 'budget', 'checkpoint_background', 'checkpoint_every', "
+        "run.bogus: expected a key among ['blas_threads', 'breed', 'budget', 'checkpoint_background', 'checkpoint_every', "
         "'checkpoint_incremental', 'checkpoint_keep', 'checkpoint_seconds', 'finish_diversity', 'finish_reserve', "
         "'generations', 'islands', 'leader_margin', 'leader_rate', 'leader_rate_final', "
         "'log_every', 'memory_check', 'progress_rate', 'ranks_per_island', 'restart_after', 'scheme', 'seed', 'target'], "

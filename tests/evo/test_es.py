@@ -16,9 +16,18 @@ from state_trees import through_hdf5, trees_equal
 
 
 def noise_matrix(key, base, pairs, dim):
-    """The full (pairs, dim) noise matrix from the counter-based generator, made in one go."""
-    half = (dim + 1) // 2
-    return np.stack([philox.normals(key, base + j * half, half).reshape(-1)[:dim] for j in range(pairs)])
+    """The full (pairs, dim) noise matrix from the counter-based generator, block by block
+    with the scalar functions: genes 4b .. 4b + 3 of pair j from block base + j * ceil(dim/4) + b."""
+    stride = (dim + 3) // 4
+    rows = []
+    for j in range(pairs):
+        words = philox.words(key, base + j * stride, stride).astype(np.uint64)
+        z = np.empty((stride, 4), np.float32)
+        for b, (w0, w1, w2, w3) in enumerate(words):
+            z[b, :2] = philox.normal_pair(w1, w2)
+            z[b, 2:] = philox.normal_pair(w3, w0)
+        rows.append(z.reshape(-1)[:dim])
+    return np.stack(rows)
 
 
 def es_island(dim=9, seed=4, problem="sphere", **settings) -> Island:
@@ -86,9 +95,27 @@ def test_members_come_in_antithetic_pairs_and_any_block_rebuilds_the_same_genes(
     isl.algorithm.member_into(block, 3, key, base, 0.01, start=3)   # an odd start, mid-pair
     assert np.array_equal(block, rows[3, 3:6])
     out = np.empty(5)
-    es_noise.combine(out, np.array([2.0, -1.0]), key, base, half=4, start=2)
+    es_noise.combine(out, np.array([2.0, -1.0]), key, base, stride=2, start=2)
     z = noise_matrix(key, base, 2, 7).astype(np.float64)
     np.testing.assert_allclose(out, 2.0 * z[0, 2:7] - z[1, 2:7], rtol=1e-12)
+
+
+def test_ranges_across_the_lanes_rebuild_the_scalar_generators_genes():
+    dim, key, base = 2 * es_noise._GENES + 53, (3, 1, 7, 1), 11
+    z = noise_matrix(key, base, 3, dim).astype(np.float64)
+    mean = np.linspace(-1, 1, dim)
+    stride = es_noise.pair_stride(dim)
+    for start, stop in ((0, dim), (es_noise._GENES - 3, 2 * es_noise._GENES + 5), (dim - 2, dim)):
+        row = np.empty(stop - start)
+        es_noise.perturb(row, mean[start:stop], 0.5, -1.0, key, base, pair=2, stride=stride, start=start)
+        assert np.array_equal(row, mean[start:stop] - 0.5 * z[2, start:stop])
+        sums = np.empty(stop - start)
+        es_noise.combine(sums, np.array([0.25, -2.0, 1.0]), key, base, stride=stride, start=start)
+        np.testing.assert_allclose(sums, np.array([0.25, -2.0, 1.0]) @ z[:, start:stop], rtol=1e-12, atol=1e-15)
+    rows, kept = np.empty((6, dim), np.float32), np.empty((3, dim), np.float32)
+    es_noise.members(rows, mean, 0.5, key, base, kept)
+    assert np.array_equal(kept, z.astype(np.float32))
+    assert np.array_equal(rows[1::2], (mean - 0.5 * z).astype(np.float32))
 
 
 def test_shaping():
@@ -174,6 +201,21 @@ def test_es_islands_share_a_ring_with_other_algorithms():
     assert result.fun < 1e-2
 
 
+def test_a_migrant_from_the_ring_replaces_the_mean_only_when_better():
+    isl = es_island(dim=5).run(3)
+    es = isl.algorithm
+    mean = es.mean.copy()
+    worse = np.full((1, 5), 3.0)
+    # policy "worst": the migrant enters the archive, yet the mean stays (not better than the members)
+    assert isl.immigrate(worse, np.array([es.last_best + 1.0]), [7], 1, policy="worst") == 1
+    assert np.array_equal(es.mean, mean) and es.moment1.any()
+    better = np.full((1, 5), 0.5)
+    assert isl.immigrate(better, np.array([es.last_best - 1.0]), [8], 1, policy="worst") == 1
+    assert np.array_equal(es.mean, better[0]) and not es.moment1.any() and not es.moment2.any()
+    rows = isl.ask(isl.generation + 1)                 # the next generation is drawn around the migrant
+    assert np.abs(rows - 0.5).max() < 10 * es.sigma
+
+
 def test_the_memory_estimate_counts_members_mean_and_moments():
     from mpievo.parallel.memory import island_bytes
 
@@ -191,6 +233,6 @@ def test_the_kept_noise_gives_the_bits_of_the_noise_drawn_again(monkeypatch, opt
     assert drawn.algorithm._noise is None
     assert np.array_equal(kept.algorithm.mean, drawn.algorithm.mean)
     with pytest.raises(ValueError, match="expected start 0 with kept noise"):
-        es_noise.adam_update(np.zeros(4), np.zeros(4), np.zeros(4), np.ones(1), (0, 0, 0, 0), 1, half=2, start=1,
+        es_noise.adam_update(np.zeros(4), np.zeros(4), np.zeros(4), np.ones(1), (0, 0, 0, 0), 1, stride=1, start=1,
                              decay=0.0, lr=0.1, beta1=0.9, beta2=0.999, eps=1e-8, step=1,
                              noise=np.zeros((1, 4), np.float32))

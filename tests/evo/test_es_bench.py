@@ -13,7 +13,8 @@ def test_quality_prints_every_mpievo_row_and_writes_json(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "mpievo es (as EvoX)" in text and "mpievo es (centred ranks)" in text and "evox" not in text
     rows = json.loads(out.read_text())
-    assert len(rows) == 3 and all(len(r["curve"]) == 10 and r["evaluations_per_s"] > 0 for r in rows)
+    assert len(rows) == 3 and all(len(r["curve"]) == 10 and r["evaluations_per_s"] > 0
+                                  and r["evaluations_per_cpu_s"] > 0 for r in rows)
 
 
 def test_the_mean_improves_and_runs_repeat():

@@ -238,3 +238,32 @@ def test_front_report_prints_and_plots(example, front_run, tmp_path):
     assert "as good as mpievo (one objective) on every task (test): " in text
     target = module.plot_front(report, tmp_path / "front.png")
     assert target.stat().st_size > 10_000
+
+
+def test_dataflow_job_keeps_binary_layers_and_writes_a_model_that_loads(example, tmp_path):
+    """dataflow.toml, briefly: the run genes stay binary, the best is at least the base's own
+    path (generation 0's first genome), and the written merge (n_layer = its path's length)
+    loads with from_pretrained and scores as the module did."""
+    if MPI.COMM_WORLD.Get_size() > 1:
+        pytest.skip("runs `mpievo run` on COMM_WORLD in this process: one rank only")
+    from mpievo.torch import load_model
+    from mpievo.torch.dataflow import save_dataflow
+    from scoring import task_scores
+
+    flow = example.merge.dataflow_problem(example.zoo)
+    sys.modules["merge_ci"].flow = flow
+    out = tmp_path / "dfs"
+    assert main(["run", str(EXAMPLE / "dataflow.toml"), "--out", str(out), "--generations", "1",
+                 "--set", "problem.name=merge_ci:flow", "--islands", "2", "--set", "engine.capacity=8",
+                 "--progress", "none"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    best = example.report.best_genome(out, summary)
+    slots = len(flow.space.slots)
+    assert set(best[:slots].tolist()) <= {0.0, 1.0}
+    assert summary["best_fitness"] >= flow(flow.space.identity_genome(0)[None])[0]
+    save_dataflow(flow, best, tmp_path / "merged")
+    loaded = load_model(tmp_path / "merged")
+    assert loaded.config.n_layer == len(flow.space.decode(best)["path"])
+    flow.materialize(best)
+    module = task_scores(flow.model, example.zoo.splits, "test")["mean"]
+    assert task_scores(loaded, example.zoo.splits, "test")["mean"] == pytest.approx(module, abs=1 / 256)

@@ -45,6 +45,8 @@ def test_seeded_run_equals_the_island_rows_and_improves():
 def test_seeded_refuses_a_bad_mean():
     with pytest.raises(ValueError, match=r"expected the mean as a non-empty 1-D float array, got shape \(2, 2\)"):
         SeededES(SelfComm(), sphere, np.zeros((2, 2)))
+    with pytest.raises(ValueError, match="es.noise: expected 'full' for SeededES .*, got 'lowrank'"):
+        SeededES(SelfComm(), sphere, np.zeros(4), ES(noise="lowrank"))
 
 
 @pytest.mark.mpi(min_size=2)

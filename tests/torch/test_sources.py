@@ -86,7 +86,9 @@ def test_a_merge_too_large_is_refused_before_loading_naming_the_sizes(half_sourc
     monkeypatch.setattr(hf, "fill_from_files", lambda *a: loaded.append(a) or True)
     need = hf.memory_estimate(flat.dim, 2, archive_rows=6, ranks_per_node=2, bases_itemsize=2, gene_itemsize=2,
                               row_itemsize=2)
-    assert need == flat.dim * (2 * 2 + 2 * (6 * 2 + 2 * 2))    # sources in bf16 + per rank rows and 2 buffers
+    # sources in bf16; per rank the rows, the row box (2 bf16 bounds, the GA's 2 float32 ones) and the
+    # model's buffer; the best genome once (its row, decoded, copied out)
+    assert need == flat.dim * (2 * 2 + 2 * (6 * 2 + 2 * 2 + 2 * 4 + 2) + 3 * 2)
     with pytest.raises(MemoryError, match=rf"got an estimate of {need / 2**30:.2f} GiB \(2 sources of "
                                           r"27,008 genes in bfloat16, and per rank of 2: 6 archive"):
         hf.hf_bases(half_sources, flat, archive_rows=6, ranks_per_node=2, available=need - 1)
@@ -118,7 +120,8 @@ def test_delta_genomes_over_half_bases_are_the_reference_formula(dtype, uniform)
     assert out.tobytes() == expected.tobytes()
 
 
-def test_the_run_check_counts_the_bases_once_per_node_and_two_genome_buffers_a_rank(tmp_path, monkeypatch):
+def test_the_run_check_counts_the_bases_and_best_genome_once_per_node_and_each_ranks_buffers(tmp_path,
+                                                                                            monkeypatch):
     from mpievo.comm.protocol import SelfComm
     from mpievo.config import validate
     from mpievo.parallel import memory
@@ -128,11 +131,50 @@ def test_the_run_check_counts_the_bases_once_per_node_and_two_genome_buffers_a_r
     job = validate({"problem": {"name": "sphere", "dim": dim, "bases": str(tmp_path / "bases.npy")},
                     "run": {"islands": 2}, "engine": {"genome": "delta", "capacity": 4, "batch_size": 2}}, 1)
     host, _ = memory.rank_estimate(job, 1)
-    assert host == 2 * 6 * dim * 4 + 2 * dim * 4          # two islands' rows (no draw rows), two buffers
-    need = host + 3 * dim * 4                              # and the bases, once
+    # two islands' rows (no draw rows) and row boxes, a block of a generation 0 (4 genomes) to evaluate
+    assert host == 2 * 6 * dim * 4 + 2 * 2 * dim * 4 + 4 * dim * 4
+    need = host + 3 * dim * 4 + 3 * dim * 4                # and the bases and the best genome, once
     monkeypatch.setattr(memory, "usable_host_bytes", lambda: (need - 1, "a test"))
     refusal = memory.memory_problem(SelfComm(), job)
     assert refusal is not None and f"got an estimate of {need / 2**30:.3g} GiB of host (3 base models of " \
-        f"{3 * dim * 4 / 2**30:.3g} GiB included)" in refusal, refusal
+        f"{3 * dim * 4 / 2**30:.3g} GiB and the best genome included)" in refusal, refusal
     monkeypatch.setattr(memory, "usable_host_bytes", lambda: (need, "a test"))
     assert memory.memory_problem(SelfComm(), job) is None
+
+
+def _special_values():
+    """Every bfloat16 and float16 pattern, float32 patterns around every bfloat16 (ties,
+    NaN payloads, subnormals, infinities) and float64 values a float32 rounding ties."""
+    high = np.arange(1 << 16, dtype=np.uint32) << 16
+    f32 = (high[:, None] | np.array([0, 1, 0x7FFF, 0x8000, 0x8001, 0xFFFF], np.uint32)).reshape(-1).view(np.float32)
+    with np.errstate(all="ignore"):
+        f64 = np.concatenate([f32.astype(np.float64), f32.astype(np.float64) * (1 + 2.0 ** -30)])
+    return {np.dtype(np.float32): f32, np.dtype(np.float64): f64, BF16: np.arange(1 << 16, dtype=np.uint16).view(BF16),
+            np.dtype(np.float16): np.arange(1 << 16, dtype=np.uint16).view(np.float16)}
+
+
+@pytest.mark.parametrize("target", [np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.float16), BF16],
+                         ids=lambda d: d.name)
+def test_sources_are_cast_into_their_rows_as_astype_casts_them_bit_for_bit(target):
+    for values in _special_values().values():
+        with np.errstate(all="ignore"):
+            want = values.astype(target)
+        got = np.empty(values.shape, target)
+        with np.errstate(all="ignore"):     # overflows to inf, NaN: as astype
+            hf.cast_into(values, got)
+        bits = {2: np.uint16, 4: np.uint32, 8: np.uint64}[target.itemsize]
+        assert np.array_equal(got.view(bits), want.view(bits)), (values.dtype, target)
+
+
+def test_a_tensor_is_read_at_its_offset_through_the_cast_buffer(tmp_path, monkeypatch):
+    values = _special_values()[np.dtype(np.float32)]
+    path = tmp_path / "data"
+    path.write_bytes(b"header" + values.tobytes())
+    monkeypatch.setattr(hf, "_CAST_CHUNK", 4096 + 4)             # chunks that do not divide the tensor
+    out = np.empty(values.size, BF16)
+    with open(path, "rb", buffering=0) as handle:
+        hf.read_cast(handle, 6, values.dtype, out, path)
+        with pytest.raises(ValueError, match="expected 8 more bytes in .*data, got 0"):
+            hf.read_cast(handle, path.stat().st_size, values.dtype, out[:2], path)
+    with np.errstate(all="ignore"):
+        assert np.array_equal(out.view(np.uint16), values.astype(BF16).view(np.uint16))

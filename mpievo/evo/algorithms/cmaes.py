@@ -20,6 +20,18 @@ because the archive then holds exactly the scored points, the mean (a convex
 combination of in-box points) never leaves the box, no penalty weight needs
 adapting, and a repaired point cannot inflate sigma or C.
 
+Integer genes (``problem.integer``): CMA-ES with margin (Hamano et al., GECCO 2022),
+its mean correction. The island scores and keeps the samples with those genes rounded,
+but the strategy learns from its continuous samples (rounded points would collapse the
+variance of those genes onto a lattice); after each update the mean of an integer gene
+is moved towards the nearest rounding threshold (``k +- 1/2``, on the side where the box
+has a neighbour) until the marginal probability of crossing it is at least the margin
+``alpha = 1 / (dim * popsize)``: ``|m - t| <= z_(1-alpha) sigma scale sqrt(C_jj)``. So
+an integer gene can never freeze at one value while sigma shrinks. For binary genes
+this is the paper's correction; for genes with neighbours on both sides the paper also
+widens the gene's scale (its diagonal matrix ``A``), which we do not: only the nearer
+threshold keeps the margin.
+
 Immigrants (:meth:`CMAES.migrate_in`): those better than anything the current run
 has told are kept, the best ``max(1, mu // 2)``, and join the next ``tell`` as
 injected solutions in place of the worst samples (no re-evaluation). They pull the
@@ -34,6 +46,8 @@ and the pending immigrants.
 """
 
 from __future__ import annotations
+
+from statistics import NormalDist
 
 import numpy as np
 
@@ -114,6 +128,8 @@ class CMAES:
         self.strategy = Strategy(start, self.sigma0, base, self.scale)
         self._clear_immigrants()
         self._repaired = None
+        self.integer = getattr(problem, "integer", None)     # CMA-ES with margin (module docstring)
+        self._samples = None
 
     def start_local(self, sigma: float) -> None:
         """Replace the current run by a local one: from the archive's best member, step
@@ -160,6 +176,7 @@ class CMAES:
         x = self.strategy.ask(rng)
         self._repaired = np.any((x < self._low) | (x > self._high), axis=1)
         np.clip(x, self._low, self._high, out=x)
+        self._samples = x if self.integer is not None else None    # the island rounds a copy
         return x.astype(self.dtype)
 
     def tell(self, genomes: np.ndarray, fitness: np.ndarray) -> None:
@@ -168,6 +185,9 @@ class CMAES:
         if len(genomes) != len(self._repaired):
             raise ValueError(f"expected the {len(self._repaired)} genomes of the last ask, got {len(genomes)}")
         x = np.asarray(genomes, np.float64)          # exactly the scored (rounded) points
+        if self._samples is not None:                # integer genes: the continuous samples
+            x = x.copy()
+            x[:, self.integer] = self._samples[:, self.integer]
         fitness = np.asarray(fitness, np.float64)
         injected = self._repaired
         if len(self._immigrant_fitness):
@@ -177,6 +197,8 @@ class CMAES:
             keep = np.argsort(fitness, kind="stable")[:len(genomes)]   # the worst samples make room
             x, fitness, injected = x[keep], fitness[keep], injected[keep]
         self.strategy.tell(x, fitness, injected)
+        if self.integer is not None:
+            keep_margin(self.strategy, self.integer, self._low, self._high)
         self.schedule.count(len(genomes))
         self._clear_immigrants()
         self._repaired = None
@@ -221,3 +243,26 @@ class CMAES:
                              f"got {immigrants.shape}")
         self._immigrants, self._immigrant_fitness = immigrants, fitness
         self._repaired = None
+
+
+def keep_margin(strategy, integer: np.ndarray, low: np.ndarray, high: np.ndarray) -> None:
+    """CMA-ES with margin's mean correction (module docstring), in place: each integer gene's
+    mean at most ``z_(1 - alpha)`` marginal standard deviations from its nearer rounding
+    threshold, ``alpha = 1 / (dim * popsize)``.
+
+    Example::
+
+        keep_margin(cmaes.strategy, np.array([0, 3]), low, high)   # genes 0 and 3 integer
+    """
+    p = strategy.p
+    reach = NormalDist().inv_cdf(1.0 - 1.0 / (p.dim * p.popsize))
+    mean = strategy.mean[integer]
+    std = strategy.sigma * strategy.scale[integer] * np.sqrt(np.diagonal(strategy.cov)[integer])
+    value = np.clip(np.rint(mean), np.ceil(low[integer]), np.floor(high[integer]))
+    below = np.where(value > np.ceil(low[integer]), value - 0.5, -np.inf)      # thresholds with a neighbour
+    above = np.where(value < np.floor(high[integer]), value + 0.5, np.inf)
+    threshold = np.where(mean - below <= above - mean, below, above)
+    finite = np.isfinite(threshold)
+    gap = mean - threshold
+    far = finite & (np.abs(gap) > reach * std)
+    strategy.mean[integer[far]] = threshold[far] + np.sign(gap[far]) * reach * std[far]

@@ -25,9 +25,10 @@ from .. import operators as ops
 from ..streams import CounterStart
 
 
-def seed_population(archive, n: int, rng: np.random.Generator, lower, upper) -> tuple[np.ndarray, np.ndarray]:
+def seed_population(archive, n: int, rng: np.random.Generator, lower, upper,
+                    integer=None) -> tuple[np.ndarray, np.ndarray]:
     """A DE population of ``n``: the archive's best members, the rest uniform in the box
-    (those unevaluated: fitness +inf). Returns (genomes, fitness)."""
+    (those unevaluated: fitness +inf; ``integer`` genes rounded). Returns (genomes, fitness)."""
     ranked = archive.ranking()[:n]
     x = np.empty((n, archive.dim), archive.dtype)
     fitness = np.full(n, np.inf)
@@ -36,6 +37,7 @@ def seed_population(archive, n: int, rng: np.random.Generator, lower, upper) -> 
     if n > len(ranked):
         x[len(ranked):] = rng.uniform(lower, upper, (n - len(ranked), archive.dim))
         np.clip(x, lower, upper, out=x)
+        ops.round_integers(x[len(ranked):], integer)
     return x, fitness
 
 
@@ -68,7 +70,8 @@ class JDE:
 
     def init(self, problem, archive, rng) -> None:
         self.lower, self.upper = ops.box_arrays(problem.lower, problem.upper, archive.dtype)
-        self.x, self.fitness = seed_population(archive, self.population, rng, self.lower, self.upper)
+        self.x, self.fitness = seed_population(archive, self.population, rng, self.lower, self.upper,
+                                               getattr(problem, "integer", None))
         n = self.population
         self.f_scale = np.full(n, 0.5)
         self.cr = np.full(n, 0.9)

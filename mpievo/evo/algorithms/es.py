@@ -20,6 +20,10 @@ Fine-Tuning Beyond Reinforcement Learning", for full-parameter fine-tuning):
 * **Optimizer on the mean**: ``adam`` (default, as OpenAI-ES) or ``sgd`` with momentum
   (``es_momentum = 0``: the plain step of ES at Scale), gradient ``-1/(P sigma) sum_i u_i
   eps_i + weight_decay * mean`` (L2 as Salimans' ``l2coeff``).
+* **Low-rank noise** (``noise = "lowrank"``, ``engine.es_noise``): on each weight matrix of
+  a model's genome a rank-``rank`` term ``U V^T / sqrt(rank)`` instead of a normal per
+  gene (EGGROLL), from one short compact noise vector per pair
+  (:mod:`mpievo.kernels.es_lowrank`); the update is the sum of those terms.
 * **Schedules**: ``sigma_t = max(sigma_min, sigma * sigma_decay^t)`` and likewise the
   learning rate (``t`` = updates so far), as estool's ``sigma_decay``/``sigma_limit``.
 
@@ -49,10 +53,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from mpievo.kernels import es_noise
+from mpievo.kernels import es_lowrank, es_noise
 from .. import operators as ops
 
 SHAPINGS = ("centered_ranks", "zscore", "none")
+NOISES = ("full", "lowrank")
 OPTIMIZERS = ("adam", "sgd")
 _ADAM_BETAS = (0.9, 0.999)
 _ADAM_EPS = 1e-8
@@ -138,6 +143,10 @@ class ES:
         sigma_min, lr_min: floors of the schedules (>= 0).
         bias_correction: Adam's bias correction of its moments (Kingma and Ba; OpenAI's
             ES code); False: without, as EvoX's OpenES (early steps up to ~3x larger).
+        noise: ``full`` (a normal per gene) or ``lowrank`` (per weight matrix of a model's
+            genome a rank-``rank`` term ``U V^T / sqrt(rank)``, full noise elsewhere;
+            :func:`model_matrices`).
+        rank: the low-rank noise's rank, >= 1 and at most each matrix's smaller side.
 
     Raises:
         ValueError: "expected X, got Y" for any bad setting, before any work.
@@ -154,7 +163,8 @@ class ES:
     def __init__(self, *, popsize: int = 30, sigma: float = 0.02, learning_rate: float = 0.01,
                  optimizer: str = "adam", momentum: float = 0.9, shaping: str = "centered_ranks",
                  weight_decay: float = 0.0, sigma_decay: float = 1.0, sigma_min: float = 0.0,
-                 lr_decay: float = 1.0, lr_min: float = 0.0, bias_correction: bool = True):
+                 lr_decay: float = 1.0, lr_min: float = 0.0, bias_correction: bool = True, noise: str = "full",
+                 rank: int = 4):
         if isinstance(popsize, bool) or not isinstance(popsize, (int, np.integer)) or popsize < 2 or popsize % 2:
             raise ValueError(f"expected popsize to be an even int >= 2 (antithetic pairs), got {popsize!r}")
         self.popsize = int(popsize)
@@ -178,6 +188,12 @@ class ES:
         if not isinstance(bias_correction, (bool, np.bool_)):
             raise ValueError(f"expected bias_correction to be a bool, got {bias_correction!r}")
         self.bias_correction = bool(bias_correction)
+        if noise not in NOISES:
+            raise ValueError(f"expected noise among {list(NOISES)}, got {noise!r}")
+        if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or rank < 1:
+            raise ValueError(f"expected rank to be an int >= 1, got {rank!r}")
+        self.noise, self.rank = noise, int(rank)
+        self._layout = None
 
     @classmethod
     def from_config(cls, config) -> "ES":
@@ -185,7 +201,7 @@ class ES:
                    optimizer=config.es_optimizer, momentum=config.es_momentum, shaping=config.es_shaping,
                    weight_decay=config.es_weight_decay, sigma_decay=config.es_sigma_decay,
                    sigma_min=config.es_sigma_min, lr_decay=config.es_lr_decay, lr_min=config.es_lr_min,
-                   bias_correction=config.es_adam_bias_correction)
+                   bias_correction=config.es_adam_bias_correction, noise=config.es_noise, rank=config.es_rank)
 
     # --- schedules -------------------------------------------------------------------
     def current_sigma(self) -> float:
@@ -197,24 +213,40 @@ class ES:
         return max(self.lr_min, self.learning_rate * self.lr_decay ** self.updates)
 
     # --- protocol --------------------------------------------------------------------
+    def check_problem(self, problem) -> None:
+        """Refuse low-rank noise on ``problem`` before any work: a genome without weight
+        matrices, or ``rank`` above a matrix's smaller side ("expected X, got Y").
+
+        Example::
+
+            ES(noise="lowrank", rank=8).check_problem(model_problem)
+        """
+        if self.noise == "lowrank":
+            es_lowrank.lowrank_layout(problem.dim, model_matrices(problem), self.rank)
+
     def init(self, problem, archive, rng) -> None:
         self.archive = archive
         low, high = ops.box_arrays(problem.lower, problem.upper, archive.dtype)
-        self.start(archive.genomes[archive.best_index()], low, high)
+        matrices = model_matrices(problem) if self.noise == "lowrank" else None
+        self.start(archive.genomes[archive.best_index()], low, high, matrices)
 
-    def start(self, mean: np.ndarray, low, high) -> None:
+    def start(self, mean: np.ndarray, low, high, matrices=None) -> None:
         """Begin at ``mean`` (its dtype is the members'; the state is float64 for float64
         genomes, else float32) inside the box ``[low, high]``; no archive needed.
+        ``matrices``: with low-rank noise, the genome's ``(offset, rows, cols)`` weight
+        matrices (:func:`model_matrices`).
 
         Example::
 
             es.start(np.zeros(1000, np.float32), -np.inf, np.inf)
         """
         mean = np.asarray(mean)
+        if self.noise == "lowrank":
+            self._layout = es_lowrank.lowrank_layout(len(mean), [] if matrices is None else matrices, self.rank)
         self.dim = len(mean)
         self.dtype = mean.dtype
         self.state_dtype = np.float64 if self.dtype == np.float64 else np.float32
-        self.half = (self.dim + 1) // 2
+        self.stride = es_noise.pair_stride(self.dim)
         self._low, self._high = low, high
         self.mean = mean.astype(self.state_dtype)
         velocity = self.optimizer == "adam" or self.momentum > 0     # plain SGD keeps no moment
@@ -235,9 +267,14 @@ class ES:
         sigma = self.current_sigma()
         if self._batch is None:
             self._batch = np.empty((self.popsize, self.dim), self.dtype)
-            keep = (self.popsize // 2) * self.dim * 4 <= NOISE_CACHE_BYTES
-            self._noise = np.empty((self.popsize // 2, self.dim), np.float32) if keep else None
-        es_noise.members(self._batch, self.mean, sigma, key, base, self._noise)
+            width = self._layout[2] if self._layout is not None else self.dim    # low-rank: always kept
+            keep = self._layout is not None or (self.popsize // 2) * width * 4 <= NOISE_CACHE_BYTES
+            self._noise = np.empty((self.popsize // 2, width), np.float32) if keep else None
+        if self._layout is not None:
+            es_lowrank.lowrank_members(self._batch, self._noise, self.mean, sigma, key, base, self._layout[0],
+                                       self._layout[1], self.rank)
+        else:
+            es_noise.members(self._batch, self.mean, sigma, key, base, self._noise)
         self.clip(self._batch)
         self._pending = (key, base, sigma)
         return self._batch
@@ -250,9 +287,11 @@ class ES:
 
             es.member_into(row, 3, key, base, es.current_sigma())   # mean - sigma z_1
         """
+        if self._layout is not None:
+            raise ValueError("expected full noise to build one member at a time, got es_noise 'lowrank'")
         stop = start + len(out)
         es_noise.perturb(out, self.mean[start:stop], sigma, -1.0 if member % 2 else 1.0, key, base,
-                         pair=member // 2, half=self.half, start=start)
+                         pair=member // 2, stride=self.stride, start=start)
 
     def coefficients(self, fitness: np.ndarray, sigma: float) -> np.ndarray:
         """Per pair ``j``: ``(u_2j - u_2j+1) / (popsize * sigma)``, the weight of ``z_j`` in the
@@ -286,14 +325,20 @@ class ES:
         coeffs = self.coefficients(fitness, sigma)
         lr = self.current_learning_rate()
         self.updates += 1
+        sums = None
+        if self._layout is not None:             # the low-rank terms, from the compact noise ask() kept
+            if noise is None:
+                raise ValueError("expected the compact noise ask() kept for es_noise 'lowrank', got None")
+            sums = es_lowrank.lowrank_sums(coeffs, noise, self.dim, self._layout[0], self._layout[1], self.rank)
+            noise = None
         if self.optimizer == "adam":
-            es_noise.adam_update(self.mean, self.moment1, self.moment2, coeffs, key, base, half=self.half,
+            es_noise.adam_update(self.mean, self.moment1, self.moment2, coeffs, key, base, stride=self.stride,
                                  start=0, decay=self.weight_decay, lr=lr, beta1=_ADAM_BETAS[0],
                                  beta2=_ADAM_BETAS[1], eps=_ADAM_EPS,
-                                 step=self.updates if self.bias_correction else None, noise=noise)
+                                 step=self.updates if self.bias_correction else None, noise=noise, sums=sums)
         else:
-            es_noise.sgd_update(self.mean, self.moment1, coeffs, key, base, half=self.half, start=0,
-                                decay=self.weight_decay, lr=lr, momentum=self.momentum, noise=noise)
+            es_noise.sgd_update(self.mean, self.moment1, coeffs, key, base, stride=self.stride, start=0,
+                                decay=self.weight_decay, lr=lr, momentum=self.momentum, noise=noise, sums=sums)
         np.clip(self.mean, self._low, self._high, out=self.mean)
         finite = fitness[np.isfinite(fitness)]
         self.last_best = float(finite.min()) if len(finite) else np.inf
@@ -338,3 +383,19 @@ class ES:
         self.updates = int(state["updates"])
         self.last_best = float(state["last_best"])
         self._pending = None
+
+
+def model_matrices(problem) -> list[tuple[int, int, int]]:
+    """``(offset, rows, cols)`` of every 2-D tensor in ``problem``'s genome: a
+    :class:`~mpievo.torch.ModelProblem`'s weight matrices (its ``flat`` layout); none for
+    other problems.
+
+    Example::
+
+        model_matrices(ModelProblem(torch.nn.Linear(3, 2), score))   # [(0, 2, 3)]
+    """
+    flat = getattr(problem, "flat", None)
+    if flat is None:
+        return []
+    return [(int(offset), int(shape[0]), int(shape[1])) for offset, shape in zip(flat.offsets, flat.shapes)
+            if len(shape) == 2]

@@ -90,6 +90,25 @@ STEP_ADAPTATIONS = ("success", "self")
 GENES_PER_CHILD = 10.0  # default mutation rate: min(1, GENES_PER_CHILD / dim)
 
 
+def breeding_box(problem, dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The host ``(lower, upper, scale)`` the GA breeds rows of ``dtype`` in: the box in
+    the rows' dtype, rounded inwards (:func:`~mpievo.evo.operators.box_arrays`), and the
+    box's width; half-precision rows breed in float32 (:mod:`mpievo.evo.half`): the box
+    rounded inwards in the half type, widened exactly. Uniform boxes stay broadcast views.
+
+    Example:
+        >>> from mpievo.evo import make_problem
+        >>> lower, upper, scale = breeding_box(make_problem("sphere", dim=3), "bfloat16")
+        >>> lower.dtype.name, scale.dtype.name, scale.shape
+        ('float32', 'float32', (3,))
+    """
+    lower, upper = ops.box_arrays(problem.lower, problem.upper, half.genome_dtype(dtype))
+    compute = half.compute_dtype(dtype)
+    if half.is_half(dtype):
+        lower, upper = ops.cast_bound(lower, compute), ops.cast_bound(upper, compute)
+    return lower, upper, ops.cast_bound(problem.width, compute)   # uniform: a broadcast view
+
+
 class GeneticAlgorithm:
     """Archive GA (see the module docstring); arguments as in :class:`EngineConfig`.
 
@@ -194,16 +213,9 @@ class GeneticAlgorithm:
             self._bind_operators(device_operators)
         else:
             self._bind_operators(ops)
-        lower, upper = ops.box_arrays(problem.lower, problem.upper, archive.dtype)
-        # half-precision rows breed in float32 (mpievo.evo.half): the box rounded inwards
-        # in the half type, widened exactly
-        compute = half.compute_dtype(archive.dtype)
         self._half = half.HalfBreeding(archive.dtype, on_device=archive.on_device) if half.is_half(
             archive.dtype) else None
-        if self._half is not None:
-            lower, upper = ops.cast_bound(lower, compute), ops.cast_bound(upper, compute)
-        scale = ops.cast_bound(problem.width, compute)   # uniform: a broadcast view
-        self.lower, self.upper, self.scale = (self.ops.place(a) for a in (lower, upper, scale))
+        self.lower, self.upper, self.scale = (self.ops.place(a) for a in breeding_box(problem, archive.dtype))
         self.sigma = self.initial_sigma
         self._reset_restarts()
         self._children = self.ops.empty((self.batch_size, archive.dim), archive.dtype)

@@ -131,7 +131,8 @@ class SHADE:
         n, dim = self.start_size(archive.dim), archive.dim
         self.n_init = n
         self.lower, self.upper = ops.box_arrays(problem.lower, problem.upper, archive.dtype)
-        self.x, self.fitness = seed_population(archive, n, rng, self.lower, self.upper)
+        self.x, self.fitness = seed_population(archive, n, rng, self.lower, self.upper,
+                                               getattr(problem, "integer", None))
         self._external, self.archived = np.empty((0, dim), archive.dtype), 0
         self._lower, self._upper = (np.ascontiguousarray(a) for a in (self.lower, self.upper))
         self._start, self._trial = CounterStart(), None

@@ -35,7 +35,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import device
-from ...kernels import half_rows
+from ...kernels import half_rows, half_start
 from ...kernels.host import BFLOAT16
 from ..problems import Problem
 from ..base_models import BaseModels
@@ -52,6 +52,13 @@ def shifted_box(problem: Problem, base: np.ndarray, dtype) -> tuple[np.ndarray, 
     (:func:`~mpievo.evo.operators.box_arrays`), chunk by chunk: no float64 genome-sized
     temporaries, and the row box is as large as one row per bound."""
     lower, upper = np.empty(problem.dim, dtype), np.empty(problem.dim, dtype)
+    if np.dtype(dtype) == BFLOAT16 and base.dtype == BFLOAT16:    # one pass, the same bits
+        bounds = [np.asarray(b, np.float64) for b in (problem.lower, problem.upper)]
+        uniform = all(b.strides == (0,) for b in bounds)
+        bounds = [np.ascontiguousarray(b[:1] if uniform else b) for b in bounds]
+        half_start.shifted_box_bf16(*bounds, uniform, base.view(np.uint16), lower.view(np.uint16),
+                                    upper.view(np.uint16))
+        return lower, upper
     for start in range(0, problem.dim, _CHUNK):
         part = slice(start, start + _CHUNK)
         shift = base[part].astype(np.float64)
@@ -88,12 +95,37 @@ class DeltaProblem(EncodedProblem):
         return self.inner.width
 
     def _initial_deltas(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        genomes = self.inner._check_initial(self.inner.initial(rng, n), n)
+        return self._deltas(self.inner._check_initial(self.inner.initial(rng, n), n))
+
+    def _deltas(self, genomes: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         base = self.bases.array[0]
-        deltas = np.empty(genomes.shape, self.row_dtype)
+        deltas = np.empty(genomes.shape, self.row_dtype) if out is None else out
         for row, genome in zip(deltas, genomes):    # in float64, cast in the ufunc's chunks: no float64 row
             np.subtract(genome, base, out=row, dtype=np.float64, casting="unsafe")
         return deltas
+
+    def initial_genomes(self, rng: np.random.Generator, n: int, dtype, out: np.ndarray | None = None) -> np.ndarray:
+        """Generation 0's rows (:meth:`Problem.initial_genomes` over the row box), into
+        ``out`` when given (an archive's own rows: no population beside the archive).
+        bfloat16 deltas of bfloat16 starting genomes over bfloat16 bases take one pass a
+        row (:func:`~mpievo.kernels.half_start.deltas_bf16`: the delta, the finiteness
+        check and the clip of the element-wise code below, the same bits)."""
+        base = self.bases.array[0]
+        if self.initial is None or np.dtype(dtype) != self.row_dtype:
+            return super().initial_genomes(rng, n, dtype, out)
+        genomes = self.inner._check_initial(self.inner.initial(rng, n), n)
+        out = np.empty((n, self.dim), dtype) if out is None else out
+        if not (self.row_dtype == genomes.dtype == base.dtype == BFLOAT16 and self.lower.flags.c_contiguous):
+            self._check_initial(self._deltas(genomes, out), n)      # as Problem.initial_genomes does
+            return np.clip(out, *box_arrays(self.lower, self.upper, dtype), out=out)
+        bad = 0
+        for genome, row in zip(genomes, out):
+            bad += half_start.deltas_bf16(np.ascontiguousarray(genome).view(np.uint16), base.view(np.uint16),
+                                          self.lower.view(np.uint16), self.upper.view(np.uint16),
+                                          row.view(np.uint16))
+        if bad:
+            raise ValueError(f"expected finite initial genomes from {self.name!r}, got {bad} non-finite genes")
+        return out
 
     def materialize_into(self, rows: np.ndarray, out: np.ndarray) -> None:
         base = self.bases.array[0]

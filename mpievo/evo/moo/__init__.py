@@ -8,7 +8,7 @@
   environmental selection (the population of a Pareto island).
 * :mod:`.nsga2` -- the ``nsga2`` island algorithm (tournaments, SBX, polynomial mutation).
 * :mod:`.smsemoa` -- the ``smsemoa`` island algorithm (hypervolume survival, moocore's).
-* :mod:`.moead` -- the ``moead`` island algorithm (Tchebycheff subproblems, DE, as pygmo's).
+* :mod:`.moead` -- the ``moead`` island algorithm (Tchebycheff subproblems, SBX or pygmo's DE).
 * :mod:`.indicators` -- hypervolume (moocore) and the merge of several fronts.
 
 Example::

@@ -1,4 +1,5 @@
-"""MOEA/D (Zhang and Li 2007) with DE variation (Li and Zhang 2009), as pygmo's ``moead``.
+"""MOEA/D (Zhang and Li 2007): SBX variation as in that paper and pymoo's ``MOEAD``, or
+DE variation (Li and Zhang 2009's MOEA/D-DE, pygmo's ``moead``).
 
 The objectives are decomposed into ``N`` Tchebycheff subproblems ``g(f | w, z) =
 max_k w_k |f_k - z_k|``, one per weight vector ``w`` (``N`` = the initial population;
@@ -10,10 +11,12 @@ Per generation, ``batch_size`` children, subproblems taken in a shuffled order:
 
 1. mating pool: subproblem ``i``'s neighbourhood with probability ``NEIGHBOURHOOD_MATING``
    (else every subproblem);
-2. DE/rand/1: ``x_i + F (x_r1 - x_r2)``, r1 != r2 from the pool, binomial crossover with
-   ``CR`` (one gene always from the mutant), a gene beyond the box drawn between the
-   bound and ``x_i``'s gene (pygmo's repair); polynomial mutation (``pm_eta``, per gene
-   with probability ``mutation_rate``, None: 1/dim);
+2. ``variation = "sbx"`` (the default): SBX (``sbx_eta``, ``sbx_prob``; defaults 20 and
+   1, Zhang and Li 2007's and pymoo's) of two distinct members r1, r2 of the pool, one of
+   the two children at random (pymoo's); ``"de"``: DE/rand/1 ``x_i + F (x_r1 - x_r2)``,
+   binomial crossover with ``CR`` (one gene always from the mutant), a gene beyond the
+   box drawn between the bound and ``x_i``'s gene (pygmo's repair); then polynomial
+   mutation (``pm_eta``, per gene with probability ``mutation_rate``, None: 1/dim);
 3. on :meth:`tell`, in the order asked: ``z`` takes the child's objectives, and the child
    replaces the solution of at most ``REPLACEMENT_LIMIT`` subproblems of its pool whose
    ``g`` it lowers, offered its own subproblem first, then the others in a drawn order.
@@ -32,11 +35,13 @@ from __future__ import annotations
 import numpy as np
 
 from .nsga2 import POPULATION, ParetoAlgorithm
-from .variation import bounded_polynomial_mutation
+from .variation import bounded_polynomial_mutation, sbx_pairs
 
 #: pygmo moead's defaults: DE's F and CR, the chance of mating in the neighbourhood, and
 #: the most subproblems one child may take over ("preserve diversity")
 DE_F, DE_CR, NEIGHBOURHOOD_MATING, REPLACEMENT_LIMIT = 0.5, 1.0, 0.9, 2
+#: the ways to breed a child (see the module docstring)
+VARIATIONS = ("sbx", "de")
 #: a zero weight counts as this much (Tchebycheff would ignore that objective)
 MIN_WEIGHT = 1e-6
 
@@ -87,25 +92,33 @@ class MOEAD(ParetoAlgorithm):
     #: a population of 100 (the other Pareto islands'), a tenth of it bred per generation:
     #: the references (Zhang and Li; pygmo's and pymoo's loops) breed one child at a time,
     #: each updating the subproblems before the next; a whole population per batch breeds
-    #: from older solutions (ZDT1, 30 genes, 2 islands, 20,000 evaluations, seed 0:
+    #: from older solutions (DE, ZDT1, 30 genes, 2 islands, 20,000 evaluations, seed 0:
     #: hypervolume 0.03 with batches of 100, 0.81 of 10, 0.83 of 1 at about 6 times the
-    #: wall time of 10)
-    config_defaults = {"capacity": POPULATION, "batch_size": 10}
+    #: wall time of 10; SBX: 10 above 100 on 11 of 13 problems, docs/guides/multi-objective.md);
+    #: SBX as Zhang and Li 2007 and pymoo's MOEAD (index 20, every pair)
+    config_defaults = {"capacity": POPULATION, "batch_size": 10, "sbx_eta": 20.0, "sbx_prob": 1.0}
 
     def __init__(self, *, batch_size: int = 100, neighbours: int = 20, pm_eta: float = 20.0,
-                 mutation_rate: float | None = None):
+                 mutation_rate: float | None = None, variation: str = "sbx", sbx_eta: float = 20.0,
+                 sbx_prob: float = 1.0):
         for label, value, low in (("batch_size", batch_size, 1), ("neighbours", neighbours, 2)):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
                 raise ValueError(f"expected {label} to be an int >= {low}, got {value!r}")
+        if variation not in VARIATIONS:
+            raise ValueError(f"expected variation among {VARIATIONS}, got {variation!r}")
+        if not 0.0 <= sbx_prob <= 1.0:
+            raise ValueError(f"expected sbx_prob in [0, 1], got {sbx_prob!r}")
         self.batch_size, self.neighbours = int(batch_size), int(neighbours)
         self.pm_eta, self.mutation_rate = float(pm_eta), mutation_rate
+        self.variation, self.sbx_eta, self.sbx_prob = variation, float(sbx_eta), float(sbx_prob)
         self.archive = None
         self._asked = None
 
     @classmethod
     def from_config(cls, config) -> "MOEAD":
         return cls(batch_size=config.batch_size, neighbours=config.moead_neighbours, pm_eta=config.pm_eta,
-                   mutation_rate=config.mutation_rate)
+                   mutation_rate=config.mutation_rate, variation=config.moead_variation,
+                   sbx_eta=config.sbx_eta, sbx_prob=config.sbx_prob)
 
     def init(self, problem, archive, rng) -> None:
         """Subproblem ``i`` starts with the archive's member ``i`` (the initial population)."""
@@ -124,10 +137,11 @@ class MOEAD(ParetoAlgorithm):
 
     def ask(self, rng: np.random.Generator) -> np.ndarray:
         """Draw order: subproblem permutations (enough for the batch), mating in the
-        neighbourhood (n,), the two DE partners (n,) and (n,), crossover (n, dim), the
-        forced gene (n,), the repair (n, dim), the mutation
+        neighbourhood (n,), the two partners (n,) and (n,); SBX
+        (:func:`~.variation.sbx_pairs`) then which child (n,), or DE's crossover (n, dim),
+        forced gene (n,) and repair (n, dim); the mutation
         (:func:`~.variation.bounded_polynomial_mutation`), the replacement order (n, N)."""
-        n, count, dim = self.batch_size, len(self.weights), self.archive.dim
+        n, count = self.batch_size, len(self.weights)
         order = np.concatenate([rng.permutation(count) for _ in range(-(-n // count))])[:n]
         local = rng.random(n) < NEIGHBOURHOOD_MATING
         pool = np.where(local, self.pool_size, count)
@@ -136,14 +150,12 @@ class MOEAD(ParetoAlgorithm):
         second += second >= first                              # distinct from the first
         partners = self.closest[order[:, None], np.column_stack([first, second])]
         x = self.solutions
-        mutant = x[order] + DE_F * (x[partners[:, 0]] - x[partners[:, 1]])
-        cross = rng.random((n, dim)) < DE_CR
-        cross[np.arange(n), rng.integers(0, dim, n)] = True
-        # a gene beyond the box lands between the bound and the base's gene (pygmo's repair)
-        base, step = x[order], rng.random((n, dim))
-        mutant = np.where(mutant < self.lower, self.lower + step * (base - self.lower), mutant)
-        mutant = np.where(mutant > self.upper, self.upper - step * (self.upper - base), mutant)
-        children = np.clip(np.where(cross, mutant, base), self.lower, self.upper)
+        if self.variation == "sbx":
+            first, second = sbx_pairs(x[partners[:, 0]], x[partners[:, 1]], rng, self.lower, self.upper,
+                                      eta=self.sbx_eta, prob=self.sbx_prob)
+            children = np.where((rng.random(n) < 0.5)[:, None], first, second)
+        else:
+            children = self._de_children(rng, x[order], x[partners[:, 0]] - x[partners[:, 1]])
         bounded_polynomial_mutation(children, rng, self.lower, self.upper, rate=self.rate, eta=self.pm_eta)
         # the order in which each child's pool is offered it: its own subproblem, then the
         # others at random (by random keys over each pool)
@@ -152,6 +164,18 @@ class MOEAD(ParetoAlgorithm):
         keys[np.arange(count)[None, :] >= pool[:, None]] = np.inf
         self._asked = (order, pool, np.argsort(keys, axis=1, kind="stable"))
         return children.astype(self.archive.dtype)
+
+    def _de_children(self, rng: np.random.Generator, base: np.ndarray, difference: np.ndarray) -> np.ndarray:
+        """DE/rand/1 with binomial crossover; a gene beyond the box lands between the bound
+        and the base's gene (pygmo's repair)."""
+        n, dim = base.shape
+        mutant = base + DE_F * difference
+        cross = rng.random((n, dim)) < DE_CR
+        cross[np.arange(n), rng.integers(0, dim, n)] = True
+        step = rng.random((n, dim))
+        mutant = np.where(mutant < self.lower, self.lower + step * (base - self.lower), mutant)
+        mutant = np.where(mutant > self.upper, self.upper - step * (self.upper - base), mutant)
+        return np.clip(np.where(cross, mutant, base), self.lower, self.upper)
 
     def tell(self, genomes: np.ndarray, fitness: np.ndarray) -> None:
         """Update the ideal point, then let each child replace up to REPLACEMENT_LIMIT
