@@ -96,9 +96,10 @@ def test_a_switched_island_is_saved_and_restored_as_cmaes():
 
 
 @pytest.mark.mpi(min_size=1)
-def test_a_finishing_run_matches_the_serial_run_bit_for_bit(world):
+@pytest.mark.parametrize("run", [{"finish_diversity": 1e-2, "finish_reserve": 0.2},
+                                 {"progress_rate": 3, "restart_after": 1, "finish_diversity": 1e-2}])
+def test_the_portfolio_rules_match_the_serial_run_bit_for_bit(world, run):
     comm = Communicator(world)
-    run = {"finish_diversity": 1e-2, "finish_reserve": 0.2}
     distributed = run_job(sphere_job(comm.size, islands=4, **run), comm)
     serial = run_job(sphere_job(1, islands=4, **run), SelfComm())
     same = (distributed.generations, distributed.evaluations, distributed.best_fitness) == \
@@ -172,19 +173,3 @@ def test_a_stalled_island_restarts_as_cmaes_and_is_saved_within_the_budget():
     assert resumed.stalls == scheme.stalls and resumed.rates == scheme.rates
     assert [i.best_internal() for i in resumed.islands.values()] == [i.best_internal() for i in scheme.islands.values()]
     assert sum(i.evaluations for i in scheme.islands.values()) == 2 * BUDGET
-
-
-@pytest.mark.mpi(min_size=1)
-def test_progress_and_restarts_match_the_serial_run_bit_for_bit(world):
-    comm = Communicator(world)
-    run = {"progress_rate": 3, "restart_after": 1, "finish_diversity": 1e-2}
-    distributed = run_job(sphere_job(comm.size, islands=4, **run), comm)
-    serial = run_job(sphere_job(1, islands=4, **run), SelfComm())
-    same = (distributed.generations, distributed.evaluations, distributed.best_fitness) == \
-        (serial.generations, serial.evaluations, serial.best_fitness)
-    if comm.rank == 0:
-        same = same and best_genome_bytes(distributed) == best_genome_bytes(serial) \
-            and distributed.islands == serial.islands
-    all_ranks_agree(world, same and distributed.evaluations == 2 * BUDGET,
-                    f"{comm.size} ranks: {distributed.best_fitness}, {distributed.evaluations} evaluations; "
-                    f"serial {serial.best_fitness}, {serial.evaluations}")
