@@ -307,6 +307,10 @@ def _check_leader_rate(run: RunConfig, problems: list[str]) -> None:
     if run.leader_margin > 0 and rate == 1:
         problems.append(f"run.leader_margin: expected run.leader_rate > 1 for a lead to keep, got "
                         f"leader_rate = 1 and leader_margin = {run.leader_margin}")
+    for name, off in (("finish_diversity", 0), ("finish_reserve", 0), ("progress_rate", 1), ("restart_after", 0)):
+        if getattr(run, name) > off and rate == 1:
+            problems.append(f"run.{name}: expected run.leader_rate > 1 (decided at the budget's splits), "
+                            f"got leader_rate = 1 and {name} = {getattr(run, name)}")
     if rate == 1:
         return
     if run.budget is None:

@@ -130,6 +130,22 @@ class RunConfig(Settings):
                                  "with leader_rate > 1: the lead changes hands only when another island's "
                                  "best is better by more than this fraction of the spread of the islands' "
                                  "best fitness at the first split; 0: any improvement (a tie keeps the leader)")
+    finish_diversity: Any = setting(0.0, number(0.0, 0.999),
+                                    "with leader_rate > 1: at a split, the island holding the best switches "
+                                    "(once) to a local CMA-ES from its best when it is not a CMA-ES island and "
+                                    "its diversity (box-relative spread) is at most this; 0: never")
+    finish_reserve: Any = setting(0.0, number(0.0, 0.999),
+                                  "with leader_rate > 1: at the first split with at most this fraction of "
+                                  "the budget left, the island holding the best switches (once) to a local "
+                                  "CMA-ES from its best; 0: never")
+    progress_rate: int = setting(1, integer(1),
+                                 "with leader_rate > 1: at each split every island but the leader gets up to "
+                                 "this many parts of the budget left by its progress since the previous split "
+                                 "(orders of magnitude of its gap to the best closed per evaluation); 1: one part")
+    restart_after: int = setting(0, integer(0),
+                                 "with leader_rate > 1: an island that is not the leader restarts (CMA-ES from a "
+                                 "random point, its restart policy's regime) after this many splits in a row "
+                                 "without progress; 0: never")
     target: Any = setting(None, optional(finite),
                           "stop once an island's best fitness is at least this good (<= when minimising, "
                           ">= when maximising), one generation later; none: no target")

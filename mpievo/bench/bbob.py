@@ -11,8 +11,8 @@ summed over ranks, must equal the evaluations the engine reports and the budget
 Evaluations to reach a target (1e1 .. 1e-8 above f_opt) come from the COCO copy that
 reached it first, scaled by that rank's share of all evaluations: exact on one rank,
 within about one generation of the islands on several (their ranks interleave). The
-peers (pygmo ``sade`` archipelago, pygmo ``cmaes`` with IPOP restarts) run on rank 0
-through one COCO problem object each. Only rank 0 writes files
+peers (pygmo ``sade`` archipelago, pygmo ``cmaes`` with IPOP restarts, pycma's
+BIPOP-CMA-ES) run on rank 0 through one COCO problem object each. Only rank 0 writes files
 (:mod:`.bbob_report`).
 """
 
@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import hashlib
+import importlib
 import json
 import os
 import tempfile
@@ -61,7 +62,9 @@ class BbobOptions(Settings):
         jobs: TOML job paths, or "default" for :data:`DEFAULT_JOB`; empty: the default.
         assignments: ``table.key=value`` overrides for every job (as ``mpievo run --set``).
         islands: islands of every job (set before ``assignments``).
-        peers: also run pygmo's ``sade`` archipelago and ``cmaes`` (rank 0, when importable).
+        peers: also run the peers (:data:`PEERS`: pygmo's ``sade`` archipelago, a single
+            ``sade``, IPOP ``cmaes``, pycma's BIPOP-CMA-ES; rank 0, those importable).
+        peer_names: only these peers (empty: all of :data:`PEERS`).
     """
 
     TABLE = "bench.bbob"
@@ -74,14 +77,24 @@ class BbobOptions(Settings):
     islands: int = setting(4, integer(1), "islands of every job")
     jobs: tuple = setting((), empty_or_list_of(text), "TOML job paths or 'default'")
     assignments: tuple = setting((), empty_or_list_of(text), "table.key=value overrides of every job")
-    peers: bool = setting(False, boolean, "also run pygmo's sade archipelago and cmaes")
+    peers: bool = setting(False, boolean, "also run pygmo's sade archipelago and cmaes, pycma's BIPOP")
+    peer_names: tuple = setting((), empty_or_list_of(text), "only these peers (empty: all)")
+
+    def _check_together(self, problems: list[str]) -> None:
+        unknown = [name for name in self.peer_names if name not in PEERS]
+        if unknown:
+            problems.append(f"bench.bbob.peer_names: expected names among {sorted(PEERS)}, got {unknown}")
 
 
 # ------------------------------------------------------------------------- COCO side
+#: instances the bench may name (COCO's default suite holds only 1-5 and 101-110)
+SUITE_INSTANCES = "instances: 1-15"
+
+
 def _suite():
     import cocoex
 
-    return cocoex.Suite("bbob", "", "")
+    return cocoex.Suite("bbob", SUITE_INSTANCES, "")
 
 
 def f_opt(function: int, dim: int, instance: int) -> float:
@@ -261,12 +274,14 @@ def sade_single(pygmo, udp, budget: int, seed: int) -> None:
 def cmaes_ipop(pygmo, udp, budget: int, seed: int) -> None:
     """pygmo ``cmaes`` (sigma0 0.3, bounds forced) restarted with a doubled population while
     the budget allows (IPOP): pygmo's CMA-ES has no restarts of its own; each run ends at
-    its tolerances (1e-12) or its share of what is left."""
+    its tolerances (1e-12) or its share of what is left; no restart once a run reached the
+    final target (as an mpievo run stops there)."""
     problem = pygmo.problem(udp)
     dim = problem.get_nx()
     lam = 4 + int(3 * np.log(dim))
     restart = 0
-    while budget - udp.fitness_function.problem.evaluations >= 2 * lam:
+    fitness = udp.fitness_function
+    while budget - fitness.problem.evaluations >= 2 * lam and fitness.first_hit[-1] is None:
         left = budget - udp.fitness_function.problem.evaluations
         pop = pygmo.population(problem, lam, seed=seed * 1000 + restart)
         algo = pygmo.algorithm(pygmo.cmaes(gen=(left - lam) // lam, sigma0=0.3, ftol=1e-12, xtol=1e-12,
@@ -275,11 +290,56 @@ def cmaes_ipop(pygmo, udp, budget: int, seed: int) -> None:
         lam, restart = 2 * lam, restart + 1
 
 
-PEERS = {"pygmo:sade": sade_archipelago, "pygmo:sade-single": sade_single, "pygmo:cmaes": cmaes_ipop}
+class _BudgetSpent(Exception):
+    """Raised by :class:`_Capped` before an evaluation beyond the budget."""
+
+
+class _Capped:
+    """A scalar objective that refuses the evaluation after ``budget`` COCO evaluations
+    (pycma's own ``maxfevals`` is checked between generations and may overshoot)."""
+
+    def __init__(self, fitness: CocoFitness, budget: int):
+        self.fitness, self.budget = fitness, int(budget)
+
+    def __call__(self, x) -> float:
+        if self.fitness.problem.evaluations >= self.budget:
+            raise _BudgetSpent
+        return self.fitness.scalar(x)
+
+
+def cma_bipop(cma, udp, budget: int, seed: int) -> None:
+    """pycma's BIPOP-CMA-ES (``cma.fmin2(..., restarts=9, bipop=True)``, the reference
+    restart strategy): starts uniform in [-4, 4] per gene, step 2 (a fifth of BBOB's box
+    width), pycma's boundary handling on the box, every default otherwise, up to the
+    budget (an evaluation beyond it is refused, which ends the run) or the final target
+    (as an mpievo run stops there).
+
+    Example::
+
+        import cma
+        row = run_peer(cma, "cma:bipop", 15, 10, 4, 0, 100_000, f_opt(15, 10, 4))   # through here
+    """
+    lower, upper = (np.asarray(b, np.float64) for b in udp.bounds)
+    rng = np.random.default_rng(seed)
+    options = {"bounds": [list(lower), list(upper)], "maxfevals": budget, "seed": seed * 1000 + 1,
+               "ftarget": udp.fitness_function.fopt + FINAL_TARGET,
+               "verbose": -9, "verb_disp": 0, "verb_log": 0, "verb_filenameprefix": os.devnull}
+    start = lambda: rng.uniform(0.8 * lower, 0.8 * upper)   # noqa: E731 (a new start per restart)
+    with contextlib.suppress(_BudgetSpent):
+        cma.fmin2(_Capped(udp.fitness_function, budget), start, 0.2 * float(np.mean(upper - lower)),
+                  options, restarts=9, bipop=True)
+
+
+PEERS = {"pygmo:sade": sade_archipelago, "pygmo:sade-single": sade_single, "pygmo:cmaes": cmaes_ipop,
+         "cma:bipop": cma_bipop}
+#: the module each peer is given (its first argument)
+PEER_MODULES = {"pygmo:sade": "pygmo", "pygmo:sade-single": "pygmo", "pygmo:cmaes": "pygmo", "cma:bipop": "cma"}
 
 
 def peer_digest(name: str) -> str:
     """What a peer's run depends on besides the problem, seed and budget (resume's key)."""
+    if PEER_MODULES[name] == "cma":
+        return digest({"peer": name})
     return digest({"peer": name, "islands": PEER_ISLANDS, "population": SADE_POPULATION, "epoch": SADE_EPOCH})
 
 
@@ -289,12 +349,12 @@ def digest(config: dict) -> str:
     return hashlib.blake2b(text.encode(), digest_size=6).hexdigest()
 
 
-def run_peer(pygmo, name: str, function: int, dim: int, instance: int, seed: int, budget: int,
+def run_peer(module, name: str, function: int, dim: int, instance: int, seed: int, budget: int,
              fopt: float) -> dict:
     problem = coco_problem(function, dim, instance)
     fitness = CocoFitness(problem, fopt)
     start = time.perf_counter()
-    PEERS[name](pygmo, _Udp(fitness, problem.lower_bounds, problem.upper_bounds), budget, seed)
+    PEERS[name](module, _Udp(fitness, problem.lower_bounds, problem.upper_bounds), budget, seed)
     state = fitness.state()
     if state["evaluations"] > budget:
         raise BbobCheckError(f"{problem.id} seed {seed} {name}: expected at most {budget} COCO "
@@ -303,12 +363,18 @@ def run_peer(pygmo, name: str, function: int, dim: int, instance: int, seed: int
                 time.perf_counter() - start, "budget")
 
 
-def _pygmo():
-    with contextlib.suppress(ImportError):
-        import pygmo
+def peer_modules(names) -> dict:
+    """{peer name: its module} for the peers ``names`` whose module imports.
 
-        return pygmo
-    return None
+    Example::
+
+        peer_modules(PEERS)          # {"pygmo:sade": <module 'pygmo'>, ..., "cma:bipop": <module 'cma'>}
+    """
+    modules = {}
+    for name in names:
+        with contextlib.suppress(ImportError):
+            modules[name] = importlib.import_module(PEER_MODULES[name])
+    return modules
 
 
 # ------------------------------------------------------------------------- the grid
@@ -335,10 +401,12 @@ def bench_bbob(comm, options: BbobOptions, out: str | os.PathLike | None = None,
         FileExistsError: ``out/runs.csv`` holds runs and ``resume`` is off.
     """
     jobs = load_jobs(options)
-    pygmo = _pygmo() if options.peers else None
+    wanted = (options.peer_names or tuple(PEERS)) if options.peers else ()
+    modules = peer_modules(wanted)
     notes = []
-    if options.peers and pygmo is None:
-        notes.append("pygmo not importable (the bench extra): peers skipped")
+    missing_modules = sorted({PEER_MODULES[name] for name in wanted if name not in modules})
+    if missing_modules:
+        notes.append(f"{', '.join(missing_modules)} not importable (the bench extra): their peers skipped")
     kept = _previous_rows(comm, out, resume)
     done = {run_key(row): row for row in kept}
     rows, reused = [], 0
@@ -355,7 +423,7 @@ def bench_bbob(comm, options: BbobOptions, out: str | os.PathLike | None = None,
         _progress(comm, log, row, " (reused)" if old else "")
 
     jobs = [(label, config, digest(config)) for label, config in jobs]     # each digest once
-    peers = {name: peer_digest(name) for name in PEERS} if pygmo is not None else {}
+    peers = {name: peer_digest(name) for name in modules}
     for dim in options.dims:
         budget = options.budget_per_dim * dim
         for function in options.functions:
@@ -378,7 +446,7 @@ def bench_bbob(comm, options: BbobOptions, out: str | os.PathLike | None = None,
                     previous = {name: done.get((*key, name, budget, job)) for name, job in peers.items()}
                     missing = [name for name, row in previous.items() if row is None]
                     if missing:
-                        previous.update(_peers(comm, pygmo, missing, function, dim, instance, seed, budget,
+                        previous.update(_peers(comm, modules, missing, function, dim, instance, seed, budget,
                                                optimum()))
                     for row in previous.values():
                         record(row)
@@ -411,13 +479,13 @@ def _previous_rows(comm, out, resume: bool) -> list[dict]:
     return rows
 
 
-def _peers(comm, pygmo, names, function, dim, instance, seed, budget, fopt) -> list[tuple[str, dict]]:
+def _peers(comm, modules, names, function, dim, instance, seed, budget, fopt) -> list[tuple[str, dict]]:
     """Rank 0 runs the peers ``names``; every rank gets their rows."""
     rows = None
     if comm.rank == 0:
         rows = []
         for name in names:
-            row = run_peer(pygmo, name, function, dim, instance, seed, budget, fopt)
+            row = run_peer(modules[name], name, function, dim, instance, seed, budget, fopt)
             rows.append((name, {**row, "solver": name, "job": peer_digest(name)}))
     with comm.purpose("control"):
         return comm.bcast_object(rows)

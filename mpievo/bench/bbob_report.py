@@ -106,6 +106,57 @@ def comparisons(rows: list[dict]) -> dict:
     return out
 
 
+def against_best_peer(rows: list[dict]) -> dict:
+    """{mpievo solver: {"good": cells better or equal to the best peer of the cell, "cells":
+    cells with a peer, "far": cells more than 1.0 behind it, "solved": {solver: cells whose
+    median reaches the final target}}}: the issue's three figures, per dimension under
+    key ``dim`` and over all dimensions under None. The best peer of a cell is the one
+    with the lowest median there (its own marks against each peer: :func:`comparisons`).
+
+    Example::
+
+        rows = read_csv(Path("bbob/runs.csv"))
+        figures = against_best_peer(rows)["mpievo:portfolio"][10]   # 10-D cells
+        figures["good"], figures["far"], figures["solved"]["mpievo:portfolio"]
+    """
+    medians = {key: s["median_log10"] for key, s in summary(rows).items()}
+    solvers = list(dict.fromkeys(solver for _, _, solver in medians))
+    peers = [s for s in solvers if not s.startswith("mpievo:")]
+    cells = list(dict.fromkeys((f, d) for f, d, _ in medians))
+    out: dict = {}
+    for mine in (s for s in solvers if s.startswith("mpievo:")):
+        for dim in [None, *sorted({d for _, d in cells})]:
+            chosen = [c for c in cells if (dim is None or c[1] == dim) and (*c, mine) in medians
+                      and any((*c, p) in medians for p in peers)]
+            best = {c: min(medians[(*c, p)] for p in peers if (*c, p) in medians) for c in chosen}
+            marks = {c: mark(medians[(*c, mine)], best[c]) for c in chosen}
+            far = [c for c in chosen if max(medians[(*c, mine)], FINAL_LOG10) - max(best[c], FINAL_LOG10) > 1.0]
+            solved = {s: sum(medians.get((*c, s), math.inf) <= FINAL_LOG10 for c in chosen) for s in solvers}
+            out.setdefault(mine, {})[dim] = {"good": sum(m != "-" for m in marks.values()), "cells": len(chosen),
+                                             "far": len(far), "solved": solved}
+    return out
+
+
+def format_best_peer(rows: list[dict]) -> str:
+    """The lines of :func:`against_best_peer` (empty without peers).
+
+    Example::
+
+        print(format_best_peer(read_csv(Path("bbob/runs.csv"))))
+    """
+    lines = []
+    for mine, per_dim in against_best_peer(rows).items():
+        for dim, c in per_dim.items():
+            if not c["cells"]:
+                continue
+            where = "all dims" if dim is None else f"{dim}-D"
+            solved = ", ".join(f"{s} {n}" for s, n in c["solved"].items())
+            lines.append(f"- {mine} vs the best peer of each cell, {where}: better or equal on {c['good']} of "
+                         f"{c['cells']} ({100 * c['good'] / c['cells']:.1f} %), more than 1.0 behind on "
+                         f"{c['far']}; cells whose median reaches 1e-8: {solved}")
+    return "\n".join(lines) + "\n" if lines else ""
+
+
 def format_comparisons(rows: list[dict]) -> str:
     """Each mpievo solver against each other solver: a mark per cell, then the counts."""
     pairs = comparisons(rows)
@@ -130,7 +181,7 @@ def format_comparisons(rows: list[dict]) -> str:
         # one decimal: 43 of 48 is 89.6 %, not the 90 % a rounding would claim
         lines.append(f"- {mine} vs {other}: better or equal on {good} of {len(marks)} cells "
                      f"({100 * good / max(1, len(marks)):.1f} %), more than 1.0 behind on {p['far']}{worst}")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" + format_best_peer(rows)
 
 
 def format_table(result: dict) -> str:

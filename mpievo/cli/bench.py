@@ -355,7 +355,10 @@ def _add_bbob_arguments(sub) -> None:
     bbob.add_argument("--set", dest="assignments", action="append", default=[], metavar="TABLE.KEY=VALUE",
                       help="set a key of every job (TOML value), repeatable")
     bbob.add_argument("--peers", action="store_true",
-                      help="also run pygmo's sade archipelago and cmaes (IPOP) when pygmo is installed")
+                      help="also run pygmo's sade archipelago and cmaes (IPOP) when pygmo is installed, and "
+                           "pycma's BIPOP-CMA-ES when cma is")
+    bbob.add_argument("--peer-names", type=lambda text: tuple(t for t in text.split(",") if t), default=(),
+                      help="with --peers: only these peers, e.g. pygmo:sade,pygmo:cmaes,cma:bipop (default all)")
     bbob.add_argument("--out", default=None, help="write runs.csv (after every run), table.md, bbob.json, "
                                                   "ecdf.png here")
     bbob.add_argument("--resume", action="store_true",
@@ -437,7 +440,7 @@ def _bench_bbob(args) -> int:
         print("mpievo bench bbob: --resume: expected --out DIR (the runs.csv to resume), got none", file=sys.stderr)
         return 2
     options = _options("bbob", BbobOptions, _BBOB_OPTIONS, args, jobs=tuple(args.jobs),
-                       assignments=tuple(args.assignments), peers=args.peers)
+                       assignments=tuple(args.assignments), peers=args.peers, peer_names=args.peer_names)
     if options is None:
         return 2
     comm = world_comm()

@@ -185,6 +185,31 @@ class Island:
     def _init_algorithm(self) -> None:
         self.algorithm.init(self.problem, self.archive, stream(self.seed, self.index, 0, "algorithm"))
 
+    def switch_algorithm(self, algorithm) -> None:
+        """Run ``algorithm`` (an instance) from now on, initialised on the archive as it is
+        (a portfolio's finishing run, :mod:`mpievo.rules.budget`); before the island is
+        initialised or restored only set (:meth:`load_state_dict` initialises it then,
+        and a checkpoint holds the state of the algorithm switched to, so a restore
+        switches first).
+
+        Example::
+
+            from mpievo.evo import EngineConfig, Island, make_problem
+            from mpievo.evo.algorithms.cmaes import CMAES
+            island = Island(0, make_problem("sphere", dim=5), EngineConfig(algorithm="shade")).run(5)
+            island.switch_algorithm(CMAES(sigma0=0.01))    # a local CMA-ES from the best
+            island.run(5)
+
+        Raises:
+            RuntimeError: an ask() is pending.
+        """
+        if self._pending is not None:
+            raise RuntimeError(f"island {self.index}: expected no pending ask() when switching, got one")
+        check_algorithm_objectives(algorithm, self.problem, self.n_obj)
+        self.algorithm = algorithm
+        if self.initialized:
+            self._init_algorithm()
+
     def initialize(self) -> None:
         """Generation 0: fill the archive (up to its limit, ``population``) with the
         problem's starting genomes (:meth:`Problem.initial_genomes`: its ``initial``

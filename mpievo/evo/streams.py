@@ -30,6 +30,7 @@ PURPOSES = MappingProxyType({
     "problem": 5,     # shift and rotation of built-in problems
     "topology": 6,    # for the parallel layer: random migration partners
     "fidelity": 7,    # the rows of a generation's cheap scores (mpievo.evo.fidelity)
+    "restart": 8,     # a portfolio's restart of a losing island (mpievo.rules.budget.losers)
 })
 
 

@@ -123,7 +123,9 @@ def build_scheme(comm, job, problem: Problem | None = None) -> Scheme:
     if layout.trivial:      # one rank per group: the plain island model
         return IslandScheme(comm, problem, job.engines, leader_rate=job.run.leader_rate,
                             leader_rate_final=job.run.leader_rate_final,
-                            leader_margin=job.run.leader_margin, **common)
+                            leader_margin=job.run.leader_margin, finish_diversity=job.run.finish_diversity,
+                            finish_reserve=job.run.finish_reserve, progress_rate=job.run.progress_rate,
+                            restart_after=job.run.restart_after, **common)
     if job.run.scheme == "replicated":
         return ReplicatedScheme(comm, problem, job.engines, **common)
     return HybridScheme(comm, layout, problem, job.engines, breed=job.run.breed, **common)

@@ -27,7 +27,9 @@ from ..evo.engine_config import EngineConfig
 from ..evo.genomes import row_dtype
 from ..evo.island import Island
 from ..evo.migration_policy import MigrationPolicy
-from ..rules.budget import lead_scale, leader, leader_rates, plan, rate_at, rounds_to_spend, split_left
+from ..evo.streams import stream
+from ..rules.budget import (finish_step, finisher, lead_scale, leader, leader_rates, losers, plan, progress,
+                            progress_rates, rate_at, rounds_to_spend, split_left)
 from ..rules.mapping import islands_of_rank
 from ..rules.schedule import MigrationSchedule
 from ..rules.topology import build_topology
@@ -147,6 +149,16 @@ class IslandScheme:
         leader_margin: the lead changes hands only when another island is better by more
             than this fraction of the spread of the islands' best fitness at the first
             split (:func:`mpievo.rules.budget.lead_scale`); 0: any improvement.
+        finish_diversity, finish_reserve: with ``leader_rate > 1``, when the island holding
+            the best switches to a local CMA-ES from its best (:func:`mpievo.rules.budget.finisher`):
+            a non-CMA-ES island whose diversity is at most ``finish_diversity``, any
+            island once at most ``finish_reserve`` of the budget is left; 0: never.
+        progress_rate: with ``leader_rate > 1``, > 1 gives every other island up to this
+            many parts by its progress since the previous split (:func:`mpievo.rules.budget.progress_rates`);
+            1: one part each.
+        restart_after: with ``leader_rate > 1``, > 0 restarts an island that does not run
+            CMA-ES and is not the leader as CMA-ES after this many splits in a row without
+            progress (:func:`mpievo.rules.budget.losers`); 0: never.
 
     Generation ``g`` of the run is a round (:mod:`mpievo.rules.budget`): each island steps until
     the children it evaluated since its initial population reach ``g * R`` (``R``:
@@ -170,7 +182,8 @@ class IslandScheme:
     def __init__(self, comm, problem, engines: Sequence[EngineConfig], *, seed: int = 0,
                  policy: MigrationPolicy | None = None, schedule: MigrationSchedule | None = None,
                  budget: int | None = None, leader_rate: int = 1, leader_rate_final: int | None = None,
-                 leader_margin: float = 0.0):
+                 leader_margin: float = 0.0, finish_diversity: float = 0.0, finish_reserve: float = 0.0,
+                 progress_rate: int = 1, restart_after: int = 0):
         self.comm = comm
         self.problem = problem
         self.n_islands = len(engines)
@@ -206,6 +219,29 @@ class IslandScheme:
         if not 0.0 <= leader_margin <= 1.0:
             raise ValueError(f"expected a leader_margin in [0, 1], got {leader_margin!r}")
         self.leader_margin = float(leader_margin)
+        for name, value in (("finish_diversity", finish_diversity), ("finish_reserve", finish_reserve)):
+            if not 0.0 <= value < 1.0:
+                raise ValueError(f"expected a {name} in [0, 1), got {value!r}")
+            if value > 0 and leader_rate == 1:
+                raise ValueError(f"expected a leader_rate > 1 with {name} = {value} (decided at the "
+                                 f"budget's splits), got 1")
+        self.finish_diversity, self.finish_reserve = float(finish_diversity), float(finish_reserve)
+        self.kinds = [str(e.algorithm) for e in engines]
+        self.finished: list[int] = []           # islands switched to a finishing run
+        for name, value, low in (("progress_rate", progress_rate, 1), ("restart_after", restart_after, 0)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"expected a {name} >= {low}, got {value!r}")
+            if value > low and leader_rate == 1:
+                raise ValueError(f"expected a leader_rate > 1 with {name} = {value} (decided at the "
+                                 f"budget's splits), got 1")
+        self.progress_rate, self.restart_after = progress_rate, restart_after
+        self.tracking = progress_rate > 1 or restart_after > 0
+        # progress: each island's best after the last migration (own children count from
+        # there), its evaluations at the last split, splits in a row without progress
+        self.after_best: list[float] | None = None
+        self.last_evaluations = list(self.plan.initial)
+        self.stalls = [0] * self.n_islands
+        self.switched: set[int] = set()         # islands running CMA-ES by a switch (finish, restart)
         self.lead_scale: float | None = None     # set at the first split
         # the split in force: since round split_generation, island i steps R * rates[i]
         # children per round from base[i] evaluations, up to shares[i]
@@ -242,7 +278,15 @@ class IslandScheme:
             if self.leader_rate > 1:
                 self._split(generation)
             result.migration = self._migrate(generation)
+            if self.tracking:
+                self.after_best = [b for _, b in self._gather(lambda i: self.islands[i].best_internal())]
         return result
+
+    def _gather(self, value) -> list[tuple[int, Any]]:
+        """[(island, value(island))] of every island, index order (collective)."""
+        with self.comm.purpose("control"):
+            gathered = self.comm.allgather_object([(i, value(i)) for i in self.local_indices])
+        return sorted(r for part in gathered for r in part)
 
     def _advance(self, island: Island, generation: int) -> None:
         """Step ``island`` until it evaluated its children of rounds up to ``generation``
@@ -261,21 +305,73 @@ class IslandScheme:
         """Split the budget left among the islands: the leader (best fitness now, before
         this migration's arrivals; the current one kept within ``leader_margin``) at the
         rate :func:`mpievo.rules.budget.rate_at` gives (collective: one small gather)."""
+        finishing = self.finish_diversity > 0 or self.finish_reserve > 0
         with self.comm.purpose("control"):
-            mine = [(i, self.islands[i].evaluations, self.islands[i].best_internal()) for i in self.local_indices]
+            mine = [(i, self.islands[i].evaluations, self.islands[i].best_internal(),
+                     self.islands[i].diversity() if finishing else 0.0) for i in self.local_indices]
             gathered = self.comm.allgather_object(mine)
         rows = sorted(r for part in gathered for r in part)
-        evaluations = [e for _, e, _ in rows]
+        evaluations = [r[1] for r in rows]
         budget = sum(self.plan.shares)
-        best = [b for _, _, b in rows]
+        best = [r[2] for r in rows]
         if self.lead_scale is None:
             self.lead_scale = lead_scale(best)
         self.leader = leader(best, self.leader, self.leader_margin * self.lead_scale)
+        if finishing:
+            late = self.finish_reserve > 0 and budget - sum(evaluations) <= self.finish_reserve * budget
+            chosen = finisher(best, [r[3] for r in rows], self.kinds, self.finished, self.finish_diversity, late)
+            if chosen is not None:
+                self.finished.append(chosen)
+                self.leader = chosen         # the finishing run gets the leader's share
+                self._note_switch(chosen)
+                if chosen in self.islands:
+                    self._finish(self.islands[chosen], rows[chosen][3])
+        gains = [0.0] * self.n_islands
+        if self.tracking and self.after_best is not None:
+            spent = [e - b for e, b in zip(evaluations, self.last_evaluations)]
+            gains = progress(self.after_best, best, spent, self.lead_scale)
+            self.stalls = [0 if g > 0 else s + 1 for s, g in zip(self.stalls, gains)]
+            eligible = [self.kinds[i] != "cmaes" and i not in self.switched for i in range(self.n_islands)]
+            for i in losers(self.stalls, self.leader, self.restart_after, eligible):
+                self.stalls[i] = 0
+                self._note_switch(i)
+                if i in self.islands:
+                    self._restart_island(self.islands[i], generation)
+        self.last_evaluations = evaluations
         rate = rate_at(sum(evaluations), budget, self.leader_rate, self.leader_rate_final)
         self.rates = leader_rates(self.n_islands, self.leader, rate)
+        if self.progress_rate > 1:
+            self.rates = progress_rates(self.rates, self.leader, gains, self.progress_rate)
         self.shares = split_left(budget, evaluations, self.rates)
         self.base, self.split_generation = evaluations, generation
         self._update_budget_generation()
+
+    def _finish(self, island: Island, diversity: float | None = None) -> None:
+        """Switch ``island`` to CMA-ES (its engine's ``cma_*`` settings); with
+        ``diversity``, start a local run from its best with that step (else a restore
+        loads the run)."""
+        from ..evo.algorithms.cmaes import CMAES
+
+        algorithm = island.algorithm
+        if not isinstance(algorithm, CMAES) or diversity is None:
+            algorithm = CMAES.from_config(island.config)
+            island.switch_algorithm(algorithm)
+        if diversity is not None:
+            algorithm.start_local(finish_step(diversity, algorithm.sigma0))
+
+    def _note_switch(self, index: int) -> None:
+        """Record (every rank) that island ``index`` runs CMA-ES from now on."""
+        if self.kinds[index] != "cmaes":
+            self.switched.add(index)
+
+    def _restart_island(self, island: Island, generation: int) -> None:
+        """A losing island switched to CMA-ES, from a random point under its restart policy
+        (draws: the island's ``restart`` stream of ``generation``)."""
+        from ..evo.algorithms.cmaes import CMAES
+
+        algorithm = CMAES.from_config(island.config)
+        island.switch_algorithm(algorithm)
+        algorithm.restart(stream(self.seed, island.index, generation, "restart"))
 
     def _update_budget_generation(self) -> None:
         self.budget_generation = self.split_generation + rounds_to_spend(
@@ -359,10 +455,41 @@ class IslandScheme:
     def _split_state(self) -> dict:
         if self.leader_rate == 1:
             return {}
-        return {"leader": -1 if self.leader is None else self.leader, "split_generation": self.split_generation,
+        return {**self._portfolio_state(), "leader": -1 if self.leader is None else self.leader,
+                "split_generation": self.split_generation,
                 "lead_scale": -1.0 if self.lead_scale is None else self.lead_scale,
                 "rates": np.asarray(self.rates, np.int64), "base": np.asarray(self.base, np.int64),
                 "shares": np.asarray(self.shares, np.int64)}
+
+    def _portfolio_state(self) -> dict:
+        """Finishing, progress and restarts (only what is on): flags and counts per island."""
+        state = {}
+        if self.finish_diversity > 0 or self.finish_reserve > 0:
+            state["finished"] = np.isin(np.arange(self.n_islands), self.finished).astype(np.int64)
+        if self.tracking:
+            state.update(stalls=np.asarray(self.stalls, np.int64),
+                         last_evaluations=np.asarray(self.last_evaluations, np.int64))
+            if self.after_best is not None:
+                state["after_best"] = np.asarray(self.after_best, np.float64)
+        if self.switched:
+            state["switched"] = np.isin(np.arange(self.n_islands), sorted(self.switched)).astype(np.int64)
+        return state
+
+    def _restore_portfolio(self, state: Mapping[str, Any]) -> None:
+        """The flags and counts of :meth:`_portfolio_state`; switched islands run CMA-ES
+        (before their states load: they hold a CMA-ES state)."""
+        def flags(key):
+            return [int(i) for i in np.flatnonzero(np.asarray(state.get(key, np.zeros(0))).ravel())]
+        self.finished = flags("finished")
+        self.switched = set(flags("switched"))
+        if self.tracking:
+            # checkpoints from before the rule: counts start at the restore
+            self.stalls = [int(v) for v in np.asarray(state.get("stalls", self.stalls)).ravel()]
+            self.last_evaluations = [int(v) for v in np.asarray(state.get("last_evaluations", self.base)).ravel()]
+            after = state.get("after_best")
+            self.after_best = None if after is None else [float(v) for v in np.asarray(after).ravel()]
+        for i in sorted(self.switched & set(self.local_indices)):
+            self._finish(self.islands[i])
 
     def restore(self, island_states, run_state) -> None:
         """Load this rank's islands and the schedule state.
@@ -376,6 +503,8 @@ class IslandScheme:
         if sorted(island_states) != self.local_indices:
             raise ValueError(f"expected saved states of islands {self.local_indices} on rank "
                              f"{self.comm.rank}, got {sorted(island_states)}")
+        if self.leader_rate > 1 and "split_generation" in run_state:
+            self._restore_portfolio(run_state)
         for i in self.local_indices:
             self.islands[i].load_state_dict(island_states[i])
         self.generation = int(run_state["generation"])

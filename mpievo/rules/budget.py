@@ -27,6 +27,26 @@ The rule (the same on every rank, from the settings alone):
   better by more than ``e`` times the spread of the islands' best fitness at the
   first split (:func:`lead_scale`): an island that polishes an immigrant's copy does
   not take the budget from the island that found it.
+* **Finishing** (``run.finish_diversity = d > 0`` and/or ``run.finish_reserve = r > 0``,
+  with the leader's share): at a split, the island holding the best fitness
+  (:func:`finisher`) switches, once, to a local CMA-ES started at its best member
+  with a step of its own spread (its diversity, box-relative): when it is not a
+  CMA-ES island and its members have converged (diversity <= ``d``), or, any island,
+  once at most ``r`` of the budget is left. It leads from then on, so the local run
+  gets the leader's share: a DE population that converged to 1e-6 of the optimum
+  spends the end of the budget on steps that now shrink geometrically.
+* **Progress** (``run.progress_rate = p > 1``, with the leader's share): at each split
+  every island's progress since the previous split is measured as the orders of
+  magnitude by which it closed its gap to the best fitness now, per 1,000 of its
+  evaluations (:func:`progress`), and an island that is not the leader gets
+  ``1 + (p - 1) * its progress / the largest progress`` parts (rounded) instead of 1
+  (:func:`progress_rates`): an island that is catching up quickly is fed before it
+  leads, a stalled one gets the floor of 1 part.
+* **Restarts** (``run.restart_after = k > 0``): an island that does not run CMA-ES, is
+  not the leader and made no progress at ``k`` splits in a row restarts as CMA-ES
+  (:func:`losers`): its engine's ``cma_*`` settings, the first restart of its policy
+  (IPOP: the grown population; BIPOP: the regime with the smaller budget used) from a
+  uniformly random point. From then on CMA-ES's own criteria restart it.
 
 :func:`plan` applies the rule to a run's engine settings; nothing here communicates.
 """
@@ -174,3 +194,97 @@ def rounds_to_spend(shares: Sequence[int], base: Sequence[int], size: int, rates
     """Rounds after a split by which every island, stepping ``size * rate`` children per
     round from ``base`` evaluations, has spent its share."""
     return max(-(-(s - b) // (size * r)) for s, b, r in zip(shares, base, rates))
+
+
+# ---------------------------------------------------------------- finishing
+
+
+def finisher(best: Sequence[float], diversity: Sequence[float], kinds: Sequence[str], finished: Sequence[int],
+             tolerance: float, late: bool) -> int | None:
+    """The island to switch to a finishing run at this split, or None: the lowest index
+    holding the best (lowest) fitness, not switched before (``finished``), either
+    converged (``diversity`` at most ``tolerance`` > 0, an island whose ``kinds`` entry
+    is not ``"cmaes"``: a CMA-ES run converges to full precision on its own) or ``late``
+    (the budget's reserve is reached). NaN never finishes.
+
+    Example::
+
+        >>> finisher([3.0, 1e-6, 2.0], [0.2, 1e-4, 0.1], ["cmaes", "shade", "cmaes"], [], 1e-3, False)
+        1
+    """
+    values = [float("inf") if v != v else float(v) for v in best]
+    lead = values.index(min(values))
+    if lead in finished or not math.isfinite(values[lead]):
+        return None
+    converged = tolerance > 0 and kinds[lead] != "cmaes" and diversity[lead] <= tolerance
+    return lead if converged or late else None
+
+
+def finish_step(diversity: float, sigma0: float) -> float:
+    """The finishing run's initial step (box-relative): the island's own spread, within
+    [1e-12, ``sigma0``].
+
+    Example::
+
+        >>> finish_step(1e-4, 0.3), finish_step(0.5, 0.3)
+        (0.0001, 0.3)
+    """
+    return min(max(float(diversity), 1e-12), float(sigma0))
+
+
+# ---------------------------------------------------------------- progress and restarts
+
+
+def progress(before: Sequence[float], now: Sequence[float], spent: Sequence[int], scale: float) -> list[float]:
+    """Each island's progress per 1,000 evaluations since the previous split: the orders
+    of magnitude by which it closed its gap to the best fitness now,
+    ``log10((before - best + floor) / (now - best + floor)) * 1000 / spent``, the floor
+    ``1e-12 * scale + 1e-300`` (``scale``: :func:`lead_scale`). 0 for an island that did
+    not improve, spent nothing, or has no finite value.
+
+    Example::
+
+        >>> [round(p, 3) for p in progress([10.0, 5.0, 2.0], [1.0, 0.5, 2.0], [1000, 1000, 1000], 10.0)]
+        [1.279, 11.653, 0.0]
+    """
+    finite = [float(v) for v in now if math.isfinite(v)]
+    if not finite:
+        return [0.0] * len(now)
+    best, floor = min(finite), 1e-12 * scale + 1e-300
+    out = []
+    for b, n, e in zip(before, now, spent):
+        if not (math.isfinite(n) and e > 0 and n < b):
+            out.append(0.0)
+            continue
+        gap_before = (b - best + floor) if math.isfinite(b) else math.inf
+        out.append(1000.0 * math.log10(min(gap_before, 1e300) / (n - best + floor)) / e)
+    return out
+
+
+def progress_rates(rates: Sequence[int], lead: int, gains: Sequence[float], rate: int) -> list[int]:
+    """``rates`` with every island but the leader at ``1 + (rate - 1) * gain / max gain``
+    (rounded; 1 when no island progressed).
+
+    Example::
+
+        >>> progress_rates([1, 7, 1, 1], 1, [0.5, 2.0, 1.0, 0.0], 5)
+        [2, 7, 3, 1]
+    """
+    top = max(gains, default=0.0)
+    if top <= 0:
+        return list(rates)
+    return [r if i == lead else 1 + int(round((rate - 1) * max(0.0, g) / top)) for i, (r, g) in
+            enumerate(zip(rates, gains))]
+
+
+def losers(stalls: Sequence[int], lead: int, patience: int, eligible: Sequence[bool]) -> list[int]:
+    """The islands to restart: ``eligible`` (not running CMA-ES, whose own restarts take
+    care of it: a large IPOP run may spend several splits on one generation), not the
+    leader, without progress at ``patience`` splits in a row.
+
+    Example::
+
+        >>> losers([3, 0, 5, 4], lead=2, patience=3, eligible=[True, True, True, False])
+        [0]
+    """
+    return [i for i, s in enumerate(stalls) if i != lead and eligible[i] and patience > 0 and s >= patience]

@@ -14,7 +14,7 @@ from mpievo.bench import bbob as bb  # noqa: E402
 from mpievo.bench.bbob_report import CSV_COLUMNS, read_csv, summary  # noqa: E402
 
 TINY = dict(functions=(1, 3), dims=(5,), instances=(1,), seeds=(0,), budget_per_dim=50, islands=2)
-HAS_PYGMO = bb._pygmo() is not None
+PEERS_HERE = list(bb.peer_modules(bb.PEERS))      # the peers whose module imports here
 
 
 def _check_rows(rows):
@@ -38,7 +38,7 @@ def _check_rows(rows):
 def tiny(tmp_path_factory):
     out = tmp_path_factory.mktemp("bbob")
     # three seeds: a median of three is not the mean
-    options = bb.BbobOptions(**{**TINY, "seeds": (0, 1, 2)}, peers=HAS_PYGMO)
+    options = bb.BbobOptions(**{**TINY, "seeds": (0, 1, 2)}, peers=bool(PEERS_HERE))
     result = bb.bench_bbob(SelfComm(), options, out, log=lambda *a, **k: None)
     return result, out
 
@@ -46,7 +46,7 @@ def tiny(tmp_path_factory):
 def test_tiny_run_writes_consistent_files(tiny):
     result, out = tiny
     rows = read_csv(out / "runs.csv")
-    solvers = ["mpievo:default"] + (list(bb.PEERS) if HAS_PYGMO else [])
+    solvers = ["mpievo:default"] + PEERS_HERE
     assert [(r["function"], r["seed"], r["solver"]) for r in rows] == [
         (f, seed, s) for f in (1, 3) for seed in (0, 1, 2) for s in solvers]
     assert open(out / "runs.csv").readline().strip().split(",") == list(CSV_COLUMNS)
@@ -228,3 +228,32 @@ def test_comparisons_are_against_the_peers_and_count_from_the_final_target():
     assert pairs[("mpievo:b", "peer")]["marks"] == {(3, 10): "-"}          # -7.5 is not at 1e-8
     # without peers, each mpievo solver against the ones after it
     assert list(comparisons(rows[:2])) == [("mpievo:a", "mpievo:b")]
+
+
+def test_against_the_best_peer_of_each_cell():
+    from mpievo.bench.bbob_report import against_best_peer, format_comparisons
+
+    rows = [_row(1, 10, "mpievo:a", -9), _row(1, 10, "p", -12), _row(1, 10, "q", 1.0),      # = (both solved)
+            _row(2, 10, "mpievo:a", 0.0), _row(2, 10, "p", 0.05), _row(2, 10, "q", -1.5),   # far behind q
+            _row(3, 40, "mpievo:a", -2.0), _row(3, 40, "p", -1.0), _row(3, 40, "q", -1.95),  # ahead of both
+            _row(4, 40, "mpievo:a", -0.5), _row(4, 40, "p", -0.7), _row(4, 40, "q", 3.0)]    # 0.2 behind p
+    figures = against_best_peer(rows)["mpievo:a"]
+    assert figures[None] == {"good": 2, "cells": 4, "far": 1, "solved": {"mpievo:a": 1, "p": 1, "q": 0}}
+    assert (figures[10]["good"], figures[10]["far"], figures[40]["good"], figures[40]["far"]) == (1, 1, 1, 0)
+    assert "- mpievo:a vs the best peer of each cell, all dims: better or equal on 2 of 4 (50.0 %), more " \
+        "than 1.0 behind on 1; cells whose median reaches 1e-8: mpievo:a 1, p 1, q 0" in format_comparisons(rows)
+
+
+@pytest.mark.skipif(not bb.peer_modules(["cma:bipop"]), reason="cma (pycma, the bench extra) is not installed")
+def test_bipop_peer_stays_within_the_budget_and_stops_at_the_target():
+    import cma
+
+    # f1 in 2-D: BIPOP reaches 1e-8 well inside 2000 evaluations and stops there;
+    # f15 (Rastrigin) does not: the budget, exactly, ends it (an evaluation beyond it is refused)
+    solved = bb.run_peer(cma, "cma:bipop", 1, 2, 1, 0, 2000, bb.f_opt(1, 2, 1))
+    short = bb.run_peer(cma, "cma:bipop", 15, 2, 1, 0, 1003, bb.f_opt(15, 2, 1))
+    assert solved["df_best"] <= bb.FINAL_TARGET and solved["evaluations"] < 2000
+    assert short["evaluations"] == 1003
+    _check_rows([{**solved, "solver": "cma:bipop"}, {**short, "solver": "cma:bipop"}])
+    with pytest.raises(ValueError, match=re.escape("bench.bbob.peer_names: expected names among")):
+        bb.BbobOptions(peer_names=("cma:ipop",))

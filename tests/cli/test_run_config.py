@@ -71,8 +71,10 @@ def test_all_problems_are_reported_at_once_path_first():
     assert info.value.problems == [
         "extra: expected a key among ['engine', 'migration', 'problem', 'run'], got an unknown key",
         "run.bogus: expected a key among ['blas_threads', 'breed', 'budget', 'checkpoint_background', 'checkpoint_every', "
-        "'checkpoint_incremental', 'checkpoint_keep', 'checkpoint_seconds', 'generations', 'islands', 'leader_margin', 'leader_rate', 'leader_rate_final', "
-        "'log_every', 'memory_check', 'ranks_per_island', 'scheme', 'seed', 'target'], got an unknown key",
+        "'checkpoint_incremental', 'checkpoint_keep', 'checkpoint_seconds', 'finish_diversity', 'finish_reserve', "
+        "'generations', 'islands', 'leader_margin', 'leader_rate', 'leader_rate_final', "
+        "'log_every', 'memory_check', 'progress_rate', 'ranks_per_island', 'restart_after', 'scheme', 'seed', 'target'], "
+        "got an unknown key",
         "run.seed: expected an int >= 0, got -1",
         "run.generations: expected an int >= 1, got str 'many'",
         "problem.dimension: expected a key among ['bases', 'batched', 'dim', 'fidelity_margin', 'fidelity_sample', "

@@ -24,6 +24,7 @@ def test_four_islands_alternate_cmaes_ipop_and_shade_in_float64(job):
     cmaes = [e for e in job.engines if e.algorithm == "cmaes"]
     assert all(e.cma_restarts == "ipop" and e.cma_popsize_growth == 4 for e in cmaes)
     assert job.run.leader_rate == 7 and job.run.leader_margin == 1e-6 and job.run.budget == 100_000
+    assert job.run.finish_diversity == 1e-3 and job.run.progress_rate == 4 and job.run.restart_after == 0
 
 
 def test_every_island_sends_to_an_island_of_the_other_kind(job):

@@ -131,9 +131,38 @@ class CMAES:
         self.integer = getattr(problem, "integer", None)     # CMA-ES with margin (module docstring)
         self._samples = None
 
+    def start_local(self, sigma: float) -> None:
+        """Replace the current run by a local one: from the archive's best member, step
+        ``sigma`` (box-relative), the first run's population; the restart counters stay
+        (a portfolio's finishing run, :mod:`mpievo.rules.budget`). Draws nothing.
+
+        Example::
+
+            from mpievo.evo import EngineConfig, Island, make_problem
+            island = Island(0, make_problem("sphere", dim=5), EngineConfig(algorithm="cmaes")).run(20)
+            island.algorithm.start_local(1e-4)        # polish the best found so far
+        """
+        start = self.archive.genomes[self.archive.best_index()].astype(np.float64)
+        self.strategy = Strategy(start, float(sigma), self.schedule.base, self.scale)
+        self._clear_immigrants()
+
     def _clear_immigrants(self) -> None:
         self._immigrants = np.empty((0, len(self.scale)))
         self._immigrant_fitness = np.empty(0)
+
+    def restart(self, rng: np.random.Generator) -> None:
+        """End the current run and start the next one now, as a termination criterion
+        would (the policy's population and step, a uniformly random start; the draws of
+        ``rng``): a portfolio restarting a losing island.
+
+        Example::
+
+            from mpievo.evo import EngineConfig, Island, make_problem
+            from mpievo.evo.streams import stream
+            island = Island(0, make_problem("rastrigin", dim=5), EngineConfig(algorithm="cmaes")).run(20)
+            island.algorithm.restart(stream(0, 0, 21, "restart"))
+        """
+        self._restart(rng)
 
     def _restart(self, rng: np.random.Generator) -> None:
         run = restart(self.schedule, self.restart_policy, rng)
