@@ -203,7 +203,8 @@ class _PlanningHalf(HalfBreeding):
         return np.broadcast_to(np.zeros((1, 1), np.float32), tuple(shape))
 
     def breed(self, genomes, idx_a, idx_b, rng, lower, upper, out, *, omega, rate, steps, scale,
-              bounds="clip"):
+              bounds="clip", defer=False):
+        # ``defer`` (pipelined breeding) has nothing to defer here: the evaluating ranks breed the rows
         return out, self._ga.vary(np.float32, idx_a, idx_b, rng, omega, rate, steps, bounds)
 
     def round_into(self, work, out):
