@@ -52,6 +52,21 @@ class StopAt:
         return self.rank == 0 and self.scheme.generation >= self.generation
 
 
+def stop_and_checkpoint(comm, job, directory, at: int = 7):
+    """Run ``job``'s scheme until rank 0 stops it after generation ``at``, checkpointing
+    into ``directory`` there; returns the run loop's result."""
+    from mpievo.io import Checkpointer
+    from mpievo.parallel import RunLoop, RunSettings, build_scheme
+
+    scheme = build_scheme(comm, job)
+    loop = RunLoop(comm, scheme, RunSettings(job.run.generations, 5), config=job.config,
+                   checkpointer=Checkpointer(directory, comm=comm), stop=StopAt(scheme, at, comm.rank))
+    try:
+        return loop.run()
+    finally:
+        getattr(scheme, "close", lambda: None)()
+
+
 def stepped_scheme(comm, job, generations: int):
     """The job's scheme on ``comm``, initialised and stepped ``generations`` times."""
     from mpievo.parallel import build_scheme

@@ -7,15 +7,15 @@ import os
 import numpy as np
 import pytest
 from breed_helpers import DIM, breed_job
-from parallel_helpers import StopAt, states_digest
+from parallel_helpers import states_digest, stop_and_checkpoint
 
 from mpi_support import all_ranks_agree
 from mpievo.comm import Communicator
 from mpievo.comm.protocol import SelfComm
 from mpievo.config import ConfigError, validate
 from mpievo.evo import EngineConfig, make_problem
-from mpievo.io import Checkpointer, load_latest
-from mpievo.parallel import RunLoop, RunSettings, best_genome_bytes, build_scheme, run_job
+from mpievo.io import load_latest
+from mpievo.parallel import best_genome_bytes, build_scheme, run_job
 from mpievo.parallel.breed_local import BreedPlan, breed_rows, choose_breeding
 from mpievo.parallel.groups import GroupLayout, scheme_layout
 from mpievo.parallel.hybrid import HybridScheme
@@ -92,16 +92,6 @@ def test_a_restarts_refill_is_bred_in_blocks_with_the_whole_batchs_bits(dtype):
     assert np.concatenate(parts).tobytes() == whole.tobytes()
 
 
-def _stop_and_checkpoint(comm, job, directory):
-    """Run ``job`` until rank 0 stops it after generation 3, checkpointing there."""
-    scheme = build_scheme(comm, job)
-    loop = RunLoop(comm, scheme, RunSettings(job.run.generations, 5), config=job.config,
-                   checkpointer=Checkpointer(directory, comm=comm), stop=StopAt(scheme, 3, comm.rank))
-    try:
-        return loop.run()
-    finally:
-        getattr(scheme, "close", lambda: None)()
-
 
 def _scheme_run(comm, job, generations):
     """(island states digest on rank 0, group traffic of the stepped generations, breed
@@ -164,14 +154,14 @@ def test_evaluator_checkpoints_resume_as_the_island_model_and_back(world, tmp_pa
     comm = Communicator(world)
     ckpt = comm.bcast_object(str(tmp_path_factory.mktemp("ckpt")) if comm.rank == 0 else None)
     run = {"scheme": "centralized", "islands": 2, "breed": "evaluator"}
-    stopped = _stop_and_checkpoint(comm, breed_job(comm.size, "delta", "bfloat16", run=run), ckpt)
+    stopped = stop_and_checkpoint(comm, breed_job(comm.size, "delta", "bfloat16", run=run), ckpt, at=3)
     straight = run_job(breed_job(1, "delta", "bfloat16"), SelfComm())
     ok = stopped.stopped and stopped.generations < 5
     if comm.rank == 0:        # the evaluators' checkpoint, resumed by one rank of the island model
         resumed = run_job(breed_job(1, "delta", "bfloat16"), SelfComm(), restored=load_latest(ckpt))
         ok = ok and best_genome_bytes(resumed) == best_genome_bytes(straight)
         serial_ckpt = str(tmp_path_factory.mktemp("serial"))
-        _stop_and_checkpoint(SelfComm(), breed_job(1, "delta", "bfloat16"), serial_ckpt)
+        stop_and_checkpoint(SelfComm(), breed_job(1, "delta", "bfloat16"), serial_ckpt, at=3)
     else:
         serial_ckpt = None
     serial_ckpt = comm.bcast_object(serial_ckpt)

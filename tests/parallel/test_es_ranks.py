@@ -4,8 +4,7 @@ rank count, resumes on another layout, and sends P float64 per generation whatev
 the genome size."""
 
 import pytest
-from parallel_helpers import small_job
-from test_hybrid import _stop_and_checkpoint
+from parallel_helpers import small_job, stop_and_checkpoint
 
 from mpi_support import all_ranks_agree
 from mpievo.comm import Communicator
@@ -29,7 +28,7 @@ def test_es_over_ranks_equals_one_process_and_resumes(world, tmp_path_factory):
     directory = comm.bcast_object(str(tmp_path_factory.mktemp("es")) if comm.rank == 0 else None)
     job = es_job(comm.size)
     whole = run_job(job, comm)
-    stopped = _stop_and_checkpoint(comm, job, directory)
+    stopped = stop_and_checkpoint(comm, job, directory)
     restored = load_latest(directory, islands=islands_to_load(comm, job.run, 2), comm=comm)
     resumed = run_job(job, comm, restored=restored)
     serial = run_job(es_job(1), SelfComm())

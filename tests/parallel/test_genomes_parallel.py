@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from genome_helpers import BASES, DIM, MERGE, genome_job
-from test_hybrid import _stop_and_checkpoint
+from parallel_helpers import stop_and_checkpoint
 
 from mpi_support import all_ranks_agree
 from mpievo.comm import Communicator
@@ -60,7 +60,7 @@ def test_seeded_checkpoints_resume_on_another_rank_count(world, tmp_path_factory
     comm = Communicator(world)
     directory = comm.bcast_object(str(tmp_path_factory.mktemp("seeded")) if comm.rank == 0 else None)
     job = genome_job(comm.size, "seeded")
-    stopped = _stop_and_checkpoint(comm, job, directory)
+    stopped = stop_and_checkpoint(comm, job, directory)
     resumed = None
     if comm.rank == 0:
         restored = load_latest(directory, islands=list(range(4)))
@@ -78,7 +78,7 @@ def test_checkpoints_hold_recipes_and_the_bases_by_checksum(world, tmp_path_fact
 
     comm = Communicator(world)
     directory = comm.bcast_object(str(tmp_path_factory.mktemp("h5")) if comm.rank == 0 else None)
-    _stop_and_checkpoint(comm, genome_job(comm.size, "seeded"), directory)
+    stop_and_checkpoint(comm, genome_job(comm.size, "seeded"), directory)
     found, big = [], []
     if comm.rank == 0:
         for path in sorted(Path(directory).rglob("*.h5")):

@@ -6,14 +6,14 @@ from types import SimpleNamespace
 
 import pytest
 from mpi4py import MPI
-from parallel_helpers import StopAt, small_job, states_digest
+from parallel_helpers import small_job, states_digest, stop_and_checkpoint
 
 from mpi_support import all_ranks_agree
 from mpievo.comm import Communicator
 from mpievo.comm.protocol import SelfComm
 from mpievo.config import ConfigError, validate
-from mpievo.io import Checkpointer, load_latest
-from mpievo.parallel import RunLoop, RunSettings, best_genome_bytes, build_scheme, run_job
+from mpievo.io import load_latest
+from mpievo.parallel import best_genome_bytes, build_scheme, run_job
 from mpievo.parallel.groups import GroupLayout, group_layout, row_blocks, scheme_layout
 from mpievo.parallel.hybrid import HybridScheme
 
@@ -116,15 +116,6 @@ def test_node_groups_from_fake_nodes(world):
     all_ranks_agree(world, ok, f"node groups {layout.groups}")
 
 
-def _stop_and_checkpoint(comm, job, directory):
-    scheme = build_scheme(comm, job)
-    loop = RunLoop(comm, scheme, RunSettings(job.run.generations, 5), config=job.config,
-                   checkpointer=Checkpointer(directory, comm=comm), stop=StopAt(scheme, 7, comm.rank))
-    try:
-        return loop.run()
-    finally:
-        getattr(scheme, "close", lambda: None)()
-
 
 @pytest.mark.mpi(min_size=2)
 @pytest.mark.parametrize("before, after", [(2, 1), (1, 2)], ids=["2x2-to-1", "1-to-2x2"])
@@ -133,7 +124,7 @@ def test_resume_with_another_group_layout(world, tmp_path_factory, before, after
     comm = Communicator(world)
     directory = comm.bcast_object(str(tmp_path_factory.mktemp("ckpt")) if comm.rank == 0 else None)
     before_job = small_job(comm.size, run={"scheme": "hybrid", "ranks_per_island": before}, **FEATURES)
-    stopped = _stop_and_checkpoint(comm, before_job, directory)
+    stopped = stop_and_checkpoint(comm, before_job, directory)
     job = small_job(comm.size, run={"scheme": "hybrid", "ranks_per_island": after}, **FEATURES)
     mine = group_layout(comm, after).islands(job.n_islands)
     restored = load_latest(directory, islands=mine, comm=comm)
@@ -181,7 +172,7 @@ def test_centralized_gives_the_serial_result_and_resumes_as_islands(world, tmp_p
                               else scheme.inner is None)
     getattr(scheme, "close", lambda: None)()
     whole = run_job(small_job(comm.size, run=central, **FEATURES), comm)
-    stopped = _stop_and_checkpoint(comm, small_job(comm.size, run=central, **FEATURES), directory)
+    stopped = stop_and_checkpoint(comm, small_job(comm.size, run=central, **FEATURES), directory)
     serial = run_job(small_job(1, **FEATURES), SelfComm())
     ok = held and stopped.stopped and whole.evaluations == serial.evaluations
     if comm.rank == 0:    # resume the centralized checkpoint as 4 islands in one process

@@ -12,8 +12,8 @@ import zlib
 import numpy as np
 import pytest
 from mpi4py import MPI
-from parallel_helpers import small_job
-from test_hybrid import FEATURES, _stop_and_checkpoint
+from parallel_helpers import small_job, stop_and_checkpoint
+from test_hybrid import FEATURES
 
 from mpi_support import all_ranks_agree
 from mpievo.comm import Communicator
@@ -95,7 +95,7 @@ def test_checkpoints_resume_across_schemes(world, tmp_path_factory, evaluation):
     comm = Communicator(world)
     directory = comm.bcast_object(str(tmp_path_factory.mktemp("ckpt")) if comm.rank == 0 else None)
     every = list(range(4)) if comm.rank == 0 else []
-    stopped = _stop_and_checkpoint(comm, _job(comm.size, evaluation, **FEATURES), directory)
+    stopped = stop_and_checkpoint(comm, _job(comm.size, evaluation, **FEATURES), directory)
     # the master_worker checkpoint, resumed here and as 4 islands in one process ...
     resumed = run_job(_job(comm.size, evaluation, **FEATURES), comm,
                       restored=load_latest(directory, islands=every, comm=comm))
@@ -109,7 +109,7 @@ def test_checkpoints_resume_across_schemes(world, tmp_path_factory, evaluation):
         return
     # ... and an island-scheme checkpoint resumed under master_worker
     island_dir = comm.bcast_object(str(tmp_path_factory.mktemp("islands")) if comm.rank == 0 else None)
-    _stop_and_checkpoint(comm, small_job(comm.size, problem=ROWWISE, **FEATURES), island_dir)
+    stop_and_checkpoint(comm, small_job(comm.size, problem=ROWWISE, **FEATURES), island_dir)
     adopted = run_job(_job(comm.size, evaluation, **FEATURES), comm,
                       restored=load_latest(island_dir, islands=every, comm=comm))
     if comm.rank == 0:

@@ -3,8 +3,8 @@ batch and all-gathers the fitness; bit-identical to the island model, resumable.
 
 import pytest
 from mpi4py import MPI
-from parallel_helpers import small_job
-from test_hybrid import FEATURES, _stop_and_checkpoint
+from parallel_helpers import small_job, stop_and_checkpoint
+from test_hybrid import FEATURES
 
 from mpi_support import all_ranks_agree
 from mpievo.comm import Communicator
@@ -32,7 +32,7 @@ def test_replicas_give_the_serial_result_and_resume_on_another_scheme(world, tmp
     scheme = build_scheme(comm, job)
     replicated = comm.size == 1 or isinstance(scheme, ReplicatedScheme)
     whole = run_job(job, comm)
-    stopped = _stop_and_checkpoint(comm, job, directory)
+    stopped = stop_and_checkpoint(comm, job, directory)
     # every rank loads every island and continues to the same result
     restored = load_latest(directory, islands=islands_to_load(comm, job.run, 4), comm=comm)
     resumed = run_job(job, comm, restored=restored)
