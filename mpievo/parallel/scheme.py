@@ -226,6 +226,7 @@ class IslandScheme:
                 raise ValueError(f"expected a leader_rate > 1 with {name} = {value} (decided at the "
                                  f"budget's splits), got 1")
         self.finish_diversity, self.finish_reserve = float(finish_diversity), float(finish_reserve)
+        self.finishing = self.finish_diversity > 0 or self.finish_reserve > 0
         self.kinds = [str(e.algorithm) for e in engines]
         self.finished: list[int] = []           # islands switched to a finishing run
         for name, value, low in (("progress_rate", progress_rate, 1), ("restart_after", restart_after, 0)):
@@ -305,27 +306,24 @@ class IslandScheme:
         """Split the budget left among the islands: the leader (best fitness now, before
         this migration's arrivals; the current one kept within ``leader_margin``) at the
         rate :func:`mpievo.rules.budget.rate_at` gives (collective: one small gather)."""
-        finishing = self.finish_diversity > 0 or self.finish_reserve > 0
-        with self.comm.purpose("control"):
-            mine = [(i, self.islands[i].evaluations, self.islands[i].best_internal(),
-                     self.islands[i].diversity() if finishing else 0.0) for i in self.local_indices]
-            gathered = self.comm.allgather_object(mine)
-        rows = sorted(r for part in gathered for r in part)
-        evaluations = [r[1] for r in rows]
+        finishing = self.finishing
+        rows = [r for _, r in self._gather(lambda i: (self.islands[i].evaluations, self.islands[i].best_internal(),
+                                                      self.islands[i].diversity() if finishing else 0.0))]
+        evaluations = [r[0] for r in rows]
         budget = sum(self.plan.shares)
-        best = [r[2] for r in rows]
+        best = [r[1] for r in rows]
         if self.lead_scale is None:
             self.lead_scale = lead_scale(best)
         self.leader = leader(best, self.leader, self.leader_margin * self.lead_scale)
         if finishing:
             late = self.finish_reserve > 0 and budget - sum(evaluations) <= self.finish_reserve * budget
-            chosen = finisher(best, [r[3] for r in rows], self.kinds, self.finished, self.finish_diversity, late)
+            chosen = finisher(best, [r[2] for r in rows], self.kinds, self.finished, self.finish_diversity, late)
             if chosen is not None:
                 self.finished.append(chosen)
                 self.leader = chosen         # the finishing run gets the leader's share
                 self._note_switch(chosen)
                 if chosen in self.islands:
-                    self._finish(self.islands[chosen], rows[chosen][3])
+                    self._finish(self.islands[chosen], rows[chosen][2])
         gains = [0.0] * self.n_islands
         if self.tracking and self.after_best is not None:
             spent = [e - b for e, b in zip(evaluations, self.last_evaluations)]
@@ -367,11 +365,8 @@ class IslandScheme:
     def _restart_island(self, island: Island, generation: int) -> None:
         """A losing island switched to CMA-ES, from a random point under its restart policy
         (draws: the island's ``restart`` stream of ``generation``)."""
-        from ..evo.algorithms.cmaes import CMAES
-
-        algorithm = CMAES.from_config(island.config)
-        island.switch_algorithm(algorithm)
-        algorithm.restart(stream(self.seed, island.index, generation, "restart"))
+        self._finish(island)        # never CMA-ES here (eligible islands are not): a fresh one
+        island.algorithm.restart(stream(self.seed, island.index, generation, "restart"))
 
     def _update_budget_generation(self) -> None:
         self.budget_generation = self.split_generation + rounds_to_spend(
@@ -383,10 +378,7 @@ class IslandScheme:
         rule = self.schedule.adaptive
         if rule is not None:
             # every rank applies the same pure rule to the same gathered values
-            with self.comm.purpose("control"):
-                gathered = self.comm.allgather_object([(i, self.islands[i].diversity())
-                                                       for i in self.local_indices])
-            diversities = [d for _, d in sorted(p for part in gathered for p in part)]
+            diversities = [d for _, d in self._gather(lambda i: self.islands[i].diversity())]
             self.interval = rule.next(self.interval, diversities)
             self.emigrants = rule.next_emigrants(self.emigrants, self.policy.emigrants, diversities)
         self.next_migration = generation + self.interval
@@ -464,7 +456,7 @@ class IslandScheme:
     def _portfolio_state(self) -> dict:
         """Finishing, progress and restarts (only what is on): flags and counts per island."""
         state = {}
-        if self.finish_diversity > 0 or self.finish_reserve > 0:
+        if self.finishing:
             state["finished"] = np.isin(np.arange(self.n_islands), self.finished).astype(np.int64)
         if self.tracking:
             state.update(stalls=np.asarray(self.stalls, np.int64),
