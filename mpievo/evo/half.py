@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kernels import bitcast, half_rows
+from ..kernels import bitcast, counter_operators, half_rows
 from ..kernels.host import BFLOAT16
 from . import operators as ops
 from . import pipeline
@@ -197,12 +197,13 @@ class HalfBreeding:
                 ops.steps_array(steps, n, np.float32))
         fixed = (scale, lower, upper, code, np.uint64(plan.threshold), plan.inv_log_q, plan.dense, plan.key)
         if defer and bounds != "resample":
-            pairs, children = (dim + 1) // 2, bits(out)
+            children = bits(out)
 
-            def breed_one(c: int) -> None:      # child c's blocks: base + c * pairs + g // 2, as in the batch
+            def breed_one(c: int) -> None:      # child c's blocks follow the c children before it, as in the batch
                 one = slice(c, c + 1)
                 half_rows.vary_half(args[0], *(a[one] for a in args[1:]), *fixed,
-                                    np.uint64(plan.base + c * pairs), counts[one], children[one],
+                                    np.uint64(plan.base + counter_operators.mutation_blocks(c, dim, code)),
+                                    counts[one], children[one],
                                     self.dtype == BFLOAT16)
 
             pipeline.defer(out, breed_one)

@@ -46,7 +46,6 @@ import numpy as np
 
 from mpievo.kernels import counter_operators as counter_kernels
 from mpievo.kernels import half_rows
-from mpievo.kernels import operators as kernels
 
 from ..comm.shm.array import node_shared_array
 from ..evo import device
@@ -270,7 +269,7 @@ class SharedArchive(Archive):
         """:meth:`Archive.insert_children` (the same merge, ids, origins, births), the rows
         written by the ranks that bred them; ``genomes`` is not read."""
         before = float(self.fitness.min()) if self.size else math.inf
-        entered, slots = kernels.survivors(self.fitness, np.ascontiguousarray(fitness), self.limit)
+        entered, slots = self._merge_slots(fitness)
         if len(entered):
             self._fitness[slots] = fitness[entered]
             self._ids[slots] = first + entered
@@ -444,12 +443,12 @@ def breed_rows(plan: BreedPlan, rows: np.ndarray, a: int, b: int, box, out: np.n
     if plan.kind == "uniform":
         work = np.empty((n, dim), np.float32) if half else out
         counter_kernels.uniform_fill(work, lower, upper, plan.key,
-                                     np.uint64(plan.base + a * ((dim + 3) // 4)))
+                                     np.uint64(plan.base + counter_kernels.gene_blocks(a, dim)))
         if half:
             round_into(work, out)
         return counts
     part = slice(a, b)
-    base = np.uint64(plan.base + a * ((dim + 1) // 2))
+    base = np.uint64(plan.base + counter_kernels.mutation_blocks(a, dim, plan.code))
     draws = (plan.idx_a[part], plan.idx_b[part], plan.omega[part])
     if half:
         half_rows.vary_half(bits(rows), *draws, plan.steps[part], scale, lower, upper, plan.code,
