@@ -38,9 +38,8 @@ from .flat import FlatParameters
 from .problem import ModelProblem, bases_dtype, fill_genome
 from .recipes import RecipeProblem
 
-#: safetensors dtypes a gene may have (the engine's float32/float64, or half types cast once)
-GENE_FILE_DTYPES = {"F32": 4, "F64": 8, "F16": 2, "BF16": 2}
-#: the numpy dtype of each gene dtype of a safetensors file
+#: the numpy dtype of each safetensors dtype a gene may have (the engine's float32/float64,
+#: or half types cast once)
 FILE_DTYPES = {"F32": np.dtype(np.float32), "F64": np.dtype(np.float64), "F16": np.dtype(np.float16),
                "BF16": BFLOAT16}
 #: the file written beside a merged model
@@ -157,8 +156,8 @@ def inspect_sources(paths: Sequence[str | os.PathLike]) -> SourceInfo:
         if headers is None:
             headers = _loaded_headers(path)
         for name, (shape, dtype, file) in headers.items():
-            if dtype not in GENE_FILE_DTYPES:
-                raise TypeError(f"expected tensors of dtype {sorted(GENE_FILE_DTYPES)} (what the engine takes), "
+            if dtype not in FILE_DTYPES:
+                raise TypeError(f"expected tensors of dtype {sorted(FILE_DTYPES)} (what the engine takes), "
                                 f"got {dtype} for {name!r} in {file}")
         if first is not None:
             _compare(first, headers, paths[0], path)
@@ -444,7 +443,6 @@ def _quiet_nans(bits: np.ndarray, infinity: int, nan: int) -> None:
     found = np.flatnonzero((bits & 0x7FFF) > infinity)
     if found.size:
         bits[found] = (bits[found] & 0x8000) | nan
-    return True
 
 
 def save_merged(model, directory: str | os.PathLike, *, recipe: dict | None = None, genome=None,
