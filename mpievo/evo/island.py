@@ -31,6 +31,8 @@ elite-unique). Migrants keep their ids, births and origin island.
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
 from mpievo.kernels import operators as kernels
@@ -351,12 +353,9 @@ class Island:
         if self.fidelity is not None:
             return screened_step(self, generation, limit)
         made_there = getattr(type(self.problem), "evaluates_deferred_rows", None)
-        if made_there is None or self.on_device or not made_there(self.problem):
-            genomes = self.ask(generation)
-            n = genomes.shape[0] if limit is None else min(limit, genomes.shape[0])
-            return self.tell(self.evaluate(genomes[:n]), evaluated=n)
-        try:
-            with pipeline.deferring():  # children bred as the problem makes them (mpievo.evo.pipeline)
+        defer = made_there is not None and not self.on_device and made_there(self.problem)
+        try:        # with defer, children bred as the problem makes them (mpievo.evo.pipeline)
+            with pipeline.deferring() if defer else contextlib.nullcontext():
                 genomes = self.ask(generation)
             n = genomes.shape[0] if limit is None else min(limit, genomes.shape[0])
             fitness = self.evaluate(genomes[:n])
