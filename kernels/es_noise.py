@@ -124,11 +124,8 @@ def _perturb(out, mean, scale, base, pair, stride, start, k0, k1, c2, c3):
 
 @numba.njit(nogil=True, cache=True)
 def _noise_row(z, base, pair, stride, start, k0, k1, c2, c3):
-    words = np.empty((4, LANES), np.uint64)
-    normals = np.empty((4, LANES), np.float32)
-    for first in range(0, z.shape[0], _GENES):
-        count = min(_GENES, z.shape[0] - first)
-        _fill(z[first:first + count], words, normals, base, pair, stride, start + first, k0, k1, c2, c3)
+    _fill(z, np.empty((4, LANES), np.uint64), np.empty((4, LANES), np.float32), base, pair, stride, start,
+          k0, k1, c2, c3)
 
 
 @numba.njit(nogil=True, cache=True)
