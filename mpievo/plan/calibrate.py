@@ -394,18 +394,32 @@ def contention(concurrent: dict, ranks: int, cores: int) -> dict:
     return out
 
 
-def launch_job(ranks: int, dims) -> dict:
-    """Run :func:`launched` on ``ranks`` ranks; its result."""
+def run_launched(ranks: int, module_args: list[str], timeout: float, what: str, result):
+    """``python -m module_args`` on ``ranks`` ranks under the venv's launcher; returns
+    ``result(finished process)`` where it exited 0 and ``result`` found one (not None).
+
+    Raises:
+        RuntimeError: "expected the N-rank ``what``, got exit code ...", with the end of its stderr.
+    """
     from ..launcher import launch_command, launch_env
 
-    cmd = launch_command(ranks, ["python", "-m", "mpievo.plan.calibrate", ",".join(map(str, dims)),
-                                 str(ranks == 2)])
-    done = subprocess.run(cmd, env=launch_env(), capture_output=True, text=True, timeout=600)
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode != 0 or not lines:
-        raise RuntimeError(f"expected the {ranks}-rank calibration job to print its result, got exit code "
+    cmd = launch_command(ranks, ["python", "-m", *module_args])
+    done = subprocess.run(cmd, env=launch_env(), capture_output=True, text=True, timeout=timeout)
+    found = result(done) if done.returncode == 0 else None
+    if found is None:
+        raise RuntimeError(f"expected the {ranks}-rank {what}, got exit code "
                            f"{done.returncode}: {done.stderr.strip()[-500:]}")
-    return json.loads(lines[-1])
+    return found
+
+
+def launch_job(ranks: int, dims) -> dict:
+    """Run :func:`launched` on ``ranks`` ranks; its result (the last JSON line it printed)."""
+    def printed(done):
+        lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+        return json.loads(lines[-1]) if lines else None
+
+    return run_launched(ranks, ["mpievo.plan.calibrate", ",".join(map(str, dims)), str(ranks == 2)], 600,
+                        "calibration job to print its result", printed)
 
 
 def calibrate(dims=CALIBRATION_DIMS, ranks=LOOP_RANKS) -> dict:

@@ -19,7 +19,6 @@ import contextlib
 import dataclasses
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -102,16 +101,13 @@ def worker(spec_path: str, out_path: str) -> None:
 
 def launch(ranks: int, spec: MeasureSpec, workdir: Path) -> list[dict]:
     """One job of ``ranks`` ranks (:func:`worker`); its rows."""
-    from ..launcher import launch_command, launch_env
+    from .calibrate import run_launched
 
     spec_path, out_path = workdir / f"spec{ranks}.json", workdir / f"rows{ranks}.json"
     spec_path.write_text(json.dumps(spec.__dict__))
-    cmd = launch_command(ranks, ["python", "-m", "mpievo.plan.measured", str(spec_path), str(out_path)])
-    done = subprocess.run(cmd, env=launch_env(), capture_output=True, text=True, timeout=JOB_TIMEOUT_S)
-    if done.returncode != 0 or not out_path.exists():
-        raise RuntimeError(f"expected the {ranks}-rank job to write its rows, got exit code {done.returncode}: "
-                           f"{done.stderr.strip()[-500:]}")
-    return json.loads(out_path.read_text())
+    return run_launched(ranks, ["mpievo.plan.measured", str(spec_path), str(out_path)], JOB_TIMEOUT_S,
+                        "job to write its rows",
+                        lambda done: json.loads(out_path.read_text()) if out_path.exists() else None)
 
 
 def compare(rows: list[dict], constants, interval: int, fitted=None) -> list[dict]:
