@@ -225,8 +225,8 @@ class FlatParameters:
             return
         buffer = self._buffers[index]
         with torch.no_grad():
-            for param, start, shape in zip(self._params, self.offsets, self.shapes):
-                param.data = buffer[start:start + int(np.prod(shape, dtype=np.int64))].view(shape)
+            for param, start, stop, shape in zip(self._params, self.offsets, self.offsets[1:], self.shapes):
+                param.data = buffer[start:stop].view(shape)
         self.flat, self._host, self._active = buffer, as_numpy(buffer), index
 
     def _buffer_of(self, genome: np.ndarray) -> int | None:
