@@ -193,13 +193,10 @@ class ModelProblem(Problem):
 
     def _evaluate_batch(self, genomes) -> np.ndarray:
         rows = genomes.shape[0] if hasattr(genomes, "shape") else len(genomes)
-        blocks = self.genome_blocks(self.flat.numpy_dtype) if rows > 1 else None
-        lazy = deferred(genomes)                # children bred as they are made
-        if blocks is None or not isinstance(genomes, np.ndarray):
-            if lazy is not None:
-                lazy.settle()
-            return score_each(self.model, self.score, genomes, self.flat.write)
-        return score_each(self.model, self.score, genomes, self.flat.write, blocks=blocks, lazy=lazy)
+        pipelines = rows > 1 and isinstance(genomes, np.ndarray)
+        blocks = self.genome_blocks(self.flat.numpy_dtype) if pipelines else None
+        # children bred as they are made (deferred rows)
+        return score_each(self.model, self.score, genomes, self.flat.write, blocks=blocks, lazy=deferred(genomes))
 
 
 def largest_weight(models) -> float:
@@ -218,9 +215,9 @@ def score_each(model: torch.nn.Module, score: Callable, genomes, put: Callable, 
     ``blocks`` the model runs from (:meth:`ModelProblem.genome_blocks`), genome ``i + 1``
     is copied into one on a helper thread while the model runs on genome ``i`` in the
     other (:func:`~mpievo.evo.pipeline.pipelined`), after breeding it there when its
-    row is ``lazy`` (:class:`~mpievo.evo.pipeline.DeferredRows`)."""
+    row is ``lazy`` (:class:`~mpievo.evo.pipeline.DeferredRows`; without ``blocks`` every
+    row is bred first)."""
     rows = genomes.shape[0] if hasattr(genomes, "shape") else len(genomes)
-    values = np.empty(rows)
     was_training = model.training
     model.eval()
     try:
@@ -236,6 +233,9 @@ def score_each(model: torch.nn.Module, score: Callable, genomes, put: Callable, 
                     return float(score(model))
 
                 return pipelined(rows, make, use)
+            if lazy is not None:
+                lazy.settle()
+            values = np.empty(rows)
             for index in range(rows):
                 put(genomes[index])
                 values[index] = float(score(model))

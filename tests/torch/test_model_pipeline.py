@@ -112,16 +112,19 @@ def test_the_bench_part_prints_utilisation_with_and_without_pipelining(capsys):
     assert out.count("same values and best genome: yes") == 1, out
 
 
-def test_children_left_unevaluated_are_bred_before_the_algorithm_reads_them():
+@pytest.mark.parametrize("genome, limit", [("delta", 2), ("delta", 1), ("dense", 1)])   # 1 child: evaluated without the pipeline
+def test_children_left_unevaluated_are_bred_before_the_algorithm_reads_them(genome, limit):
     from mpievo.evo.engine_config import EngineConfig
     from mpievo.evo.island import Island
 
-    children = []
+    children, fitness = [], []
     for pipeline in (False, True):
         problem = ModelProblem(gpt2(3, 64, torch.bfloat16), lambda m: float(logits(m, IDS).float().sum()),
                                sources=[gpt2(1, 64, torch.bfloat16), gpt2(2, 64, torch.bfloat16)], pipeline=pipeline)
-        island = Island(0, problem, EngineConfig(dtype="bfloat16", genome="delta", capacity=4, batch_size=4), seed=3)
+        island = Island(0, problem, EngineConfig(dtype="bfloat16", genome=genome, capacity=4, batch_size=4), seed=3)
         island.initialize()
-        island.step(1, limit=2)             # 2 of the 4 children evaluated (a budget's last generation)
+        island.step(1, limit=limit)         # some of the 4 children evaluated (a budget's last generation)
         children.append(island.algorithm._children.view(np.uint16).copy())
+        fitness.append(np.sort(island.archive.fitness))
     assert np.array_equal(children[0], children[1])
+    assert np.array_equal(fitness[0], fitness[1])
