@@ -17,7 +17,7 @@ import numba
 import numpy as np
 
 from .bitcast import _f32_to_bf16
-from .half_rows import _as_bits, _bf16
+from .half_rows import _as_bits, _bf16, _clipped
 
 _JIT = dict(nogil=True, cache=True)
 
@@ -94,11 +94,5 @@ def deltas_bf16(genome, base, lo, hi, out):
             bad += 1
             out[i] = h
             continue
-        x = _bf16(h)
-        if not x > _bf16(lo[i]):            # np.maximum(x, lo): lo unless x > lo
-            h = lo[i]
-            x = _bf16(h)
-        if not x < _bf16(hi[i]) and x == x:  # np.minimum(., hi): hi unless below it (or NaN)
-            h = hi[i]
-        out[i] = h
+        out[i] = _clipped(h, _bf16(h), _bf16(lo[i]), _bf16(hi[i]), lo[i], hi[i])     # numpy's clip
     return bad
