@@ -131,10 +131,13 @@ class DataFlowSpace:
         one = [(s, layer) for s, count in enumerate(self.layers) for layer in range(count)]
         self.slots = one * int(self.repeats)
         labels = [f"slot {t} (source {s} layer {layer})" for t, (s, layer) in enumerate(self.slots)]
-        t, kinds = len(self.slots), 1 + bool(self.scales)
-        self.names = [f"{label}/runs" for label in labels] + [f"{label}/scale" for label in labels][:t * (kinds - 1)]
-        self.lower = np.concatenate([np.zeros(t), np.full(t, SCALE_BOX[0])])[:kinds * t]
-        self.upper = np.concatenate([np.ones(t), np.full(t, SCALE_BOX[1])])[:kinds * t]
+        t = len(self.slots)
+        self.names = [f"{label}/runs" for label in labels]
+        self.lower, self.upper = np.zeros(t), np.ones(t)
+        if self.scales:         # then one input scale per slot
+            self.names += [f"{label}/scale" for label in labels]
+            self.lower = np.concatenate([self.lower, np.full(t, SCALE_BOX[0])])
+            self.upper = np.concatenate([self.upper, np.full(t, SCALE_BOX[1])])
 
     @property
     def dim(self) -> int:
