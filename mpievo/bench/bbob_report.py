@@ -83,24 +83,35 @@ def mark(mine: float, theirs: float) -> str:
     return "+" if mine < theirs else "-"
 
 
+def shortfall(mine: float, theirs: float) -> float:
+    """Orders of magnitude ``mine`` is behind ``theirs`` (medians of log10(f - f_opt)),
+    counted from the final target: a median below 1e-8 counts as 1e-8."""
+    return max(mine, FINAL_LOG10) - max(theirs, FINAL_LOG10)
+
+
+def _medians(rows: list[dict]) -> tuple[dict, list, list]:
+    """({(function, dim, solver): median log10}, the solvers, the (function, dim) cells),
+    in first-seen order."""
+    medians = {key: s["median_log10"] for key, s in summary(rows).items()}
+    return (medians, list(dict.fromkeys(solver for _, _, solver in medians)),
+            list(dict.fromkeys((f, d) for f, d, _ in medians)))
+
+
 def comparisons(rows: list[dict]) -> dict:
     """{(mpievo solver, other): {"marks": {(function, dim): mark}, "worst": (shortfall, function, dim),
     "far": cells more than one order of magnitude behind}}
     over the cells both ran. The others are the peers (every solver not named
     ``mpievo:...``); without peers, the mpievo solvers after it. A shortfall counts from
     the final target: a median below 1e-8 counts as 1e-8."""
-    medians = {key: s["median_log10"] for key, s in summary(rows).items()}
-    solvers = list(dict.fromkeys(solver for _, _, solver in medians))
+    medians, solvers, cells = _medians(rows)
     ours = [s for s in solvers if s.startswith("mpievo:")]
     peers = [s for s in solvers if s not in ours]
-    cells = list(dict.fromkeys((f, d) for f, d, _ in medians))
     out = {}
     for i, mine in enumerate(ours):
         for other in peers or ours[i + 1:]:
             shared = [c for c in cells if (*c, mine) in medians and (*c, other) in medians]
             marks = {c: mark(medians[(*c, mine)], medians[(*c, other)]) for c in shared}
-            gaps = [(max(medians[(*c, mine)], FINAL_LOG10) - max(medians[(*c, other)], FINAL_LOG10), *c)
-                    for c in shared if marks[c] == "-"]
+            gaps = [(shortfall(medians[(*c, mine)], medians[(*c, other)]), *c) for c in shared if marks[c] == "-"]
             out[(mine, other)] = {"marks": marks, "worst": max(gaps, default=None),
                                   "far": sum(gap > 1.0 for gap, *_ in gaps)}
     return out
@@ -119,10 +130,8 @@ def against_best_peer(rows: list[dict]) -> dict:
         figures = against_best_peer(rows)["mpievo:portfolio"][10]   # 10-D cells
         figures["good"], figures["far"], figures["solved"]["mpievo:portfolio"]
     """
-    medians = {key: s["median_log10"] for key, s in summary(rows).items()}
-    solvers = list(dict.fromkeys(solver for _, _, solver in medians))
+    medians, solvers, cells = _medians(rows)
     peers = [s for s in solvers if not s.startswith("mpievo:")]
-    cells = list(dict.fromkeys((f, d) for f, d, _ in medians))
     out: dict = {}
     for mine in (s for s in solvers if s.startswith("mpievo:")):
         for dim in [None, *sorted({d for _, d in cells})]:
@@ -130,7 +139,7 @@ def against_best_peer(rows: list[dict]) -> dict:
                       and any((*c, p) in medians for p in peers)]
             best = {c: min(medians[(*c, p)] for p in peers if (*c, p) in medians) for c in chosen}
             marks = {c: mark(medians[(*c, mine)], best[c]) for c in chosen}
-            far = [c for c in chosen if max(medians[(*c, mine)], FINAL_LOG10) - max(best[c], FINAL_LOG10) > 1.0]
+            far = [c for c in chosen if shortfall(medians[(*c, mine)], best[c]) > 1.0]
             solved = {s: sum(medians.get((*c, s), math.inf) <= FINAL_LOG10 for c in chosen) for s in solvers}
             out.setdefault(mine, {})[dim] = {"good": sum(m != "-" for m in marks.values()), "cells": len(chosen),
                                              "far": len(far), "solved": solved}
@@ -162,9 +171,8 @@ def format_comparisons(rows: list[dict]) -> str:
     pairs = comparisons(rows)
     if not pairs:
         return ""
-    medians = {key: s["median_log10"] for key, s in summary(rows).items()}
-    solvers = list(dict.fromkeys(solver for _, _, solver in medians))
-    cells = sorted(dict.fromkeys((f, d) for f, d, _ in medians), key=lambda c: (c[1], c[0]))
+    medians, solvers, cells = _medians(rows)
+    cells = sorted(cells, key=lambda c: (c[1], c[0]))
     head = ["f", "dim", *solvers, *(f"{a} vs {b}" for a, b in pairs)]
     lines = ["", f"Medians of log10(f - f_opt) and marks: + better, = tie (both at 1e-8 or within {TIE}), "
              "- worse", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
