@@ -332,13 +332,16 @@ def cma_bipop(cma, udp, budget: int, seed: int) -> None:
 
 PEERS = {"pygmo:sade": sade_archipelago, "pygmo:sade-single": sade_single, "pygmo:cmaes": cmaes_ipop,
          "cma:bipop": cma_bipop}
-#: the module each peer is given (its first argument)
-PEER_MODULES = {"pygmo:sade": "pygmo", "pygmo:sade-single": "pygmo", "pygmo:cmaes": "pygmo", "cma:bipop": "cma"}
+
+
+def peer_module(name: str) -> str:
+    """The module a peer is given (its first argument): its name's prefix ("pygmo", "cma")."""
+    return name.split(":")[0]
 
 
 def peer_digest(name: str) -> str:
     """What a peer's run depends on besides the problem, seed and budget (resume's key)."""
-    if PEER_MODULES[name] == "cma":
+    if peer_module(name) == "cma":
         return digest({"peer": name})
     return digest({"peer": name, "islands": PEER_ISLANDS, "population": SADE_POPULATION, "epoch": SADE_EPOCH})
 
@@ -373,7 +376,7 @@ def peer_modules(names) -> dict:
     modules = {}
     for name in names:
         with contextlib.suppress(ImportError):
-            modules[name] = importlib.import_module(PEER_MODULES[name])
+            modules[name] = importlib.import_module(peer_module(name))
     return modules
 
 
@@ -404,7 +407,7 @@ def bench_bbob(comm, options: BbobOptions, out: str | os.PathLike | None = None,
     wanted = (options.peer_names or tuple(PEERS)) if options.peers else ()
     modules = peer_modules(wanted)
     notes = []
-    missing_modules = sorted({PEER_MODULES[name] for name in wanted if name not in modules})
+    missing_modules = sorted({peer_module(name) for name in wanted if name not in modules})
     if missing_modules:
         notes.append(f"{', '.join(missing_modules)} not importable (the bench extra): their peers skipped")
     kept = _previous_rows(comm, out, resume)
