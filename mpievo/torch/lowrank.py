@@ -163,7 +163,8 @@ class LowRankPopulation:
         expand = {name: value.repeat_interleave(2, dim=0) for name, value in noise.items()}
         signs = self.signs(module.weight)[:, None]                       # (popsize, 1)
         bias = signs * expand["bias"] if "bias" in expand else None      # (popsize, out)
-        if type(module).__name__ in _LINEAR_TYPES:
+        linear, with_bias = type(module).__name__ in _LINEAR_TYPES, bias is not None
+        if linear:
             left = expand["u"] * (signs / math.sqrt(self.rank))[:, :, None]   # (popsize, in, r)
             right = expand["v"].transpose(1, 2)                                # (popsize, r, out)
             if bias is not None:     # the bias as one more rank: a column of ones times it
@@ -178,13 +179,13 @@ class LowRankPopulation:
             p = self.popsize
             if x.shape[0] % p:
                 raise ValueError(f"expected a batch of popsize ({p}) x b rows, got {x.shape[0]}")
-            if type(mod).__name__ not in _LINEAR_TYPES:
+            if not linear:
                 normed = torch.nn.functional.layer_norm(x, mod.normalized_shape, None, None, mod.eps)
                 out = torch.addcmul(shift, normed.reshape(p, -1, normed.shape[-1]), weight)
                 return out.reshape(output.shape)
             xs = x.reshape(p, -1, x.shape[-1])
             t = torch.bmm(xs, left)
-            if right.shape[1] > t.shape[2]:
+            if with_bias:              # the bias's rank: a column of ones
                 t = torch.cat([t, torch.ones_like(t[:, :, :1])], dim=2)
             out = torch.baddbmm(output.reshape(p, -1, output.shape[-1]), t, right)
             return out.reshape(output.shape)
