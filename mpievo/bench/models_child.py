@@ -160,7 +160,7 @@ def measure_child(options) -> None:
     genome = problem.dim * dtype.itemsize
     copy = memcpy_seconds(genome)
     write = write_seconds(problem, dtype)
-    buffers = 2 if problem.pipeline else 1     # a pipelining model runs from two buffers
+    buffers = problem.model_buffers(dtype)     # a pipelining model runs from two buffers
     estimate = genomes_estimate(problem.dim, sources=len(paths), bases_itemsize=2, rows_per_rank=rows,
                                 row_itemsize=2, genome_itemsize=2, ranks_per_node=comm.size, block_rows=buffers)
     _reset_peak()

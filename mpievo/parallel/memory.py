@@ -114,10 +114,11 @@ def rank_estimate(job, nranks: int) -> tuple[int, int]:
         engine = job.engines[0]
         itemsize = genome_dtype(engine.dtype).itemsize
         fit = max(1, int(engine.materialize_budget) // (dim * itemsize))
-        # the block children are materialised into: a model's own buffer, else at most
-        # half the budget, of which a batch (or generation 0) is used at a time
-        block = 1 if hasattr(job.problem, "genome_block") else min(max(1, fit // 2),
-                                                                    max(engine.capacity, engine.batch_size))
+        # the blocks children are materialised into: a model's own buffers (two where it
+        # pipelines), else at most half the budget, of which a batch (or generation 0) is used at a time
+        buffers = getattr(job.problem, "model_buffers", None)
+        block = buffers(genome_dtype(engine.dtype)) if buffers is not None else min(
+            max(1, fit // 2), max(engine.capacity, engine.batch_size))
         host += per_rank * dim * box_bytes_per_gene(itemsize, engine.genome == "delta") + block * dim * itemsize
     if getattr(job.problem, "rotate", False):
         host += 8 * dim * dim

@@ -172,6 +172,18 @@ class ModelProblem(Problem):
             return host.reshape(1, -1)
         return None
 
+    def model_buffers(self, dtype) -> int:
+        """How many genome-sized host buffers the model runs from for genes of ``dtype``:
+        2 where evaluation pipelines (:meth:`genome_blocks`), else 1 (what the memory
+        estimates count; nothing is allocated).
+
+        Example::
+
+            ModelProblem(torch.nn.Linear(3, 1), score).model_buffers(np.float32)    # 2 on the CPU
+        """
+        pipelines = self.pipeline and self.flat.device.type == "cpu" and np.dtype(dtype) == self.flat.numpy_dtype
+        return 2 if pipelines else 1
+
     def genome_blocks(self, dtype) -> tuple[np.ndarray, np.ndarray] | None:
         """Two ``(1, dim)`` host blocks the model can run from, for pipelined evaluation
         (:mod:`mpievo.evo.pipeline`): the model's buffer and a second one (made on first
@@ -182,7 +194,7 @@ class ModelProblem(Problem):
             problem = ModelProblem(torch.nn.Linear(3, 1), score)
             first, second = problem.genome_blocks(problem.flat.numpy_dtype)
         """
-        if not self.pipeline or self.flat.device.type != "cpu" or np.dtype(dtype) != self.flat.numpy_dtype:
+        if self.model_buffers(dtype) == 1:
             return None
         return tuple(block.reshape(1, -1) for block in self.flat.double_buffer())
 

@@ -128,3 +128,19 @@ def test_children_left_unevaluated_are_bred_before_the_algorithm_reads_them(geno
         fitness.append(np.sort(island.archive.fitness))
     assert np.array_equal(children[0], children[1])
     assert np.array_equal(fitness[0], fitness[1])
+
+
+def test_the_memory_estimate_counts_the_second_buffer_of_a_pipelining_model():
+    from types import SimpleNamespace
+
+    from mpievo.evo.engine_config import EngineConfig
+    from mpievo.parallel.memory import rank_estimate
+
+    engine = EngineConfig(dtype="float32", genome="delta", capacity=4, batch_size=4)
+    host = {}
+    for pipeline in (True, False):
+        problem = ModelProblem(gpt2(3, 64), lambda m: 0.0, sources=[gpt2(1, 64), gpt2(2, 64)], pipeline=pipeline)
+        assert problem.model_buffers(np.float32) == (2 if pipeline else 1)
+        assert problem.model_buffers(np.float64) == 1          # not the model's dtype: no pipeline
+        host[pipeline], _ = rank_estimate(SimpleNamespace(problem=problem, engines=[engine], n_islands=1), 1)
+    assert host[True] - host[False] == problem.dim * 4
