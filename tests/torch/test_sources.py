@@ -15,7 +15,7 @@ pytest.importorskip("transformers")
 import torch  # noqa: E402
 from torch_models import gpt2  # noqa: E402
 
-from mpievo.torch import hf  # noqa: E402
+from mpievo.torch import casting, hf  # noqa: E402
 from mpievo.torch.flat import FlatParameters  # noqa: E402
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -161,7 +161,7 @@ def test_sources_are_cast_into_their_rows_as_astype_casts_them_bit_for_bit(targe
             want = values.astype(target)
         got = np.empty(values.shape, target)
         with np.errstate(all="ignore"):     # overflows to inf, NaN: as astype
-            hf.cast_into(values, got)
+            casting.cast_into(values, got)
         bits = {2: np.uint16, 4: np.uint32, 8: np.uint64}[target.itemsize]
         assert np.array_equal(got.view(bits), want.view(bits)), (values.dtype, target)
 
@@ -170,11 +170,11 @@ def test_a_tensor_is_read_at_its_offset_through_the_cast_buffer(tmp_path, monkey
     values = _special_values()[np.dtype(np.float32)]
     path = tmp_path / "data"
     path.write_bytes(b"header" + values.tobytes())
-    monkeypatch.setattr(hf, "_CAST_CHUNK", 4096 + 4)             # chunks that do not divide the tensor
+    monkeypatch.setattr(casting, "_CAST_CHUNK", 4096 + 4)             # chunks that do not divide the tensor
     out = np.empty(values.size, BF16)
     with open(path, "rb", buffering=0) as handle:
-        hf.read_cast(handle, 6, values.dtype, out, path)
+        casting.read_cast(handle, 6, values.dtype, out, path)
         with pytest.raises(ValueError, match="expected 8 more bytes in .*data, got 0"):
-            hf.read_cast(handle, path.stat().st_size, values.dtype, out[:2], path)
+            casting.read_cast(handle, path.stat().st_size, values.dtype, out[:2], path)
     with np.errstate(all="ignore"):
         assert np.array_equal(out.view(np.uint16), values.astype(BF16).view(np.uint16))
