@@ -266,7 +266,7 @@ def rows_equal(a, ia, b, ib, *, stream=0) -> np.ndarray:
 
 
 def hash_rows(genomes, *, stream=0) -> np.ndarray:
-    """Host uint64 ``(n,)``: :func:`mpievo.evo.archive.row_hashes` of the rows, bit for bit.
+    """Host uint64 ``(n,)``: :func:`mpievo.evo.archive_records.row_hashes` of the rows, bit for bit.
 
     The hash is sequential along a row, so each row is one thread's: for a few
     very long rows this is far from the device's bandwidth.

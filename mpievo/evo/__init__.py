@@ -43,7 +43,8 @@ Example::
     genome, value = island.best()
 """
 
-from .archive import ID_STRIDE, Archive, Insertion, make_ids, sanitize_fitness
+from .archive import Archive, Insertion
+from .archive_records import ID_STRIDE, make_ids, sanitize_fitness
 from .algorithms import CMAES, JDE, SHADE, GeneticAlgorithm, IslandAlgorithm, make_algorithm
 from .engine_config import EngineConfig
 from .genomes import BaseModels

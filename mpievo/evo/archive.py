@@ -1,7 +1,7 @@
 """An island's archive: a fixed-capacity elite set of genomes with their records.
 
 Each member has a genome (a row of ``genomes``), a fitness (minimised, float64), an
-id (int64, see :func:`make_ids`), the generation it was born in and the island it was
+id (int64, see :func:`~mpievo.evo.archive_records.make_ids`), the generation it was born in and the island it was
 born on. :meth:`Archive.insert` merges a batch of candidates and keeps the best
 ``limit`` of members and candidates: a candidate replaces the worst member only
 when strictly better (incumbents win ties; among candidates the earlier one wins), so
@@ -14,7 +14,7 @@ population grow without reallocating: the GA's restarts raise it
 drop members, and later inserts refill the freed slots.
 
 Non-finite fitness (NaN, +inf, -inf) ranks worst: it is stored as +inf
-(:func:`sanitize_fitness` also counts it).
+(:func:`~mpievo.evo.archive_records.sanitize_fitness` also counts it).
 
 Every slot carries a *row version* (:meth:`Archive.row_versions`): a number, unique in
 the process, given to a row whenever a genome is written into its slot (``_write``,
@@ -26,123 +26,22 @@ methods.
 
 from __future__ import annotations
 
-import threading
 from typing import NamedTuple
 
 import numpy as np
 
 from mpievo.kernels import operators as kernels
+from .archive_records import VersionedRows, fresh_versions, row_hashes, sanitize_fitness
 from .half import GENOME_DTYPES, genome_dtype
 
 _DTYPES = tuple(genome_dtype(name) for name in GENOME_DTYPES)
-_BITS = {2: np.uint16, 4: np.uint32, 8: np.uint64}
+
 
 
 def _moved(genomes: np.ndarray) -> np.ndarray:
     """``genomes`` as the row-move kernels take them: half types as their uint16 bits
     (Numba has no bfloat16; a move copies bits)."""
     return genomes.view(np.uint16) if genomes.dtype.itemsize == 2 else genomes
-
-
-_version_lock = threading.Lock()
-_next_version = 1
-
-
-def fresh_versions(count: int) -> np.ndarray:
-    """``count`` row versions never handed out before in this process (int64, ascending).
-
-    Example:
-        >>> a, b = fresh_versions(2), fresh_versions(1)
-        >>> bool(b[0] > a[1])
-        True
-    """
-    global _next_version
-    with _version_lock:
-        start = _next_version
-        _next_version += int(count)
-    return np.arange(start, start + int(count), dtype=np.int64)
-
-
-class VersionedRows(np.ndarray):
-    """A read-only view of an archive's genomes that knows their row versions.
-
-    ``row_versions[i]`` is the version of row ``i`` (see the module docstring); arrays
-    derived from the view (slices, casts) do not carry them.
-
-    Example:
-        >>> archive = Archive(4, 3)
-        >>> archive.replace([0, 1], np.ones((2, 3)), [1.0, 2.0], [7, 8], 0, 0)
-        >>> rows = archive.state_dict(copy=False)["genomes"]
-        >>> rows.row_versions.shape
-        (2,)
-    """
-
-    row_versions: np.ndarray | None = None
-
-    @classmethod
-    def of(cls, rows: np.ndarray, versions: np.ndarray) -> "VersionedRows":
-        """A read-only view of ``rows`` (n, dim) carrying a copy of ``versions`` (n,)."""
-        view = rows.view(cls)
-        view.row_versions = np.array(versions, dtype=np.int64)
-        view.flags.writeable = False
-        return view
-
-    def __array_finalize__(self, obj) -> None:
-        self.row_versions = None
-
-
-#: ids are island_index * ID_STRIDE + counter, unique across islands.
-ID_STRIDE = 2**40
-
-
-def first_id(island_index: int, start: int, count: int) -> int:
-    """The first of the ids ``island_index * 2**40 + [start, start + count)``.
-
-    Raises:
-        OverflowError: the island's counter would pass 2**40.
-    """
-    if start + count > ID_STRIDE:
-        raise OverflowError(f"expected fewer than {ID_STRIDE} genomes per island, got {start + count}")
-    return island_index * ID_STRIDE + start
-
-
-def make_ids(island_index: int, start: int, count: int) -> np.ndarray:
-    """Ids ``island_index * 2**40 + [start, start + count)`` (raises as :func:`first_id`).
-
-    Example::
-
-        make_ids(3, 0, 2)        # array([3298534883328, 3298534883329]): island 3's first two ids
-    """
-    return np.arange(count, dtype=np.int64) + np.int64(first_id(island_index, start, count))
-
-
-def sanitize_fitness(fitness) -> tuple[np.ndarray, int]:
-    """Fitness as float64 with every non-finite value replaced by +inf.
-
-    Returns:
-        (fitness, number of non-finite values); the input is not modified.
-
-    Example::
-
-        sanitize_fitness(np.array([1.0, np.nan, -np.inf]))     # (array([ 1., inf, inf]), 2)
-    """
-    f = np.asarray(fitness, dtype=np.float64)
-    finite = np.isfinite(f)
-    bad = f.size - int(np.count_nonzero(finite))
-    if bad:
-        f = np.where(finite, f, np.inf)
-    return f, bad
-
-
-def row_hashes(genomes: np.ndarray) -> np.ndarray:
-    """A uint64 hash of each row's values (-0.0 and 0.0 hash alike)."""
-    genomes = np.ascontiguousarray(genomes)
-    if genomes.dtype not in _DTYPES:
-        raise TypeError(f"expected genomes of a dtype among {GENOME_DTYPES}, got {genomes.dtype}")
-    bits = (genomes + genomes.dtype.type(0)).view(_BITS[genomes.dtype.itemsize])
-    out = np.empty(genomes.shape[0], np.uint64)
-    kernels.hash_rows(bits, out)
-    return out
 
 
 class Insertion(NamedTuple):

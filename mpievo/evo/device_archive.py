@@ -17,7 +17,8 @@ from __future__ import annotations
 import numpy as np
 
 from . import device
-from .archive import Archive, row_hashes
+from .archive import Archive
+from .archive_records import row_hashes
 from .half import is_half
 
 

@@ -39,7 +39,8 @@ from mpievo.kernels import operators as kernels
 from .algorithms.base import make_algorithm
 from . import device, genomes, half, pipeline
 from .fidelity import fidelity_of, screened_step
-from .archive import Archive, first_id, make_ids
+from .archive import Archive
+from .archive_records import first_id, make_ids
 from .engine_config import EngineConfig
 from .island_sizes import initial_population
 from .migration_policy import Migrants, admit, choose_emigrants

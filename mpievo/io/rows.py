@@ -1,7 +1,7 @@
 """Incremental checkpoints: archive rows stored once and referenced by later checkpoints.
 
 An archive's genomes reach the checkpointer as a view that knows each row's *version*
-(:class:`mpievo.evo.archive.VersionedRows`; equal versions are equal bytes). A
+(:class:`mpievo.evo.archive_records.VersionedRows`; equal versions are equal bytes). A
 :class:`RowTable` remembers, for the rows of the last checkpoint this process
 published, where each version's bytes are stored (file, dataset, row) and their
 SHA-256. The next checkpoint then writes only the rows whose versions are new

@@ -1,7 +1,7 @@
 """What a checkpoint writes, taken from the live state trees: a consistent snapshot for a
 background write, and the incremental plan of every versioned array.
 
-An array that carries ``row_versions`` (duck-typed: :class:`mpievo.evo.archive.VersionedRows`,
+An array that carries ``row_versions`` (duck-typed: :class:`mpievo.evo.archive_records.VersionedRows`,
 an archive's genomes as ``state_dict(copy=False)`` hands them out) becomes a
 :class:`~mpievo.io.rows.ReferencedRows` when incremental checkpoints are on and its
 rows are large enough: only the rows whose versions the last checkpoint did not hold

@@ -121,7 +121,7 @@ def test_row_hashes_tell_apart_rows_that_differ_in_high_bits_only():
     # FNV multiply carries bits upwards only, and these collided
     from itertools import product
 
-    from mpievo.evo.archive import row_hashes
+    from mpievo.evo.archive_records import row_hashes
 
     values = [0.0, 2.0, 4.0, -2.0, 0.5, 1.0]
     for dtype in (np.float64, np.float32):

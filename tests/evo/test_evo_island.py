@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from mpievo.evo import EngineConfig, Island, Migrants, Problem, make_problem, stream
-from mpievo.evo.archive import ID_STRIDE
+from mpievo.evo.archive_records import ID_STRIDE
 from state_trees import leaves, trees_equal
 
 

@@ -121,7 +121,7 @@ def test_device_and_host_islands_trade_migrants():
     held = {tuple(row) for row in device.to_host(gpu.archive.genomes)}
     assert all(tuple(row) in held for row in to_gpu.genomes)
     # hashes agree across devices: the device archive's are the host's of the same rows
-    from mpievo.evo.archive import row_hashes
+    from mpievo.evo.archive_records import row_hashes
 
     assert np.array_equal(gpu.member_hashes(), row_hashes(device.to_host(gpu.archive.genomes)))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mpievo.evo.archive import row_hashes
+from mpievo.evo.archive_records import row_hashes
 from mpievo.kernels.cuda import rows as cuda_rows
 from mpievo.kernels import operators as host_ops
 

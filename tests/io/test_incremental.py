@@ -185,7 +185,7 @@ def test_old_rows_are_written_again_so_pruning_keeps_what_is_read(tmp_path):
 INTERRUPTED = textwrap.dedent("""
     import threading
     import numpy as np
-    from mpievo.evo.archive import VersionedRows
+    from mpievo.evo.archive_records import VersionedRows
     from mpievo.io import Checkpointer
     import mpievo.io.rows as rows
 

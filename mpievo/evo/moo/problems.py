@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..archive import sanitize_fitness
+from ..archive_records import sanitize_fitness
 from ..problems import Problem, check_fitness
 from .archive import sanitize_objectives
 from .wfg import WFG, position_genes, wfg_box, wfg_function, wfg_scales
