@@ -290,8 +290,8 @@ def design_text(scenario: Scenario) -> list[str]:
                   f"{'seeded' if s else 'dense'} genomes. " for s, b in ones)
         + "Rows on the GPUs: rebuild keeps a replica per GPU and every GPU makes each survivor another GPU "
           "bred again from the plan's counters (no row crosses a link, survivors x 7/8 makes a GPU); it pays "
-          "where a make costs less than a survivor's broadcast, which at these figures it does not "
-          "(seeded rows are recipes: replica, rebuild the same).")
+          "where the links are slow beside a make (GPUs without NVLink: at 50 GB/s between GPUs it beats "
+          "both), not over NVLink at these figures (seeded rows are recipes: replica and rebuild the same).")
     return _wrap(text)
 
 
