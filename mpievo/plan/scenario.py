@@ -244,8 +244,8 @@ def design_rows(scenario: Scenario) -> list[tuple[str, dict]]:
     """The new path's projected rows (:func:`design_text`): each genome's :func:`design_configs`.
 
     Example:
-        >>> [name.split(":")[0] for name, _ in design_rows(Scenario())][:2]
-        ['projection, dense, 2 islands per node of batch 8', 'projection, dense, 2 islands per node of batch 64']
+        >>> [name.split(" (")[0] for name, _ in design_rows(Scenario())][:2]
+        ['projection, dense, 2 islands per node of batch 8', 'projection, dense, 2 islands per node of batch 60']
     """
     out = []
     for seeded in (False, True):
