@@ -433,8 +433,10 @@ def device_link_bytes(node: Node, island: Island, placement: str) -> float:
 
     Example:
         >>> isl = Island(3e9, 3e9, 16, 8, 0.1, 141e9)
-        >>> device_link_bytes(Node(), isl, "replica") / 1e9, device_link_bytes(Node(), isl, "rebuild")    # 4 rows to 7 GPUs
-        (84.0, 0.0)
+        >>> device_link_bytes(Node(), isl, "replica") / 1e9      # 4 rows to 7 GPUs
+        84.0
+        >>> device_link_bytes(Node(), isl, "rebuild")
+        0.0
     """
     spread = (node.gpus - 1) / node.gpus
     survivors = island.survivors * island.row_bytes

@@ -9,7 +9,10 @@ of batch 8, 32 children per generation), one rank per GPU, and the model's
 and ``engine.genome = "seeded"`` (recipes of ``8 * (B + 3K)`` bytes bred on the leader,
 each GPU materialising the children it evaluates) -- next to the study's master that
 ships every child's weights, and the new path of :mod:`.local` (each GPU breeds its own
-child from the node's rows, pipelined) for both genomes, its placements side by side.
+child from the node's rows, pipelined) for both genomes, its placements side by side;
+under them the projected rows (:func:`design_rows`): several islands per node in one
+steady queue, and the smallest configurations that reach the issue's targets
+(:data:`TARGETS`), with why (:func:`design_text`).
 """
 
 from __future__ import annotations
@@ -284,8 +287,8 @@ def design_text(scenario: Scenario) -> list[str]:
         f"rows between nodes ({1e3 * dense['migration_s']:.0f} ms a generation averaged, the queue drained "
         f"for each migration) beside {1e3 * dense['parts']['evaluate_s']:.0f} ms of evaluations. "
         + "".join(f"{'Seeded' if s else 'Dense'} genomes reach {100 * TARGETS[s]:.0f} % with {n} islands per "
-                  f"node of batch {b}{' (archives growing with the batch: only peer rows fit a GPU)' if not s else ''}. "
-                  for s, n, b in several)
+                  f"node of batch {b}" + ("" if s else " (archives growing with the batch: only peer rows fit a GPU)")
+                  + ". " for s, n, b in several)
         + "".join(f"One island per node needs a batch of {b} ({b // GPUS} children a GPU) for "
                   f"{'seeded' if s else 'dense'} genomes. " for s, b in ones)
         + "Rows on the GPUs: rebuild keeps a replica per GPU and every GPU makes each survivor another GPU "
