@@ -3,7 +3,7 @@
     mpievo plan --calibrate [--dims 1e2,1e5,1e7] [--out cal.json]   measure the constants here (3-4 minutes)
     mpievo plan --constants cal.json --ranks 4 ...    each scheme's bytes and time per generation
     mpievo plan --scenario design [--inter-node-gbps 25]   the design study's table recomputed
-    mpievo plan --measure [--schemes island,hybrid] [--measure-ranks 1,2,4] [--constants cal.json]
+    mpievo plan --measure [--schemes island,hybrid,hybrid_evaluator] [--measure-ranks 1,2,4] [--constants cal.json]
                                                       schemes run at each P against the model
 
 Bytes come from :mod:`mpievo.plan.traffic` (exact for GA runs: every message the schemes
@@ -46,8 +46,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     measure.add_argument("--measure", action="store_true",
                          help="run the bench's job with --schemes at each of --measure-ranks (launched jobs) and "
                               "print measured against predicted wall time")
-    measure.add_argument("--schemes", type=lambda text: tuple(text.split(",")), default=("island", "hybrid"),
-                         help="bench schemes to measure (default island,hybrid)")
+    measure.add_argument("--schemes", type=lambda text: tuple(text.split(",")), default=("island", "hybrid", "hybrid_evaluator"),
+                         help="bench schemes to measure (default island,hybrid,hybrid_evaluator: hybrid with "
+                              "run.breed = evaluator)")
     measure.add_argument("--measure-ranks", type=_ranks, default=(1, 2, 4), help="rank counts (default 1,2,4)")
     measure.add_argument("--measure-dim", type=lambda text: int(float(text)), default=1_000_000,
                          help="genes per genome (default 1e6)")

@@ -257,15 +257,29 @@ def anchor_engine_costs(constants, rows: list[dict], interval: int):
             continue
         layout, dim = bench_layout(row, interval=interval), row["dim"]
         row_s = _fitness_per_evaluation([row])
-        base, full = (_fitted_wall(constants, engine, layout, row_s, scale) for scale in (0.0, 1.0))
-        if full <= base:        # no engine costs to scale
+        scale = scale_to_wall(lambda f: _fitted_wall(constants, engine, layout, row_s, f), row["wall_s"])
+        if scale is None:        # no engine costs to scale
             continue
-        scale = max(row["wall_s"] - base, 0.0) / (full - base)
         engine[dim] = dict({k: v * scale for k, v in engine[dim].items()}, row_s=row_s)
         anchors[str(dim)] = scale
     for row in rows:        # the one-rank run, reported under every scheme
         row["model_fitted"] = row["ranks"] == 1 and row["mode"] == "none" and str(row["dim"]) in anchors
     return dataclasses.replace(constants, engine=engine), anchors
+
+
+def scale_to_wall(wall_at, measured_s: float) -> float | None:
+    """The factor of the engine costs at which the model's wall time is ``measured_s``:
+    the model is linear in them, so its walls at factors 0 and 1 (``wall_at(0.0)``,
+    ``wall_at(1.0)``) give it (at least 0); None when the costs add no time.
+
+    Example:
+        >>> scale_to_wall(lambda f: 1.0 + 2.0 * f, 4.0), scale_to_wall(lambda f: 1.0, 4.0)
+        (1.5, None)
+    """
+    base, full = wall_at(0.0), wall_at(1.0)
+    if full <= base:
+        return None
+    return max(measured_s - base, 0.0) / (full - base)
 
 
 def _fitted_wall(constants, engine: dict, layout, row_s: float, scale: float) -> float:

@@ -17,7 +17,7 @@ with the most children (``k = ceil(batch / gpus)``) sets the time:
   child written once; seeded: every base read once, the child written once -- over the
   path the rows live on (:data:`PLACEMENTS`): ``host`` (the node's shared memory, read
   over each GPU's PCIe link, all GPUs sharing the host memory's bandwidth), ``replica``
-  (a copy of the rows on every GPU: local reads) or ``peer`` (each GPU holds
+  and ``rebuild`` (a copy of the rows on every GPU: local reads), or ``peer`` (each GPU holds
   ``capacity / gpus`` rows, read by the others over NVLink through CUDA IPC: a
   busiest GPU serves the rows tournament selection favours, :func:`busiest_share`);
 * **the pipeline** (:func:`evaluation_seconds`): ``make + (k - 1) * per_child + eval``
@@ -30,13 +30,27 @@ with the most children (``k = ceil(batch / gpus)``) sets the time:
 * **the survivors' rows** (:func:`survivor_seconds`): ``survivors`` children per
   generation enter the archive; replica: each is copied into its breeder's replica and
   broadcast to the other GPUs (every GPU receives ``survivors * (gpus - 1) / gpus`` rows
-  over NVLink); peer: its breeder writes it into the row it replaces, on another GPU
+  over NVLink); rebuild: every GPU makes again, from the plan's counters, each survivor
+  another GPU bred (no row crosses; ``survivors * (gpus - 1) / gpus`` makes per GPU);
+  peer: its breeder writes it into the row it replaces, on another GPU
   ``(gpus - 1) / gpus`` of the time; host: over its breeder's PCIe link. The next
   generation reads them: on the critical path. Seeded archives hold recipes: bytes;
 * the fitness all-gather (``ceil(log2 gpus)`` latencies), the migration of the study's
   scheme between nodes (:mod:`mpievo.plan.timing` of the same layout, averaged per
   generation), and a checkpoint's snapshot of the rows changed since the previous one
   every ``checkpoint_every`` generations (0: none; written in the background after it).
+
+Several islands per node (``Island.islands``: each of ``batch``, its children in one
+queue the node's GPUs take from, as master-worker's ``steady`` evaluation does): while
+one island's batch is evaluated, another's children are made on the second stream and
+its survivors' rows written, so a round of every island's generation takes the larger
+of the GPUs' throughput (``k_all`` evaluations of the round's ``ceil(islands * batch /
+gpus)`` children a GPU, plus the second stream's makes and rebuilds beyond the
+``spare`` share of them) and one island's own generation above (its dependency
+chain); each island's draws and results stay its own, so its bits are the island
+model's. The queue fills once at generation 0 (one make before any evaluation, counted
+by :func:`run_seconds`) and drains before each migration (the table's generations end
+with their one migration: the refill after it falls outside them).
 
 The node's constants (:class:`Node`) are flags of ``mpievo plan --scenario design``:
 the device traffic is the device copy of ``mpievo bench gpu`` on an H100 (breeding at
@@ -52,7 +66,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-PLACEMENTS = ("host", "replica", "peer")
+PLACEMENTS = ("host", "replica", "peer", "rebuild")
+#: the placements with the rows on the GPUs, among which :func:`choose` picks
+DEVICE_PLACEMENTS = ("replica", "peer", "rebuild")
 #: seeded draws of the busiest GPU's share of the parents' rows (:func:`busiest_share`)
 SHARE_SAMPLES = 256
 
@@ -83,7 +99,8 @@ class Island:
     genome; seeded: its recipe); ``bases`` the sources a seeded child reads (0: dense,
     which reads ``parents`` rows); ``survivors`` the children entering the archive per
     generation (an assumption: it changes over a run); ``spare`` the share of the device
-    a make on the second stream gets while an evaluation runs.
+    a make on the second stream gets while an evaluation runs; ``islands`` the islands
+    like this one that share the node's GPUs (interleaved, see the module docstring).
 
     Example:
         >>> isl = Island(genome_bytes=3e9, row_bytes=3e9, capacity=16, batch=8, eval_s=0.1,
@@ -104,12 +121,14 @@ class Island:
     spare: float = 0.5
     pipelined: bool = True
     checkpoint_every: int = 0
+    islands: int = 1
 
     def __post_init__(self):
         if not 0.0 <= self.spare <= 1.0:
             raise ValueError(f"spare: expected a share of the device in [0, 1], got {self.spare}")
-        if self.batch < 1 or self.capacity < 1:
-            raise ValueError(f"batch, capacity: expected >= 1, got {self.batch}, {self.capacity}")
+        if self.batch < 1 or self.capacity < 1 or self.islands < 1:
+            raise ValueError(f"batch, capacity, islands: expected >= 1, got {self.batch}, {self.capacity}, "
+                             f"{self.islands}")
 
     @property
     def seeded(self) -> bool:
@@ -175,8 +194,8 @@ def device_bytes(node: Node, island: Island, placement: str) -> float:
         >>> device_bytes(Node(), Island(3e9, 3e9, 16, 8, 0.1, 141e9), "peer") / 1e9
         12.0
     """
-    held = island.capacity * island.row_bytes + island.bases * island.genome_bytes
-    share = {"host": 0.0, "replica": 1.0, "peer": 1.0 / node.gpus}[placement]
+    held = island.islands * island.capacity * island.row_bytes + island.bases * island.genome_bytes
+    share = {"host": 0.0, "replica": 1.0, "rebuild": 1.0, "peer": 1.0 / node.gpus}[placement]
     return 2 * island.genome_bytes + held * share
 
 
@@ -192,7 +211,7 @@ def make_seconds(node: Node, island: Island, placement: str) -> float:
     reads = island.reads()
     if placement == "host":
         paths = [reads / node.pcie_Bps, node.gpus * reads / node.host_Bps, child / node.device_Bps]
-    elif placement == "replica":
+    elif placement in ("replica", "rebuild"):
         paths = [island.traffic() / node.device_Bps]
     elif placement == "peer":
         remote = reads * (node.gpus - 1) / node.gpus
@@ -223,7 +242,8 @@ def evaluation_seconds(island: Island, make: float, k: int) -> float:
 
 
 def survivor_seconds(node: Node, island: Island, placement: str) -> float:
-    """The survivors' rows written before the next generation reads them.
+    """The survivors' rows written before the next generation reads them (rebuild: made
+    again on every GPU that did not breed them, one after another).
 
     Example:
         >>> round(survivor_seconds(Node(), Island(3e9, 3e9, 16, 8, 0.1, 141e9), "replica"), 5)   # 4 x 7/8 x 3 GB at 400 GB/s
@@ -234,12 +254,26 @@ def survivor_seconds(node: Node, island: Island, placement: str) -> float:
         return node.latency_s * math.ceil(island.survivors)
     spread = (node.gpus - 1) / node.gpus
     mine = min(island.survivors, island.children(node))      # the busiest breeder's survivors
+    if placement == "rebuild":
+        return (rebuild_makes(node, island) * make_seconds(node, island, placement)
+                + 2 * mine * row / node.device_Bps)
     if placement == "replica":
         received = island.survivors * spread * row
         return max(received / node.peer_Bps, (received + 2 * mine * row) / node.device_Bps)
     if placement == "peer":
         return max(mine * spread * row / node.peer_Bps, 2 * mine * row / node.device_Bps)
     return max(mine * row / node.pcie_Bps, island.survivors * row / node.host_Bps)
+
+
+def rebuild_makes(node: Node, island: Island) -> float:
+    """Rebuild placement: the survivors each GPU makes again (those other GPUs bred; 0
+    for seeded archives, whose rows are recipes).
+
+    Example:
+        >>> rebuild_makes(Node(), Island(3e9, 3e9, 16, 8, 0.1, 141e9))      # 4 survivors x 7/8
+        3.5
+    """
+    return 0.0 if island.seeded else island.survivors * (node.gpus - 1) / node.gpus
 
 
 def gather_seconds(node: Node, island: Island) -> float:
@@ -268,13 +302,19 @@ def checkpoint_seconds(node: Node, island: Island) -> float:
 
 
 def generation_seconds(node: Node, island: Island, placement: str, rows: int | None = None) -> dict:
-    """{"make_s", "evaluate_s", "survivors_s", "gather_s", "checkpoint_s", "seconds"} of
-    one generation of ``rows`` children (default the batch; generation 0: the capacity).
+    """{"make_s", "evaluate_s", "survivors_s", "gather_s", "checkpoint_s", "cycle_s",
+    "seconds"} of one generation of every island on the node, ``rows`` children each
+    (default the batch; generation 0: the capacity): one island's chain ("cycle_s": its
+    make, pipelined evaluations, survivors' rows, gather, checkpoint) and, with several
+    islands, the GPUs' throughput ("evaluate_s"); "seconds" the larger.
 
     Example:
         >>> parts = generation_seconds(Node(), Island(3e9, 3e9, 16, 8, 0.1, 141e9), "replica")
         >>> round(parts["evaluate_s"], 4)     # one child a GPU: make, then evaluate
         0.1213
+        >>> two = generation_seconds(Node(), Island(3e9, 3e9, 16, 8, 0.1, 141e9, islands=2), "peer")
+        >>> round(two["seconds"], 3)          # 2 children a GPU, each make beside the other's evaluation
+        0.2
     """
     make = make_seconds(node, island, placement)
     parts = {"make_s": make,
@@ -282,22 +322,46 @@ def generation_seconds(node: Node, island: Island, placement: str, rows: int | N
              "survivors_s": survivor_seconds(node, island, placement),
              "gather_s": gather_seconds(node, island),
              "checkpoint_s": checkpoint_seconds(node, island)}
-    parts["seconds"] = sum(v for k, v in parts.items() if k != "make_s")
+    parts["cycle_s"] = sum(v for k, v in parts.items() if k != "make_s")
+    parts["seconds"] = parts["cycle_s"]
+    if island.islands > 1:
+        parts["evaluate_s"] = throughput_seconds(node, island, placement, make, rows)
+        parts["seconds"] = max(parts["cycle_s"], parts["evaluate_s"])
     return parts
+
+
+def throughput_seconds(node: Node, island: Island, placement: str, make: float, rows: int | None = None) -> float:
+    """Several islands on the node: the busiest GPU's round of every island's ``rows``
+    children (default the batch): its evaluations, and what its second stream's makes
+    (and rebuilds) need beyond the ``spare`` share of them (without the pipeline: all of
+    it); the survivors' copies and checkpoints go over the copy engines and links.
+
+    Example:
+        >>> isl = Island(3e9, 3e9, 16, 8, 0.1, 141e9, islands=2)
+        >>> round(throughput_seconds(Node(), isl, "replica", 0.0213), 3)     # 2 x 100 ms, the makes hidden
+        0.2
+    """
+    k = math.ceil(island.islands * (island.batch if rows is None else rows) / node.gpus)
+    rebuild = island.islands * rebuild_makes(node, island) * make if placement == "rebuild" else 0.0
+    second = k * make + rebuild
+    hidden = island.spare * k * island.eval_s if island.pipelined else 0.0
+    return k * island.eval_s + max(0.0, second - hidden)
 
 
 def run_seconds(node: Node, island: Island, placement: str, generations: int,
                 migration_s: float = 0.0) -> float:
     """Generation 0 (the initial ``capacity`` genomes) and ``generations`` more, plus
-    the migrations' ``migration_s``, per generation (averaged as the plan's tables).
+    the migrations' ``migration_s``, per generation (averaged as the plan's tables);
+    several islands: plus the queue's fill, one make.
 
     Example:
         >>> run_seconds(Node(), Island(3e9, 3e9, 16, 8, 0.1, 141e9), "peer", 50) > 0.1
         True
     """
-    first = generation_seconds(node, island, placement, island.capacity)["seconds"]
+    first = generation_seconds(node, island, placement, island.capacity)
     later = generation_seconds(node, island, placement)["seconds"]
-    return (first + generations * later + migration_s) / generations
+    fill = first["make_s"] if island.islands > 1 else 0.0
+    return (fill + first["seconds"] + generations * later + migration_s) / generations
 
 
 def utilisation(gpus: int, capacity: int, batch: int, eval_s: float, generations: int,
@@ -325,25 +389,63 @@ def choose(node: Node, island: Island, generations: int, migration_s: float = 0.
     """
     seconds = {p: run_seconds(node, island, p, generations, migration_s) if fits(node, island, p) else None
                for p in PLACEMENTS}
-    device = [p for p in ("replica", "peer") if seconds[p] is not None]
+    device = [p for p in DEVICE_PLACEMENTS if seconds[p] is not None]
     best = min(device, key=lambda p: seconds[p]) if device else "host"
     return best, seconds
 
 
 def batch_for(node: Node, island: Island, placement: str, target: float, generations: int,
               migration_s: float = 0.0, largest: int = 512) -> int | None:
-    """The smallest batch per node (a multiple of the GPUs) whose utilisation reaches
-    ``target`` on this placement (survivors in proportion to the batch, the archive at
-    least the batch, the migration's seconds unchanged); None up to ``largest``.
+    """The smallest batch per island (its islands' together a multiple of the GPUs)
+    whose utilisation reaches ``target`` on this placement (survivors in proportion to
+    the batch, the archive at least the batch, the migration's seconds unchanged); None
+    up to ``largest`` per node.
 
     Example:
         >>> batch_for(Node(), Island(3e9, 800, 16, 8, 0.1, 141e9, bases=4), "replica", 0.9, 50)
         16
     """
-    for batch in range(node.gpus, largest + 1, node.gpus):
+    step = max(1, node.gpus // island.islands)
+    for batch in range(step, largest // island.islands + 1, step):
         trial = replace(island, batch=batch, capacity=max(island.capacity, batch),
                         survivors=island.survivors * batch / island.batch)
         wall = run_seconds(node, trial, placement, generations, migration_s)
-        if utilisation(node.gpus, trial.capacity, batch, island.eval_s, generations, wall) >= target:
+        if island_utilisation(node, trial, generations, wall) >= target:
             return batch
     return None
+
+
+def island_utilisation(node: Node, island: Island, generations: int, per_generation_s: float) -> float:
+    """:func:`utilisation` of the node's islands (generation 0 and ``generations`` batches).
+
+    Example:
+        >>> round(island_utilisation(Node(), Island(3e9, 3e9, 16, 8, 0.1, 141e9, islands=2), 50, 0.25), 3)
+        0.832
+    """
+    return utilisation(node.gpus, island.islands * island.capacity, island.islands * island.batch,
+                       island.eval_s, generations, per_generation_s)
+
+
+def device_link_bytes(node: Node, island: Island, placement: str) -> float:
+    """Bytes per generation per node over NVLink (replica, peer) or PCIe (host): the
+    parents' or bases' reads from other GPUs or the host, and the survivors' rows
+    (rebuild: none, every GPU makes them again).
+
+    Example:
+        >>> isl = Island(3e9, 3e9, 16, 8, 0.1, 141e9)
+        >>> device_link_bytes(Node(), isl, "replica") / 1e9      # 4 rows to 7 GPUs
+        84.0
+        >>> device_link_bytes(Node(), isl, "rebuild")
+        0.0
+    """
+    spread = (node.gpus - 1) / node.gpus
+    survivors = island.survivors * island.row_bytes
+    if placement == "rebuild":
+        per_island = 0.0
+    elif placement == "replica":
+        per_island = survivors * (node.gpus - 1)
+    elif placement == "peer":
+        per_island = island.batch * island.reads() * spread + survivors * spread
+    else:
+        per_island = island.batch * island.reads() + survivors
+    return island.islands * per_island

@@ -10,7 +10,9 @@ constants of ``mpievo plan --calibrate``): per scheme and P, the measured median
 its spread (fastest, slowest), the prediction, and the relative error (predicted /
 measured - 1) of the median with the spread of the errors over the runs. More ranks
 than cores share them: the table says so. A scheme is a bench scheme name
-(:data:`.workloads.SCHEMES`); a new one is measured once it is one.
+(:data:`.workloads.MEASURED_SCHEMES`: the bench's, and ``hybrid_evaluator``, hybrid
+with ``run.breed = "evaluator"``, each rank breeding its own children from the
+node-shared archive); a new one is measured once it is one.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ class MeasureSpec:
         1000000
     """
 
-    schemes: tuple = ("island", "hybrid")
+    schemes: tuple = ("island", "hybrid", "hybrid_evaluator")
     ranks: tuple = (1, 2, 4)
     dim: int = 1_000_000
     cost_ms: float = 20.0
@@ -47,12 +49,16 @@ class MeasureSpec:
 
     def check(self) -> None:
         """Raise ValueError naming what is wrong, before any run starts."""
-        from .workloads import MODES, SCHEMES
+        from ..evo.operators import COUNTER_DIM
+        from .workloads import MEASURED_SCHEMES, MODES, run_breed
 
         problems = []
-        unknown = [s for s in self.schemes if s not in SCHEMES]
+        unknown = [s for s in self.schemes if s not in MEASURED_SCHEMES]
         if unknown or not self.schemes:
-            problems.append(f"schemes: expected some of {SCHEMES}, got {self.schemes}")
+            problems.append(f"schemes: expected some of {MEASURED_SCHEMES}, got {self.schemes}")
+        if any(run_breed(s) == "evaluator" for s in self.schemes) and self.dim < COUNTER_DIM:
+            problems.append(f"dim: expected at least {COUNTER_DIM} genes with evaluator breeding (the "
+                            f"counter-based kernels), got {self.dim}")
         if not self.ranks or min(self.ranks) < 1:
             problems.append(f"ranks: expected rank counts >= 1, got {self.ranks}")
         if self.mode not in MODES:
@@ -237,6 +243,7 @@ def fit_to_one_rank(constants, rows: list[dict], interval: int):
         >>> round(fit_to_one_rank(c, [row], 2)[1], 3)    # 40 ms slept; 4 rows and 2 children: 6 ms at x 1
         1.667
     """
+    from .calibrate import scale_to_wall
     from .timing import Cost, predict_seconds
     from .traffic import bench_layout
 
@@ -250,10 +257,10 @@ def fit_to_one_rank(constants, rows: list[dict], interval: int):
         return dataclasses.replace(constants, engine={d: {k: v * factor for k, v in c.items()}
                                                       for d, c in constants.engine.items()})
 
-    base, full = (predict_seconds(layout, scaled(f), cost)["wall_s"] for f in (0.0, 1.0))
-    if full <= base:
+    scale = scale_to_wall(lambda f: predict_seconds(layout, scaled(f), cost)["wall_s"],
+                          statistics.median(r["wall_s"] for r in ones))
+    if scale is None:
         return constants, 1.0
-    scale = max(statistics.median(r["wall_s"] for r in ones) - base, 0.0) / (full - base)
     return scaled(scale), scale
 
 

@@ -9,7 +9,10 @@ of batch 8, 32 children per generation), one rank per GPU, and the model's
 and ``engine.genome = "seeded"`` (recipes of ``8 * (B + 3K)`` bytes bred on the leader,
 each GPU materialising the children it evaluates) -- next to the study's master that
 ships every child's weights, and the new path of :mod:`.local` (each GPU breeds its own
-child from the node's rows, pipelined) for both genomes, its placements side by side.
+child from the node's rows, pipelined) for both genomes, its placements side by side;
+under them the projected rows (:func:`design_rows`): several islands per node in one
+steady queue, and the smallest configurations that reach the issue's targets
+(:data:`TARGETS`), with why (:func:`design_text`).
 """
 
 from __future__ import annotations
@@ -17,10 +20,11 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, replace
 
-from .local import (PLACEMENTS, Island, Node, batch_for, choose, device_bytes, fits, generation_seconds,
-                    run_seconds, utilisation)
+from . import timing
+from .local import (PLACEMENTS, Island, Node, batch_for, choose, device_bytes, device_link_bytes, fits,
+                    generation_seconds, island_utilisation, run_seconds, utilisation)
 from .traffic import Layout, traffic
-from .timing import Constants, Link, _migration_seconds, predict_seconds
+from .timing import Constants, Link, predict_seconds
 
 NODES, GPUS, CAPACITY, BATCH = 4, 8, 16, 8
 PARAMS, ITEMSIZE, EVAL_S, INTERVAL = 1_500_000_000, 2, 0.1, 50
@@ -59,8 +63,9 @@ class Scenario:
                          cores=NODES * GPUS, source="scenario")
 
 
-def layout(scheme: str, seeded: bool = False) -> Layout:
-    return Layout(scheme=scheme, ranks=NODES * GPUS, islands=NODES, dim=PARAMS, capacity=CAPACITY,
+def layout(scheme: str, seeded: bool = False, per_node: int = 1) -> Layout:
+    """The scenario's run of ``scheme`` (``per_node`` islands on each node's leader)."""
+    return Layout(scheme=scheme, ranks=NODES * GPUS, islands=NODES * per_node, dim=PARAMS, capacity=CAPACITY,
                   batch=BATCH, itemsize=ITEMSIZE, interval=INTERVAL, ranks_per_island=GPUS,
                   ranks_per_node=GPUS, generations=INTERVAL, dtype="<f2",
                   wire_row_bytes=RECIPE_BYTES if seeded else 0)
@@ -104,79 +109,73 @@ def study_centralized(scenario: Scenario) -> dict:
             "utilisation": utilisation, "speedup": utilisation * NODES}
 
 
-def local_island(scenario: Scenario, seeded: bool = False) -> Island:
+def local_island(scenario: Scenario, seeded: bool = False, per_node: int = 1, batch: int = BATCH) -> Island:
     """The study's island on the new path (:mod:`.local`): each GPU breeds (dense) or
-    materialises (seeded: from the node's ``BASES`` sources) its own child.
+    materialises (seeded: from the node's ``BASES`` sources) its own child; ``per_node``
+    such islands of ``batch`` (survivors in proportion, the archive at least the batch)
+    share each node's GPUs.
 
     Example:
         >>> local_island(Scenario(), seeded=True).row_bytes == RECIPE_BYTES
         True
     """
     genome = PARAMS * ITEMSIZE
-    return Island(genome_bytes=genome, row_bytes=RECIPE_BYTES if seeded else genome, capacity=CAPACITY,
-                  batch=BATCH, eval_s=EVAL_S, breed_Bps=scenario.breed_Bps, bases=BASES if seeded else 0,
-                  survivors=scenario.survivors, spare=scenario.spare,
-                  checkpoint_every=scenario.checkpoint_every)
+    return Island(genome_bytes=genome, row_bytes=RECIPE_BYTES if seeded else genome,
+                  capacity=max(CAPACITY, batch), batch=batch, eval_s=EVAL_S, breed_Bps=scenario.breed_Bps,
+                  bases=BASES if seeded else 0, survivors=scenario.survivors * batch / BATCH,
+                  spare=scenario.spare, checkpoint_every=scenario.checkpoint_every, islands=per_node)
 
 
 @functools.lru_cache(maxsize=64)
-def migration_seconds(scenario: Scenario, seeded: bool = False) -> float:
+def migration_seconds(scenario: Scenario, seeded: bool = False, per_node: int = 1) -> float:
     """Seconds of the migrations in the table's generations (the hybrid layout's leaders
-    send the migrants: rows, or recipes).
+    send the migrants: rows, or recipes; with ``per_node`` islands a node's own ring
+    edges stay in its memory).
 
     Example:
         >>> round(migration_seconds(Scenario()), 2)     # 2 x (2 rows of 3 GB) at 25 Gb/s, one migration
         3.84
     """
-    lay = layout("hybrid", seeded)
+    lay = layout("hybrid", seeded, per_node)
     constants = scenario.constants(seeded)
-    return sum(_migration_seconds(lay, constants, g) for g in _plan("hybrid", seeded).migrations)
+    return sum(timing.migration_seconds(lay, constants, g) for g in _plan("hybrid", seeded, per_node).migrations)
 
 
 @functools.lru_cache(maxsize=8)
-def _plan(scheme: str, seeded: bool):
+def _plan(scheme: str, seeded: bool, per_node: int = 1):
     """The scenario's traffic of ``scheme``, built once (its messages' pickles are sized)."""
-    return traffic(layout(scheme, seeded))
+    return traffic(layout(scheme, seeded, per_node))
 
 
-def device_link_bytes(node: Node, island: Island, placement: str) -> float:
-    """Bytes per generation per node over NVLink (replica, peer) or PCIe (host): the
-    parents' or bases' reads from other GPUs or the host, and the survivors' rows.
-
-    Example:
-        >>> device_link_bytes(Node(), local_island(Scenario()), "replica") / 1e9    # 4 rows to 7 GPUs
-        84.0
-    """
-    spread = (node.gpus - 1) / node.gpus
-    survivors = island.survivors * island.row_bytes
-    if placement == "replica":
-        return survivors * (node.gpus - 1)
-    if placement == "peer":
-        return island.batch * island.reads() * spread + survivors * spread
-    return island.batch * island.reads() + survivors
+@functools.lru_cache(maxsize=8)
+def _migrated(seeded: bool, per_node: int) -> tuple[float, float]:
+    """(migration bytes, inter-node bytes) per generation of the hybrid layout's run."""
+    plan = _plan("hybrid", seeded, per_node)
+    return plan.total("migration") / plan.generations, plan.by_link()["inter"] / plan.generations
 
 
-def local_figures(scenario: Scenario, seeded: bool = False, placement: str | None = None) -> dict:
+def local_figures(scenario: Scenario, seeded: bool = False, placement: str | None = None, per_node: int = 1,
+                  batch: int = BATCH) -> dict:
     """:func:`figures` of the new path on ``placement`` (default the one :func:`.local.choose`
-    picks), with "placement" and "parts" (one later generation's terms, seconds).
+    picks) with ``per_node`` islands of ``batch`` on each node, with "placement" and
+    "parts" (one later generation's terms, seconds).
 
     Example:
         >>> local_figures(Scenario(), seeded=True)["placement"]
         'replica'
     """
-    island, node = local_island(scenario, seeded), scenario.node
-    migration = migration_seconds(scenario, seeded)
+    island, node = local_island(scenario, seeded, per_node, batch), scenario.node
+    migration = migration_seconds(scenario, seeded, per_node)
     chosen, per_generation = choose(node, island, INTERVAL, migration)
     placement = placement or chosen
     seconds = per_generation[placement]
     if seconds is None:         # does not fit a GPU: its time all the same, for the table
         seconds = run_seconds(node, island, placement, INTERVAL, migration)
-    plan = _plan("hybrid", seeded)
-    migrated = plan.total("migration") / plan.generations
-    gathered = 8 * BATCH * (GPUS - 1)            # each GPU's fitness to the 7 others
-    util = utilisation_of(seconds)
+    migrated, inter = _migrated(seeded, per_node)
+    gathered = 8 * per_node * batch * (GPUS - 1)            # each GPU's fitness to the 7 others
+    util = island_utilisation(node, island, INTERVAL, seconds)
     return {"bytes": migrated + NODES * (gathered + device_link_bytes(node, island, placement)),
-            "inter": plan.by_link()["inter"] / plan.generations, "seconds": seconds,
+            "inter": inter, "seconds": seconds,
             "utilisation": util, "speedup": util * NODES, "placement": placement,
             "fits": fits(node, island, placement), "migration_s": migration / INTERVAL,
             "parts": generation_seconds(node, island, placement)}
@@ -193,27 +192,138 @@ def rows(scenario: Scenario) -> list[tuple[str, dict]]:
              figures(layout("hybrid", seeded=True), scenario.constants(seeded=True))),
             (f"hybrid, new path: seeded, each GPU breeds and materialises (bases: {seeded['placement']})",
              seeded),
-            ("replicated, mpievo (every GPU breeds every child)", figures(layout("replicated"), constants))]
+            ("replicated, mpievo (every GPU breeds every child)", figures(layout("replicated"), constants)),
+            *design_rows(scenario)]
 
 
-def placement_lines(scenario: Scenario) -> list[str]:
-    """The new path's placements side by side, one later generation's terms each.
+#: the issue's utilisation targets of the new path
+TARGETS = {False: 0.95, True: 0.97}
+#: islands per node the design rows try (:func:`reach`)
+PER_NODE = (1, 2, 4)
+#: the most children per node and generation :func:`reach` tries
+LARGEST_NODE_BATCH = 256
+
+
+def reach(scenario: Scenario, seeded: bool, per_node: int, target: float | None = None) -> tuple[int, dict] | None:
+    """(the smallest batch per island, its :func:`local_figures`) at which ``per_node``
+    islands of the new path reach ``target`` (default the issue's, :data:`TARGETS`) on
+    the placement :func:`.local.choose` picks; None up to :data:`LARGEST_NODE_BATCH`
+    children per node.
 
     Example:
-        >>> len(placement_lines(Scenario()))     # header, rule, 2 genomes x 3 placements
+        >>> reach(Scenario(), seeded=True, per_node=2)[0]      # 2 islands of 8: each make beside the other's evaluation
         8
+    """
+    target = TARGETS[seeded] if target is None else target
+    step = max(1, GPUS // per_node)
+    for batch in range(step, LARGEST_NODE_BATCH // per_node + 1, step):
+        f = local_figures(scenario, seeded, per_node=per_node, batch=batch)
+        if f["utilisation"] >= target:
+            return batch, f
+    return None
+
+
+@functools.lru_cache(maxsize=16)
+def design_configs(scenario: Scenario, seeded: bool) -> list[tuple[int, int]]:
+    """(islands per node, batch per island) of the design rows: 2 islands of the study's
+    batch, then the fewest children per node that reach the target with several islands
+    per node and with one (a larger batch), in that order, without repeats.
+
+    Example:
+        >>> design_configs(Scenario(), seeded=True)
+        ((2, 8), (1, 56))
+    """
+    configs = [(2, BATCH)]
+    found = {n: reach(scenario, seeded, n) for n in PER_NODE}
+    several = [(n * r[0], n, r[0]) for n, r in found.items() if n > 1 and r is not None]
+    if several:
+        configs.append(min(several)[1:])
+    if found[1] is not None:
+        configs.append((1, found[1][0]))
+    return tuple(dict.fromkeys(configs))
+
+
+def design_rows(scenario: Scenario) -> list[tuple[str, dict]]:
+    """The new path's projected rows (:func:`design_text`): each genome's :func:`design_configs`.
+
+    Example:
+        >>> [name.split(" (")[0] for name, _ in design_rows(Scenario())][:2]
+        ['projection, dense, 2 islands per node of batch 8', 'projection, dense, 2 islands per node of batch 60']
+    """
+    out = []
+    for seeded in (False, True):
+        for per_node, batch in design_configs(scenario, seeded):
+            f = local_figures(scenario, seeded, per_node=per_node, batch=batch)
+            how = "in one steady queue, " if per_node > 1 else ""
+            reached = "reaches" if f["utilisation"] >= TARGETS[seeded] else "short of"
+            out.append((f"projection, {'seeded' if seeded else 'dense'}, {per_node} island"
+                        f"{'s' if per_node > 1 else ''} per node of batch {batch} ({how}evaluator breeding, "
+                        f"pipelined; {'bases' if seeded else 'rows'}: {f['placement']}; {reached} "
+                        f"{100 * TARGETS[seeded]:.0f} %)", f))
+    return out
+
+
+def design_text(scenario: Scenario) -> list[str]:
+    """Why the projected rows reach the targets or not, with their figures.
+
+    Example:
+        >>> design_text(Scenario())[0].startswith("The projected rows")
+        True
+    """
+    dense = local_figures(scenario, per_node=2)
+    configs = {seeded: design_configs(scenario, seeded) for seeded in (False, True)}
+    ones = [(s, b) for s in (False, True) for n, b in configs[s] if n == 1]
+    several = [(s, n, b) for s in (False, True) for n, b in configs[s][1:] if n > 1]
+    text = (
+        "The projected rows (marked projection: what the runtime does or is being built to do -- evaluator "
+        "breeding in the hybrid and master-worker schemes, the pipeline thread or second CUDA stream, "
+        "master-worker's steady evaluation -- not measured end to end): each node's islands in one steady "
+        "queue over its GPUs, migrants between nodes as hybrid's leaders send them (mpievo's master_worker "
+        "today is one master for the whole job: one per node is the layout these rows assume). While one "
+        "island's batch is evaluated the next island's children are made on the second stream and its "
+        "survivors' rows written, so the make and the rows leave the critical path that one island per "
+        "node cannot leave; each island still draws as the island model does, bit for bit. "
+        f"Dense genomes at 2 islands of batch {BATCH}: {100 * dense['utilisation']:.1f} %, the migrants' "
+        f"rows between nodes ({1e3 * dense['migration_s']:.0f} ms a generation averaged, the queue drained "
+        f"for each migration) beside {1e3 * dense['parts']['evaluate_s']:.0f} ms of evaluations. "
+        + "".join(f"{'Seeded' if s else 'Dense'} genomes reach {100 * TARGETS[s]:.0f} % with {n} islands per "
+                  f"node of batch {b}" + ("" if s else " (archives growing with the batch: only peer rows fit a GPU)")
+                  + ". " for s, n, b in several)
+        + "".join(f"One island per node needs a batch of {b} ({b // GPUS} children a GPU) for "
+                  f"{'seeded' if s else 'dense'} genomes. " for s, b in ones)
+        + "Rows on the GPUs: rebuild keeps a replica per GPU and every GPU makes each survivor another GPU "
+          "bred again from the plan's counters (no row crosses a link, survivors x 7/8 makes a GPU); it pays "
+          "where the links are slow beside a make (GPUs without NVLink: at 50 GB/s between GPUs it beats "
+          "both), not over NVLink at these figures (seeded rows are recipes: replica and rebuild the same).")
+    return _wrap(text)
+
+
+def _wrap(text: str, width: int = 100) -> list[str]:
+    import textwrap
+
+    return textwrap.wrap(text, width)
+
+
+def placement_lines(scenario: Scenario, per_node: int = 1) -> list[str]:
+    """The new path's placements side by side, one later generation's terms each
+    (``per_node`` islands of the study's batch on each node).
+
+    Example:
+        >>> len(placement_lines(Scenario()))     # header, rule, 2 genomes x 4 placements
+        10
     """
     node = scenario.node
     lines = ["| new path | rows on | GB per GPU | make child | evaluate (pipelined) | survivors' rows | "
              "migration (avg) | time/gen | GPU utilisation |", "|---|---|---|---|---|---|---|---|---|"]
     for seeded in (False, True):
-        island = local_island(scenario, seeded)
-        chosen = local_figures(scenario, seeded)["placement"]
+        island = local_island(scenario, seeded, per_node)
+        chosen = local_figures(scenario, seeded, per_node=per_node)["placement"]
         for placement in PLACEMENTS:
-            f = local_figures(scenario, seeded, placement)
+            f = local_figures(scenario, seeded, placement, per_node=per_node)
             p = f["parts"]
             mark = " (chosen)" if placement == chosen else ("" if f["fits"] else " (does not fit)")
-            lines.append(f"| {'seeded' if seeded else 'dense'} | {placement}{mark} | "
+            lines.append(f"| {'seeded' if seeded else 'dense'}{f', {per_node} islands' if per_node > 1 else ''} | "
+                         f"{placement}{mark} | "
                          f"{device_bytes(node, island, placement) / 1e9:.3g} | {1e3 * p['make_s']:.3g} ms | "
                          f"{1e3 * p['evaluate_s']:.4g} ms | {1e3 * p['survivors_s']:.3g} ms | "
                          f"{1e3 * f['migration_s']:.3g} ms | {1e3 * f['seconds']:.4g} ms | "
@@ -272,7 +382,10 @@ def format_scenario(scenario: Scenario) -> str:
               f"GPU beside an evaluation"
               + (f", a checkpoint every {scenario.checkpoint_every} generations" if scenario.checkpoint_every
                  else ", no checkpoints") + ". One later generation's terms:", "",
-              *placement_lines(scenario), "", *target_lines(scenario), "", *NEW_PATH]
+              *placement_lines(scenario), "", *target_lines(scenario), "", *NEW_PATH, "",
+              "The projected rows, 2 islands per node of batch 8 (one round of both islands' generations; "
+              "evaluate: the GPUs' throughput):", "", *placement_lines(scenario, per_node=2), "",
+              *design_text(scenario)]
     return "\n".join(lines)
 
 

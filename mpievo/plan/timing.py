@@ -3,7 +3,8 @@
 A run is simulated generation by generation on its critical path:
 
 * computation: a child costs ``breed_s`` on the rank that breeds it (the leader; every
-  rank under "replicated"; ``init_s`` for an initial genome) and ``row_s`` plus the
+  rank under "replicated"; under ``breed = "evaluator"`` the rank that evaluates it,
+  every group rank breeding its block at once; ``init_s`` for an initial genome) and ``row_s`` plus the
   workload's cost on the rank that evaluates it; an island's record (``record_s``) is
   made at every log line and at the end. Engine costs are calibrated per genome size
   and interpolated in log-log space between calibrated sizes (:meth:`Constants.child`);
@@ -226,6 +227,24 @@ def _link(layout, constants, a: int, b: int) -> Link:
     return constants.intra if layout.node(a) == layout.node(b) else constants.inter
 
 
+def _bred_batch_seconds(layout, constants, cost, rng, leader: int, rows: int) -> float:
+    """Evaluator breeding: one batch of ``rows`` evaluated (of the island's ``batch``
+    bred) over ``leader``'s group: the plan's broadcast, every rank breeding and
+    evaluating its block at once, its counts and fitness back."""
+    size = layout.group_size
+    blocks = row_blocks(layout.batch, size)
+    busy = len(layout.leaders) * sum(1 for a, b in blocks if b > a)
+    seconds = _rows_seconds(layout, constants, cost, rng, rows, busy)
+    breed = constants.child(layout.dim)["breed_s"] * constants.stretch(busy, layout.dim)
+    hops = math.ceil(math.log2(size))
+    finish = 0.0
+    for r, (a, b) in zip(range(leader, leader + size), blocks):
+        if b > a:
+            back = _link(layout, constants, leader, r).seconds(8 * (2 * (b - a))) if r != leader else 0.0
+            finish = max(finish, breed * (b - a) + seconds[a:min(b, rows)].sum() + back)
+    return constants.intra.latency_s * hops + finish
+
+
 def _batch_seconds(layout, constants, cost, rng, leader: int, rows: int) -> float:
     """Evaluate one batch over ``leader``'s group, messages included."""
     size = layout.group_size
@@ -335,8 +354,16 @@ def _segments(plan: Traffic) -> list[list[int]]:
     return [s for s in segments if any(any(plan.batches[g]) for g in s)]
 
 
-def _migration_seconds(layout, constants, generation: int) -> float:
-    """The busiest rank's migration messages (sent and received)."""
+def migration_seconds(layout, constants, generation: int) -> float:
+    """The busiest rank's messages (sent and received) of a migration in ``generation``.
+
+    Example:
+        >>> from mpievo.plan.traffic import Layout
+        >>> lay = Layout("island", ranks=2, islands=2, dim=1000, capacity=4, batch=4, generations=2, interval=2)
+        >>> c = Constants({}, Link(0.0, 1e9), Link(0.0, 1e9), cores=2)
+        >>> round(migration_seconds(lay, c, 2) * 1e6, 2)    # 2 rows of 4 kB, records, hashes: each way
+        16.22
+    """
     per_rank: dict[int, float] = {}
     for m in migration_messages(layout, generation):
         t = _link(layout, constants, m.src, m.dst).seconds(m.nbytes)
@@ -365,7 +392,9 @@ def _one_run(layout, constants, cost, plan: Traffic, rng) -> float:
     last = plan.generations
     for g, per_island in enumerate(plan.batches):
         for i, rows in enumerate(per_island):
-            if rows:
+            if rows and layout.bred_by_evaluators(g):      # the leader draws decisions only
+                pending[home[i]] += _bred_batch_seconds(layout, constants, cost, rng, home[i], rows)
+            elif rows:
                 work = (c["breed_s"] if g else c["init_s"]) * rows * cpu
                 pending[home[i]] += work + _batch_seconds(layout, constants, cost, rng, home[i], rows)
         if layout.scheme in ("hybrid", "centralized") and layout.group_size > 1:
@@ -376,7 +405,7 @@ def _one_run(layout, constants, cost, plan: Traffic, rng) -> float:
             for r in pending:
                 pending[r] += c["record_s"] * held[r] * cpu
         if logged or g in plan.migrations:
-            wall += max(pending.values()) + (_migration_seconds(layout, constants, g)
+            wall += max(pending.values()) + (migration_seconds(layout, constants, g)
                                              if g in plan.migrations else 0.0)
             pending = dict.fromkeys(pending, 0.0)
     return wall + c["record_s"] * max(held.values()) * cpu     # the final records

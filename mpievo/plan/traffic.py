@@ -12,7 +12,11 @@ bytes, for what purpose -- from the layout alone, the way the schemes send them:
   ``("evaluate", n, dtype, False)`` to every other rank of its group, each rank's row
   block of genomes, 8 bytes of fitness per row back, and after every generation the
   pickled ``("release", run_state)``; the pickles are made here from the same objects,
-  so their sizes are exact (:mod:`.groups`);
+  so their sizes are exact (:mod:`.groups`). With ``breed = "evaluator"``
+  (:mod:`mpievo.parallel.breed_local`) a bred batch sends no rows nor order under
+  "evaluation": each rank sends back its block's mutation counts and the fitness of
+  its evaluated rows, 8 bytes each (the plan's broadcast and the survivors' slots are
+  "breeding", not modelled: the slots' count is the run's); generation 0 goes as rows;
 * **evaluation** (replicated): the all-gather of every batch's fitness, each rank's
   block counted once per other rank (:mod:`.replicated`);
 * **evaluation** (master_worker): per block of a batch (:func:`.master_worker.block_bounds`)
@@ -57,7 +61,7 @@ class Layout:
     ``ranks_per_island`` is the hybrid group size (``ranks_per_node`` for "node");
     ``ranks_per_node`` splits ranks into nodes for the link classes. ``generations``
     bounds the run when ``budget`` is None. ``evaluation`` is master_worker's
-    ``engine.evaluation``.
+    ``engine.evaluation``; ``breed`` hybrid's and centralized's ``run.breed``.
     """
 
     scheme: str
@@ -78,6 +82,7 @@ class Layout:
     dtype: str = "<f4"
     wire_row_bytes: int = 0       # bytes a genome travels as (0: dim * itemsize; 8: a seed)
     evaluation: str = "generational"
+    breed: str = "leader"         # run.breed: "evaluator": each group rank breeds its own block
 
     def __post_init__(self):
         if self.scheme not in SCHEMES:
@@ -87,6 +92,11 @@ class Layout:
         if self.ranks % self.group_size:
             raise ValueError(f"expected a rank count divisible by the group size {self.group_size}, "
                              f"got {self.ranks}")
+        if self.breed not in ("leader", "evaluator"):
+            raise ValueError(f"breed: expected 'leader' or 'evaluator', got {self.breed!r}")
+        if self.breed == "evaluator" and self.scheme not in ("hybrid", "centralized"):
+            raise ValueError(f"breed: expected 'leader' with scheme {self.scheme!r} (evaluator breeding is "
+                             f"hybrid's and centralized's), got 'evaluator'")
         if self.islands < self.ranks // self.group_size and self.scheme != "replicated":
             raise ValueError(f"expected at least one island per group ({self.ranks // self.group_size}), "
                              f"got {self.islands}")
@@ -109,6 +119,11 @@ class Layout:
 
     def row_bytes(self) -> int:
         return self.wire_row_bytes or self.dim * self.itemsize
+
+    def bred_by_evaluators(self, generation: int) -> bool:
+        """Whether the group's ranks breed this generation's batches themselves
+        (evaluator breeding after generation 0, whose genomes go as rows)."""
+        return self.breed == "evaluator" and generation > 0 and self.group_size > 1
 
 
 @dataclass(frozen=True)
@@ -226,11 +241,14 @@ def group_of(layout: Layout, leader: int) -> list[int]:
     return list(range(leader, leader + layout.group_size))
 
 
-def batch_messages(layout: Layout, leader: int, rows: int) -> list[Message]:
-    """One island batch of ``rows`` evaluated by ``leader``'s group."""
+def batch_messages(layout: Layout, leader: int, rows: int, generation: int = 1) -> list[Message]:
+    """One island batch of ``rows`` evaluated by ``leader``'s group in ``generation``."""
     group = group_of(layout, leader)
     if layout.scheme == "island" or rows == 0 or len(group) == 1:
         return []
+    if layout.bred_by_evaluators(generation):     # counts and fitness of the batch's blocks
+        return [Message(r, leader, 8 * ((b - a) + max(0, min(b, rows) - a)), "evaluation")
+                for r, (a, b) in zip(group[1:], row_blocks(layout.batch, len(group))[1:]) if b > a]
     blocks = row_blocks(rows, len(group))
     if layout.scheme == "replicated":     # every rank's fitness block to every other rank
         return [Message(r, o, 8 * (b - a), "evaluation")
@@ -291,7 +309,7 @@ def traffic(layout: Layout) -> Traffic:
     for g, per_island in enumerate(rows):
         for island, n in enumerate(per_island):
             leader = leaders[rank_of_island(island, layout.islands, len(leaders))]
-            out.messages += batch_messages(layout, leader, n)
+            out.messages += batch_messages(layout, leader, n, g)
         if g in migrations:
             out.messages += migration_messages(layout, g)
         for leader in leaders:
@@ -303,9 +321,11 @@ def traffic(layout: Layout) -> Traffic:
 def bench_layout(row: dict, *, interval: int) -> Layout:
     """The :class:`Layout` of one ``mpievo bench schemes`` row (float32 genomes, default
     migration policy and ring, the default block rows)."""
-    from .workloads import run_scheme
+    from .workloads import run_breed, run_scheme
 
     scheme, evaluation = run_scheme(row["scheme"])
+    breed = run_breed(row["scheme"]) if row["ranks"] > 1 else "leader"     # one rank: the island run
     return Layout(scheme=scheme, ranks=row["ranks"], islands=row["islands"], dim=row["dim"],
                   capacity=row["capacity"], batch=row["capacity"], interval=interval,
-                  ranks_per_island=row["ranks_per_island"], budget=row["budget"], evaluation=evaluation)
+                  ranks_per_island=row["ranks_per_island"], budget=row["budget"], evaluation=evaluation,
+                  breed=breed)

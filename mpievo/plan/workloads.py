@@ -25,6 +25,13 @@ from ..schema import Settings, choice, integer, list_of, number, setting
 SCHEMES = ("island", "hybrid", "centralized", "replicated", "master_worker", "master_worker_steady")
 #: a bench scheme with this suffix is its run.scheme with engine.evaluation = "steady"
 STEADY = "_steady"
+#: a bench scheme with this suffix is its run.scheme with run.breed = "evaluator"
+#: (:mod:`mpievo.parallel.breed_local`); the others run with run.breed = "leader"
+EVALUATOR = "_evaluator"
+#: schemes ``mpievo plan --measure`` also runs: evaluator breeding needs rows of the
+#: counter-based kernels' size (:data:`mpievo.evo.operators.COUNTER_DIM` genes), which
+#: most of the bench's workloads are not
+MEASURED_SCHEMES = SCHEMES + ("hybrid" + EVALUATOR,)
 MODES = ("sleep", "burn", "vary")
 #: rotations above this many genes cost minutes of QR and 8*dim^2 bytes per rank
 ROTATE_MAX_DIM = 1000
@@ -187,15 +194,27 @@ def workload_problem(workload: Workload, seed: int):
 
 # ---------------------------------------------------------------- one run (under MPI)
 def run_scheme(scheme: str) -> tuple[str, str]:
-    """(run.scheme, engine.evaluation) of a bench scheme (see :data:`SCHEMES`)."""
+    """(run.scheme, engine.evaluation) of a bench scheme (see :data:`SCHEMES`,
+    :data:`MEASURED_SCHEMES`)."""
+    scheme = scheme.removesuffix(EVALUATOR)
     if scheme.endswith(STEADY):
         return scheme[:-len(STEADY)], "steady"
     return scheme, "generational"
 
 
+def run_breed(scheme: str) -> str:
+    """run.breed of a bench scheme: "evaluator" with :data:`EVALUATOR`, else "leader".
+
+    Example:
+        >>> run_breed("hybrid_evaluator"), run_scheme("hybrid_evaluator"), run_breed("hybrid")
+        ('evaluator', ('hybrid', 'generational'), 'leader')
+    """
+    return "evaluator" if scheme.endswith(EVALUATOR) else "leader"
+
+
 def ranks_per_island(scheme: str, ranks: int) -> int:
     """Hybrid: groups of 2 ranks (of all of them on an odd count); else 1."""
-    if scheme != "hybrid" or ranks == 1:
+    if run_scheme(scheme)[0] != "hybrid" or ranks == 1:
         return 1
     return 2 if ranks % 2 == 0 else ranks
 
@@ -207,7 +226,7 @@ def job_table(options: SchemesOptions, scheme: str, ranks: int, workload: Worklo
     capacity = options.capacity_for(dim)
     run_name, evaluation = run_scheme(scheme)
     return {"run": {"seed": options.seed, "budget": budget or options.budget_for(dim, workload.cost_ms),
-                    "islands": options.n_islands, "scheme": run_name,
+                    "islands": options.n_islands, "scheme": run_name, "breed": run_breed(scheme),
                     "ranks_per_island": ranks_per_island(scheme, ranks)},
             "engine": {"capacity": capacity, "batch_size": capacity, "evaluation": evaluation},
             "migration": {"interval": options.interval}}

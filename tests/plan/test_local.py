@@ -1,10 +1,13 @@
 """The cost model of children bred where they are evaluated (mpievo.plan.local), by hand."""
 
+from dataclasses import replace
+
 import pytest
 
-from mpievo.plan.local import (Island, Node, busiest_share, checkpoint_seconds, choose, evaluation_seconds,
-                               generation_seconds, make_seconds, run_seconds, survivor_seconds, utilisation)
-from mpievo.plan.scenario import Scenario, local_figures, migration_seconds
+from mpievo.plan.local import (Island, Node, busiest_share, checkpoint_seconds, choose, device_link_bytes,
+                               evaluation_seconds, fits, generation_seconds, island_utilisation, make_seconds,
+                               run_seconds, survivor_seconds, utilisation)
+from mpievo.plan.scenario import Scenario, local_figures, migration_seconds, reach
 
 G = 3e9                                      # the study's genome: 1.5e9 bf16 parameters
 DENSE = Island(genome_bytes=G, row_bytes=G, capacity=16, batch=8, eval_s=0.1, breed_Bps=141e9)
@@ -97,3 +100,59 @@ def test_the_placement_is_chosen_by_the_model():
     # a GPU of 40 GB cannot hold 16 rows of 3 GB and 2 buffers: the replica is out
     best, seconds = choose(Node(device_bytes=40e9), Island(G, G, 16, 8, 0.1, 141e9, survivors=1.0), 50)
     assert best == "peer" and seconds["replica"] is None
+
+
+def test_rebuild_makes_the_survivors_again_on_every_gpu_by_hand():
+    make = G / 141e9
+    # dense: 4 survivors, 7/8 of them bred on other GPUs, each made again (3.5 makes), and the busiest
+    # breeder's own survivor copied into its replica (3 GB read and written at 1 TB/s)
+    assert survivor_seconds(NODE, DENSE, "rebuild") == pytest.approx(3.5 * make + 2 * G / 1e12)
+    assert make_seconds(NODE, DENSE, "rebuild") == make_seconds(NODE, DENSE, "replica")
+    assert device_link_bytes(NODE, DENSE, "rebuild") == 0.0 and device_link_bytes(NODE, DENSE, "replica") == 84e9
+    # seeded rows are recipes: nothing to make again
+    assert survivor_seconds(NODE, SEEDED, "rebuild") == survivor_seconds(NODE, SEEDED, "replica")
+    # over NVLink 3.5 makes (75 ms) cost more than the broadcast (26 ms) or peer reads: peer wins; GPUs
+    # linked at PCIe speed (50 GB/s) broadcast in 210 ms and read peers' parents in 105 ms: rebuild wins
+    assert choose(NODE, DENSE, 50)[0] == "peer"
+    assert choose(Node(peer_Bps=50e9), DENSE, 50)[0] == "rebuild"
+
+
+def test_islands_sharing_the_node_by_hand():
+    """2 islands in one queue: a round is both generations; each make is hidden beside the
+    other island's evaluation, unless one island's chain (make, evaluate, rows) is longer."""
+    two = Island(G, G, 16, 8, 0.1, 141e9, islands=2, survivors=1.0)
+    make = G / 141e9
+    parts = generation_seconds(NODE, two, "peer")
+    # each GPU: 2 evaluations of 100 ms; 2 makes on the second stream, under its half of them
+    assert parts["evaluate_s"] == pytest.approx(0.2)
+    assert parts["cycle_s"] == pytest.approx(generation_seconds(NODE, replace(two, islands=1), "peer")["seconds"])
+    assert parts["seconds"] == pytest.approx(0.2)
+    # without the pipeline the makes add up
+    assert generation_seconds(NODE, replace(two, pipelined=False), "peer")["evaluate_s"] == pytest.approx(
+        0.2 + 2 * make_seconds(NODE, two, "peer"))
+    # rebuild: the second stream also makes 2 x 7/8 survivors again, beyond its 100 ms
+    rebuild = generation_seconds(NODE, two, "rebuild")["evaluate_s"]
+    assert rebuild == pytest.approx(0.2 + max(0.0, (2 + 2 * 7 / 8) * make - 0.1))
+    # one island's chain longer than the round: a replica's 4 survivors broadcast at 10 GB/s (1.05 s) set it
+    slow = generation_seconds(Node(peer_Bps=10e9, device_bytes=200e9), replace(two, survivors=4.0), "replica")
+    assert slow["evaluate_s"] == pytest.approx(0.2) and slow["seconds"] == slow["cycle_s"] > 1.05
+    # both islands' archives on every GPU: 32 rows of 3 GB do not fit 80 GB; peer's eighth does
+    assert not fits(NODE, two, "replica") and fits(NODE, two, "peer")
+    # generation 0 fills the queue once: one make; 2 x (16 + 50 x 8) evaluations of 100 ms
+    first = generation_seconds(NODE, two, "peer", 16)
+    wall = run_seconds(NODE, two, "peer", 50)
+    assert wall == pytest.approx((first["make_s"] + first["seconds"] + 50 * 0.2) / 50)
+    assert island_utilisation(NODE, two, 50, wall) == pytest.approx(83.2 / (8 * 50 * wall))
+    with pytest.raises(ValueError, match="islands: expected >= 1"):
+        Island(G, G, 16, 8, 0.1, 141e9, islands=0)
+
+
+def test_the_design_rows_reach_the_targets_where_the_model_says():
+    # seeded: 2 islands of the study's batch hide every make: 97 % reached
+    assert local_figures(Scenario(), seeded=True, per_node=2)["utilisation"] >= 0.97
+    assert reach(Scenario(), seeded=True, per_node=2)[0] == 8
+    # dense: the migrants' rows between nodes keep 2 islands of 8 short; a larger batch reaches 95 %
+    assert local_figures(Scenario(), per_node=2)["utilisation"] < 0.95
+    batch, figures = reach(Scenario(), seeded=False, per_node=2)
+    assert batch > 8 and figures["utilisation"] >= 0.95 and figures["placement"] == "peer"
+    assert reach(Scenario(), seeded=False, per_node=2, target=0.999) is None

@@ -41,6 +41,9 @@ def test_bad_specs_are_refused_before_any_run(capsys):
         MeasureSpec(schemes=("islands",)).check()
     with pytest.raises(ValueError, match="budget: expected at least 8 evaluations"):
         MeasureSpec(budget=4).check()
+    with pytest.raises(ValueError, match="dim: expected at least 100000 genes with evaluator breeding"):
+        MeasureSpec(schemes=("hybrid_evaluator",), dim=1000).check()
+    MeasureSpec(schemes=("hybrid_evaluator",), dim=100_000).check()
     assert cli_main(["plan", "--measure", "--schemes", "island,nope"]) == 2
     assert "mpievo plan --measure: schemes: expected some of" in capsys.readouterr().err
 

@@ -36,6 +36,40 @@ def test_bytes_are_exact_for_every_scheme_in_a_real_run(world):
             assert row["model_bytes_per_generation"] > 0
 
 
+@pytest.mark.mpi(min_size=2)
+def test_evaluator_breeding_bytes_are_exact_in_a_real_run(world):
+    """hybrid with run.breed = "evaluator" at the counter kernels' size, run for real: the
+    model's bytes (generation 0's rows, then counts and fitness only). At 2 ranks only:
+    rows of 1e5 genes cost seconds at 4 ranks on 2 cores, and the groups' bytes at 4 are
+    the by-hand test's."""
+    from mpievo.evo.operators import COUNTER_DIM
+
+    size = world.Get_size()
+    if size != 2:
+        pytest.skip("at 2 ranks only (see the docstring)")
+    options = SchemesOptions(ps=(1,), islands=size, costs_ms=(0.0,), dims=(COUNTER_DIM,), large_dim=COUNTER_DIM,
+                             large_budget=4 * size, sweeps=1)
+    row = measure(Workload(0.0, "none", COUNTER_DIM), "hybrid_evaluator", options)
+    assert model_rows([row], options.interval, Constants.from_dict(CONSTANTS)) == []
+    sent = row["bytes_per_generation_by_purpose"]["evaluation"] * row["generations"]
+    first = size * COUNTER_DIM * 4          # generation 0: one row of each island's 2 shipped, then no rows
+    assert first < sent < first + 1024 and "breeding" in row["bytes_per_generation_by_purpose"]
+
+
+def test_evaluator_breeding_bytes_by_hand():
+    """A bred batch: each non-leader rank sends its block's counts and fitness (8 bytes
+    each), no rows; generation 0 and a cut batch as the model says."""
+    base = dict(ranks=4, islands=2, dim=10, capacity=4, batch=4, ranks_per_island=4, generations=2)
+    bred, led = (traffic(Layout("hybrid", breed=b, **base)) for b in ("evaluator", "leader"))
+    later = [m for m in bred.messages if m.purpose == "evaluation" and m.nbytes == 16]
+    assert len(later) == 2 * 2 * 3 and all(m.dst == 0 for m in later)    # 2 generations x 2 islands x 3 ranks
+    first = [m for m in led.messages if m.purpose == "evaluation"][:9]       # generation 0's first batch: rows
+    assert bred.messages[:9] == first
+    # a batch cut to 2 of its 4 rows: rank 1 sends counts and fitness, ranks 2 and 3 counts only
+    cut = traffic(Layout("hybrid", breed="evaluator", **dict(base, generations=None, budget=12)))
+    assert [m.nbytes for m in cut.messages if m.purpose == "evaluation" and m.nbytes < 100][-3:] == [16, 8, 8]
+
+
 def test_island_migration_bytes_by_hand():
     lay = Layout("island", ranks=2, islands=4, dim=10, capacity=8, batch=8, interval=2, emigrants=3,
                  generations=4)
@@ -120,8 +154,16 @@ def test_scenario_table(capsys):
                        ("| hybrid, mpievo seeded genomes", "| hybrid, new path: seeded")):
         at = [i for i, line in enumerate(rows) if line.startswith(today)]
         assert at and rows[at[0] + 1].startswith(new), (today, new)
-    assert sum(line.startswith(("| dense | ", "| seeded | ")) for line in rows) == 6
+    assert sum(line.startswith(("| dense | ", "| seeded | ")) for line in rows) == 8       # 4 placements each
     assert "(chosen)" in out and "- dense: " in out and "- seeded: " in out
+    # under today's rows, the projections: one at 2 islands per node of the study's batch for each genome,
+    # and the smallest configurations that reach the targets
+    projected = [line for line in rows if line.startswith("| projection, ")]
+    assert [line.split(" of batch ")[0] for line in projected[:1]] == ["| projection, dense, 2 islands per node"]
+    assert any("seeded, 2 islands per node of batch 8" in line and "reaches 97 %" in line for line in projected)
+    assert any("dense" in line and "reaches 95 %" in line for line in projected)
+    assert sum(line.startswith(("| dense, 2 islands | ", "| seeded, 2 islands | ")) for line in rows) == 8
+    assert "The projected rows (marked projection" in out
 
 
 @pytest.mark.heavy

@@ -142,6 +142,28 @@ def test_only_the_leaders_breed_under_the_leader_schemes():
     assert wall("island") == pytest.approx(3 * 2 * 0.01 * 2)
 
 
+def test_evaluator_breeding_spreads_the_breeding_over_the_group():
+    """run.breed = "evaluator": each rank of a group breeds its own block of every batch
+    (after generation 0) and evaluates it; the leader only draws the decisions."""
+    c = constants(cores=2, engine={"100": dict(ZERO, breed_s=0.01, row_s=0.001)})
+
+    def wall(breed, cores_c=c):
+        return predict_seconds(Layout("hybrid", ranks=2, islands=2, dim=100, capacity=2, batch=2, generations=3,
+                                      ranks_per_island=2, breed=breed), cores_c, Cost(0.02, "sleep"))["wall_s"]
+
+    first = 2 * 0.021           # generation 0 goes the leader's way: 2 islands, a row a rank of each
+    # 3 generations x 2 islands: the leader breeds 2 children, then both ranks evaluate one each
+    assert wall("leader") == pytest.approx(3 * 2 * (2 * 0.01 + 0.021) + first)
+    # each rank breeds its own child beside the other's: one child's breeding per island and generation
+    assert wall("evaluator") == pytest.approx(3 * 2 * (0.01 + 0.021) + first)
+    # 4 ranks in groups of 2 (an island each) on 2 cores: 4 ranks breed at once, each at half speed
+    four = predict_seconds(Layout("hybrid", ranks=4, islands=2, dim=100, capacity=2, batch=2, generations=3,
+                                  ranks_per_island=2, breed="evaluator"), c, Cost(0.02, "sleep"))["wall_s"]
+    assert four == pytest.approx(3 * (2 * 0.01 + 0.002 + 0.02) + (0.002 + 0.02))
+    with pytest.raises(ValueError, match="breed: expected 'leader' with scheme 'island'"):
+        Layout("island", ranks=2, islands=2, dim=100, capacity=2, batch=2, generations=3, breed="evaluator")
+
+
 def test_outliers_name_each_run_once_and_the_table_marks_them():
     base = {"workload": "cost 0, 100 genes", "wall_s": 0.1, "loadavg_1min": 1.5, "mode": "none",
             "evals_per_s": 1.0, "speedup": 1.0, "utilisation_mean": 0.5, "utilisation_min": 0.5,
