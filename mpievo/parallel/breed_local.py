@@ -48,7 +48,7 @@ from mpievo.kernels import counter_operators as counter_kernels
 from mpievo.kernels import half_rows
 
 from ..comm.shm.array import node_shared_array
-from ..evo import device
+from ..evo import device, pipeline
 from ..evo import operators as ops
 from ..evo.algorithms.ga import GeneticAlgorithm, breeding_box
 from ..evo.archive import Archive, fresh_versions
@@ -402,8 +402,21 @@ class EvaluatorBreeding:
         if b == a:
             return np.empty(0)
         children = self._block(shared.array.dtype, b - a)
-        counts = breed_rows(plan, shared.array, a, b, self._box(plan.island), children)
-        fitness = evaluate_block(self.problem, children[:max(0, min(b, evaluated) - a)])
+        box, count = self._box(plan.island), max(0, min(b, evaluated) - a)
+        if count < 2 or not makes_children(self.problem):
+            counts = breed_rows(plan, shared.array, a, b, box, children)
+            fitness = evaluate_block(self.problem, children[:count])
+            return np.concatenate([counts.astype(np.float64), fitness])
+        counts = np.zeros(b - a, np.int64)
+
+        def breed_one(c: int) -> None:      # child a + c, its bits as in the block (counter blocks by index)
+            counts[c:c + 1] = breed_rows(plan, shared.array, a + c, a + c + 1, box, children[c:c + 1])
+
+        pipeline.defer(children, breed_one)     # child c + 1 bred on the helper while child c is evaluated
+        try:
+            fitness = evaluate_block(self.problem, children[:count])
+        finally:
+            pipeline.settle()                   # the rest (and counts) before anyone reads them
         return np.concatenate([counts.astype(np.float64), fitness])
 
     def _write(self, island: int, entered, slots) -> None:
@@ -426,6 +439,21 @@ class EvaluatorBreeding:
         if dtype not in self._boxes:
             self._boxes[dtype] = breeding_box(self.view, dtype)    # as the leader's GA has it
         return self._boxes[dtype]
+
+
+def makes_children(problem) -> bool:
+    """Whether ``problem`` makes each child on the pipeline's helper thread while the one
+    before is evaluated (:mod:`mpievo.evo.pipeline`; e.g. ``ModelProblem(pipeline=True)``
+    on the CPU): then a rank breeds child ``i + 1`` there too, the predicate
+    :meth:`mpievo.evo.island.Island.step` uses.
+
+    Example:
+        >>> from mpievo.evo import make_problem
+        >>> makes_children(make_problem("sphere", dim=10))
+        False
+    """
+    made_there = getattr(type(problem), "evaluates_deferred_rows", None)
+    return made_there is not None and bool(made_there(problem))
 
 
 def breed_rows(plan: BreedPlan, rows: np.ndarray, a: int, b: int, box, out: np.ndarray) -> np.ndarray:
