@@ -401,16 +401,22 @@ class EvaluatorBreeding:
         self._last = (plan.island, a, b - a)
         if b == a:
             return np.empty(0)
-        children = self._block(shared.array.dtype, b - a)
-        box, count = self._box(plan.island), max(0, min(b, evaluated) - a)
+        return self.breed_block(plan, a, b, evaluated, self._block(shared.array.dtype, b - a))
+
+    def breed_block(self, plan: BreedPlan, a: int, b: int, evaluated: int, children: np.ndarray) -> np.ndarray:
+        """Children ``a..b`` of ``plan`` bred from the shared rows into ``children`` and
+        those among the first ``evaluated`` evaluated, child ``i + 1`` bred on the
+        pipeline's helper thread while child ``i`` is evaluated where the problem
+        pipelines (:func:`makes_children`); returns the counts then the fitness (float64)."""
+        rows, box, count = self.shared[plan.island].array, self._box(plan.island), max(0, min(b, evaluated) - a)
         if count < 2 or not makes_children(self.problem):
-            counts = breed_rows(plan, shared.array, a, b, box, children)
+            counts = breed_rows(plan, rows, a, b, box, children)
             fitness = evaluate_block(self.problem, children[:count])
             return np.concatenate([counts.astype(np.float64), fitness])
         counts = np.zeros(b - a, np.int64)
 
         def breed_one(c: int) -> None:      # child a + c, its bits as in the block (counter blocks by index)
-            counts[c:c + 1] = breed_rows(plan, shared.array, a + c, a + c + 1, box, children[c:c + 1])
+            counts[c:c + 1] = breed_rows(plan, rows, a + c, a + c + 1, box, children[c:c + 1])
 
         pipeline.defer(children, breed_one)     # child c + 1 bred on the helper while child c is evaluated
         try:
