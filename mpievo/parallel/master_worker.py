@@ -58,6 +58,23 @@ island is in flight; with a single island the workers still wait for each batch'
 slowest block. Its gain grows with the islands, with smaller batches, with longer
 migration intervals and with the spread of evaluation times.
 
+Evaluator breeding (``run.breed = "evaluator"``, or ``"auto"`` by the rules of
+:func:`~.breed_local.choose_breeding`; every rank in one node): every island's archive
+rows live once per node in shared memory, the master's GA draws each batch's plan
+(:class:`~.breed_local.PlannedGA`) and a block is ``("breed", (plan, start, stop,
+evaluated))`` instead of rows; the worker breeds children ``start..stop`` from the shared
+rows with the whole batch's counters, evaluates them and returns their mutation counts
+and fitness (a :class:`Batch` records who bred each child). The protocol that keeps a
+plan from reading a row before it is written (:mod:`.breed_pool`): when an island's
+merge has chosen its survivors, the master sends each worker that bred some
+``("write", (island, children, slots))`` and waits for every ``("written", island)``
+(each worker flushes its writes before it answers) before the merge returns, so before
+the island's next plan and before any read of its rows on the master; blocks of other
+islands that come back meanwhile are placed and new ones handed out (none reads the
+island's rows). The master flushes its own writes (generation 0, immigrants, a restore)
+before it sends a plan, a worker flushes before it reads. Only plans, slots, counts and
+fitness cross ranks: no child body.
+
 Checkpoints hold the island model's states (every island on rank 0) and run state, so
 a run resumes under any scheme and any scheme's checkpoint resumes here. With P = 1
 :func:`mpievo.parallel.build_scheme` runs the island model.
