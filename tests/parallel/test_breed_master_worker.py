@@ -152,3 +152,14 @@ def test_a_worker_killed_while_breeding_ends_the_job_naming_it(tmp_path):
     assert job.returncode != 0 and "finished" not in output, output
     assert "rank 1" in output and "signal 9" in output, output
     assert time.monotonic() - start < 110
+
+
+@pytest.mark.mpi(min_size=2)
+def test_the_bytes_benchmark_counts_plans_not_children(world):
+    from mpievo.bench.breed_bytes import measure
+
+    comm = Communicator(world)
+    rows = [measure(comm, "master_worker", "steady", breed, DIM, "float32", 3, 2) for breed in ("leader", "evaluator")]
+    ok = comm.rank != 0 or (rows[0]["bytes"]["evaluation"] >= 6 * DIM * 4 > 50 * sum(rows[1]["bytes"].values())
+                            and rows[1]["breed"] == "evaluator" and rows[1]["bytes"]["breeding"] > 0)
+    all_ranks_agree(world, ok, f"{rows}")
