@@ -27,7 +27,10 @@ So only fitness values and the small decisions cross ranks (``comm.traffic`` und
 "breeding" and "evaluation"), the leader breeds a K-th of the children, and the
 result is the island model's, bit for bit (same decisions, same kernels, same
 counter blocks), on any group size and across a resume: the checkpoints are the
-island model's. Generation 0 and immigrants go through the leader as before.
+island model's. Generation 0 and immigrants go through the leader as before. Where the
+problem pipelines (:func:`makes_children`), a rank breeds child ``i + 1`` of its block
+on the pipeline's helper thread while child ``i`` is evaluated (:meth:`EvaluatorBreeding.breed_block`).
+Master-worker breeds on its workers from the same pieces, point to point (:mod:`.breed_pool`).
 
 What it needs (``"auto"`` takes it when all hold and a row is at least
 :data:`AUTO_ROW_BYTES`; ``"evaluator"`` refuses settings without it): the GA with

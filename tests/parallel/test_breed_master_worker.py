@@ -77,7 +77,8 @@ def test_workers_breed_the_island_models_children_bit_for_bit(world, monkeypatch
         ok = mode == "evaluator" and moved[0].get("breeding", 0) > 0 and sum(
             t.get("breeding", 0) for t in moved) < row_bytes / 4
     ok = ok and (restarts > 0 or budget is not None) and (comm.rank != 0 or digest == serial)
-    all_ranks_agree(world, ok, f"{mode}: sent {moved}, rows of {row_bytes}; {restarts} restarts; digest {digest} vs {serial}")
+    all_ranks_agree(world, ok, f"{mode}: sent {moved}, rows of {row_bytes}; {restarts} restarts; "
+                               f"digest {digest} vs {serial}")
 
 
 @pytest.mark.mpi(min_size=2)

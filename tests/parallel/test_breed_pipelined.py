@@ -4,7 +4,6 @@ result is the island model's (without pipelining), bit for bit."""
 
 import threading
 
-import numpy as np
 import pytest
 from breed_helpers import breed_job
 from parallel_helpers import states_digest
