@@ -23,7 +23,6 @@ from mpievo.parallel import best_genome_bytes, breed_local, build_scheme, run_jo
 CASES = [("dense", "float32", "generational", "evaluator", None),
          ("delta", "bfloat16", "steady", "evaluator", None),
          ("dense", "bfloat16", "steady", "auto", 25),
-         ("delta", "float32", "generational", "evaluator", None),
          ("dense", "float32", "steady", "leader", None)]
 RESTARTS = {"stagnation_patience": 2, "stagnation_tol": 1.0, "restart_growth": 1.0}
 
