@@ -241,9 +241,9 @@ def _island_count(run: RunConfig, nranks: int, problems: list[str]) -> int:
         problems.append(f"run.ranks_per_island: expected 1 with run.scheme = {run.scheme!r} (groups of "
                         f"ranks are the hybrid scheme), got {per!r}")
         per = 1
-    if run.breed == "evaluator" and run.scheme in ("replicated", "master_worker"):
+    if run.breed == "evaluator" and run.scheme == "replicated":
         problems.append(f"run.breed: expected 'leader' or 'auto' with run.scheme = {run.scheme!r} (evaluator "
-                        "breeding is the hybrid and centralized schemes'), got 'evaluator'")
+                        "breeding is the hybrid, centralized and master_worker schemes'), got 'evaluator'")
     if run.scheme in ONE_GROUP_SCHEMES:
         per = nranks    # one group of every rank
     if per != "node" and nranks % per:

@@ -164,7 +164,7 @@ class RunConfig(Settings):
                                     "breeds, all of them evaluate row blocks of each batch; \"node\": "
                                     "the ranks of a node")
     breed: str = setting("auto", choice(("leader", "evaluator", "auto")),
-                         "hybrid and centralized schemes: who breeds a group's children: leader (the "
+                         "hybrid, centralized and master_worker schemes: who breeds a group's children: leader (the "
                          "group's first rank breeds all and ships rows), evaluator (each rank breeds its "
                          "own from the island's archive held once per node; only decisions and fitness "
                          "travel; GA islands of model-sized rows), auto (evaluator for rows of 64 MiB "

@@ -27,7 +27,10 @@ So only fitness values and the small decisions cross ranks (``comm.traffic`` und
 "breeding" and "evaluation"), the leader breeds a K-th of the children, and the
 result is the island model's, bit for bit (same decisions, same kernels, same
 counter blocks), on any group size and across a resume: the checkpoints are the
-island model's. Generation 0 and immigrants go through the leader as before.
+island model's. Generation 0 and immigrants go through the leader as before. Where the
+problem pipelines (:func:`makes_children`), a rank breeds child ``i + 1`` of its block
+on the pipeline's helper thread while child ``i`` is evaluated (:meth:`EvaluatorBreeding.breed_block`).
+Master-worker breeds on its workers from the same pieces, point to point (:mod:`.breed_pool`).
 
 What it needs (``"auto"`` takes it when all hold and a row is at least
 :data:`AUTO_ROW_BYTES`; ``"evaluator"`` refuses settings without it): the GA with
@@ -48,7 +51,7 @@ from mpievo.kernels import counter_operators as counter_kernels
 from mpievo.kernels import half_rows
 
 from ..comm.shm.array import node_shared_array
-from ..evo import device
+from ..evo import device, pipeline
 from ..evo import operators as ops
 from ..evo.algorithms.ga import GeneticAlgorithm, breeding_box
 from ..evo.archive import Archive, fresh_versions
@@ -401,9 +404,28 @@ class EvaluatorBreeding:
         self._last = (plan.island, a, b - a)
         if b == a:
             return np.empty(0)
-        children = self._block(shared.array.dtype, b - a)
-        counts = breed_rows(plan, shared.array, a, b, self._box(plan.island), children)
-        fitness = evaluate_block(self.problem, children[:max(0, min(b, evaluated) - a)])
+        return self.breed_block(plan, a, b, evaluated, self._block(shared.array.dtype, b - a))
+
+    def breed_block(self, plan: BreedPlan, a: int, b: int, evaluated: int, children: np.ndarray) -> np.ndarray:
+        """Children ``a..b`` of ``plan`` bred from the shared rows into ``children`` and
+        those among the first ``evaluated`` evaluated, child ``i + 1`` bred on the
+        pipeline's helper thread while child ``i`` is evaluated where the problem
+        pipelines (:func:`makes_children`); returns the counts then the fitness (float64)."""
+        rows, box, count = self.shared[plan.island].array, self._box(plan.island), max(0, min(b, evaluated) - a)
+        if count < 2 or not makes_children(self.problem):
+            counts = breed_rows(plan, rows, a, b, box, children)
+            fitness = evaluate_block(self.problem, children[:count])
+            return np.concatenate([counts.astype(np.float64), fitness])
+        counts = np.zeros(b - a, np.int64)
+
+        def breed_one(c: int) -> None:      # child a + c, its bits as in the block (counter blocks by index)
+            counts[c:c + 1] = breed_rows(plan, rows, a + c, a + c + 1, box, children[c:c + 1])
+
+        pipeline.defer(children, breed_one)     # child c + 1 bred on the helper while child c is evaluated
+        try:
+            fitness = evaluate_block(self.problem, children[:count])
+        finally:
+            pipeline.settle()                   # the rest (and counts) before anyone reads them
         return np.concatenate([counts.astype(np.float64), fitness])
 
     def _write(self, island: int, entered, slots) -> None:
@@ -426,6 +448,21 @@ class EvaluatorBreeding:
         if dtype not in self._boxes:
             self._boxes[dtype] = breeding_box(self.view, dtype)    # as the leader's GA has it
         return self._boxes[dtype]
+
+
+def makes_children(problem) -> bool:
+    """Whether ``problem`` makes each child on the pipeline's helper thread while the one
+    before is evaluated (:mod:`mpievo.evo.pipeline`; e.g. ``ModelProblem(pipeline=True)``
+    on the CPU): then a rank breeds child ``i + 1`` there too, the predicate
+    :meth:`mpievo.evo.island.Island.step` uses.
+
+    Example:
+        >>> from mpievo.evo import make_problem
+        >>> makes_children(make_problem("sphere", dim=10))
+        False
+    """
+    made_there = getattr(type(problem), "evaluates_deferred_rows", None)
+    return made_there is not None and bool(made_there(problem))
 
 
 def breed_rows(plan: BreedPlan, rows: np.ndarray, a: int, b: int, box, out: np.ndarray) -> np.ndarray:

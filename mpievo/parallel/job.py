@@ -115,7 +115,7 @@ def build_scheme(comm, job, problem: Problem | None = None) -> Scheme:
     if job.run.scheme == "master_worker" and comm.size > 1:
         if fidelity_of(problem) is not None:
             raise ValueError("problem.fidelity_sample: expected run.scheme 'island', got 'master_worker'")
-        return MasterWorkerScheme(comm, problem, job.engines, **common)
+        return MasterWorkerScheme(comm, problem, job.engines, breed=job.run.breed, **common)
     layout = scheme_layout(comm, job.run)
     if fidelity_of(problem) is not None and not layout.trivial:
         raise ValueError(f"problem.fidelity_sample: expected run.scheme 'island' (one rank per island group), "
@@ -166,7 +166,7 @@ def run_job(job, comm, *, reporters: Sequence[Reporter] = (), checkpointer: Any 
         problem = job_problem(job, problem)       # build_scheme takes it as it is
         encoded = genomes.encoding_of(problem)
         scheme = build_scheme(comm, job, problem)
-        if isinstance(scheme, HybridScheme):
+        if isinstance(scheme, (HybridScheme, MasterWorkerScheme)):
             stack.callback(scheme.close)
         extra = {}
         if restored is not None:

@@ -58,6 +58,23 @@ island is in flight; with a single island the workers still wait for each batch'
 slowest block. Its gain grows with the islands, with smaller batches, with longer
 migration intervals and with the spread of evaluation times.
 
+Evaluator breeding (``run.breed = "evaluator"``, or ``"auto"`` by the rules of
+:func:`~.breed_local.choose_breeding`; every rank in one node): every island's archive
+rows live once per node in shared memory, the master's GA draws each batch's plan
+(:class:`~.breed_local.PlannedGA`) and a block is ``("breed", (plan, start, stop,
+evaluated))`` instead of rows; the worker breeds children ``start..stop`` from the shared
+rows with the whole batch's counters, evaluates them and returns their mutation counts
+and fitness (a :class:`Batch` records who bred each child). The protocol that keeps a
+plan from reading a row before it is written (:mod:`.breed_pool`): when an island's
+merge has chosen its survivors, the master sends each worker that bred some
+``("write", (island, children, slots))`` and waits for every ``("written", island)``
+(each worker flushes its writes before it answers) before the merge returns, so before
+the island's next plan and before any read of its rows on the master; blocks of other
+islands that come back meanwhile are placed and new ones handed out (none reads the
+island's rows). The master flushes its own writes (generation 0, immigrants, a restore)
+before it sends a plan, a worker flushes before it reads. Only plans, slots, counts and
+fitness cross ranks: no child body.
+
 Checkpoints hold the island model's states (every island on rank 0) and run state, so
 a run resumes under any scheme and any scheme's checkpoint resumes here. With P = 1
 :func:`mpievo.parallel.build_scheme` runs the island model.
@@ -74,6 +91,8 @@ from ..comm.protocol import SelfComm
 from ..evo.engine_config import EngineConfig
 from ..evo.problems import Problem
 from ..rules.budget import plan
+from .breed_local import choose_breeding
+from .breed_pool import PooledBreeding
 from .groups import evaluate_block
 from .led import LedScheme
 from .scheme import IslandScheme, StepResult
@@ -81,12 +100,18 @@ from .scheme import IslandScheme, StepResult
 
 class Batch:
     """One island batch out with the workers: its rows, their fitness as it comes
-    back, the rows still out, and (steady) its island and the generation it belongs to."""
+    back, the rows still out, and (steady) its island and the generation it belongs to.
+    With a ``plan`` (evaluator breeding) the workers breed the plan's children (``rows``
+    of them; ``genomes`` is the GA's placeholder, its length the children evaluated) and
+    ``workers`` says who bred each."""
 
-    def __init__(self, genomes: np.ndarray, island=None, generation: int = 0):
-        self.genomes = np.ascontiguousarray(genomes)
-        self.fitness = np.empty(len(self.genomes), np.float64)
-        self.left = len(self.genomes)
+    def __init__(self, genomes: np.ndarray, island=None, generation: int = 0, plan=None):
+        self.plan = plan
+        self.genomes = np.ascontiguousarray(genomes) if plan is None else genomes
+        self.fitness = np.empty(len(genomes), np.float64)
+        self.rows = len(genomes) if plan is None else plan.n
+        self.left = self.rows
+        self.workers = None if plan is None else np.zeros(plan.n, np.int64)
         self.island = island
         self.generation = generation
 
@@ -104,19 +129,31 @@ class WorkerPool:
 
     Args:
         comm: the Communicator of every rank (workers are ranks 1..size-1).
+        breeding: the :class:`~.breed_pool.PooledBreeding` under ``run.breed =
+            "evaluator"`` (blocks carry plans), else None.
     """
 
-    def __init__(self, comm):
+    def __init__(self, comm, breeding=None):
         if comm.size < 2:
             raise ValueError(f"expected at least 2 ranks (a master and a worker), got {comm.size}")
         self.comm = comm
+        self.breeding = breeding
         self.queue: deque = deque()            # (batch, start, stop) not handed out yet
         self.idle = deque(range(1, comm.size))
         self.out: dict[int, tuple] = {}        # worker -> ((batch, start, stop), its message's request)
+        self.done: deque = deque()             # batches completed while the master awaited writes
+
+    def batch(self, genomes: np.ndarray, island=None, generation: int = 0) -> Batch:
+        """The :class:`Batch` of ``genomes`` the GA just asked, with its plan when the
+        workers breed it."""
+        plan = None
+        if self.breeding is not None:
+            plan, self.breeding.pending = self.breeding.pending, None
+        return Batch(genomes, island, generation, plan)
 
     def submit(self, batch: Batch) -> None:
         """Queue ``batch``'s blocks (handed out by :meth:`feed`)."""
-        for start, stop in block_bounds(len(batch.genomes), self.comm.size - 1):
+        for start, stop in block_bounds(batch.rows, self.comm.size - 1):
             self.queue.append((batch, start, stop))
 
     def feed(self) -> None:
@@ -124,23 +161,61 @@ class WorkerPool:
         while self.idle and self.queue:
             worker = self.idle.popleft()
             batch, start, stop = block = self.queue.popleft()
-            with self.comm.purpose("evaluation"):
-                self.out[worker] = block, self.comm.isend_object(("evaluate", batch.genomes[start:stop]), worker)
+            if batch.plan is None:
+                purpose, message = "evaluation", ("evaluate", batch.genomes[start:stop])
+            else:
+                purpose, message = "breeding", self.breeding.order(batch.plan, start, stop, len(batch.fitness))
+            with self.comm.purpose(purpose):
+                self.out[worker] = block, self.comm.isend_object(message, worker)
 
     def collect(self) -> Batch:
         """Wait for one block's fitness, place it by row; its batch (done when ``left`` is 0)."""
+        if self.done:
+            return self.done.popleft()
         with self.comm.purpose("evaluation"):
             worker, fitness = self.comm.recv_object()
+        return self._place(worker, fitness)
+
+    def _place(self, worker: int, fitness: np.ndarray) -> Batch:
         (batch, start, stop), posted = self.out.pop(worker)
         posted.wait()       # returns at once: the worker had the block
-        batch.fitness[start:stop] = fitness
+        if batch.plan is None:
+            batch.fitness[start:stop] = fitness
+        else:               # the block's mutation counts, then its evaluated children's fitness
+            batch.workers[start:stop] = worker
+            if batch.plan.counts is not None:
+                batch.plan.counts[start:stop] = fitness[:stop - start]
+            batch.fitness[start:min(stop, len(batch.fitness))] = fitness[stop - start:]
         batch.left -= stop - start
+        if batch.plan is not None and not batch.left:
+            self.breeding.bred_by[batch.plan.island] = batch.workers
         self.idle.append(worker)
         return batch
 
+    def write(self, island: int, orders: Mapping[int, tuple]) -> None:
+        """Each worker of ``orders`` writes the rows it bred (``orders[worker]``: children,
+        slots) into island ``island``'s shared rows; returns when all have answered (the
+        protocol of :mod:`.breed_pool`). Blocks that come back meanwhile are placed (a
+        batch they complete is the next :meth:`collect`'s) and others handed out: none
+        reads this island's rows, whose batch is complete and next one not asked."""
+        with self.comm.purpose("breeding"):
+            for worker, (children, slots) in orders.items():
+                self.comm.send_object(("write", (island, children, slots)), worker)
+        waiting = set(orders)
+        while waiting:
+            with self.comm.purpose("evaluation"):
+                worker, message = self.comm.recv_object()
+            if isinstance(message, tuple):          # ("written", island)
+                waiting.discard(worker)
+                continue
+            batch = self._place(worker, message)
+            if not batch.left:
+                self.done.append(batch)
+            self.feed()
+
     def evaluate(self, genomes: np.ndarray) -> np.ndarray:
         """The fitness of one batch, its blocks evaluated by the workers (generational)."""
-        batch = Batch(genomes)
+        batch = self.batch(genomes)
         self.submit(batch)
         self.feed()
         while batch.left:
@@ -162,15 +237,18 @@ class WorkerPool:
                 self.comm.send_object(("release", message), worker)
 
 
-def serve(problem: Problem, comm):
+def serve(problem: Problem, comm, answer=None):
     """A worker's side: evaluate blocks until the master releases it; returns the
-    master's message."""
+    master's message. ``answer(kind, payload)`` answers the orders of evaluator
+    breeding ("breed", "write": :meth:`~.breed_pool.PooledBreeding.answer`)."""
     while True:
         with comm.purpose("evaluation"):
             _, (kind, payload) = comm.recv_object(0)
-            if kind == "release":
-                return payload
-            comm.send_object(evaluate_block(problem, payload), 0)
+        if kind == "release":
+            return payload
+        reply = evaluate_block(problem, payload) if kind == "evaluate" else answer(kind, payload)
+        with comm.purpose("breeding" if kind == "write" else "evaluation"):
+            comm.send_object(reply, 0)
 
 
 class PooledProblem(Problem):
@@ -260,7 +338,7 @@ class SteadyIslands(IslandScheme):
             return None
         genomes = island.ask(island.generation + 1)
         rows = genomes.shape[0] if left is None else min(left, genomes.shape[0])
-        return Batch(genomes[:rows], island, generation)
+        return self.pool.batch(genomes[:rows], island, generation)
 
 
 class MasterWorkerScheme(LedScheme):
@@ -274,11 +352,15 @@ class MasterWorkerScheme(LedScheme):
         comm: an mpievo Communicator of at least 2 ranks.
         problem, engines, seed, policy, schedule, budget: as for :class:`IslandScheme`;
             ``engines[0].evaluation`` chooses generational or steady.
+        breed: ``run.breed``: "leader" (the master breeds every child), "evaluator"
+            (the workers breed their blocks from the rows held once per node,
+            :mod:`.breed_pool`) or "auto" (:func:`~.breed_local.choose_breeding`).
     """
 
     serving_rank = "worker rank {rank}"
 
-    def __init__(self, comm, problem: Problem, engines: Sequence[EngineConfig], **options):
+    def __init__(self, comm, problem: Problem, engines: Sequence[EngineConfig], *, breed: str = "leader",
+                 **options):
         self.comm = comm
         self.problem = problem
         self.engines = tuple(engines)
@@ -286,8 +368,11 @@ class MasterWorkerScheme(LedScheme):
         self.evaluation = self.engines[0].evaluation
         self.inner = None
         self.loop_comm = None
+        self.breed = choose_breeding(breed, self.engines, problem, comm)
+        # every island's rows, once per node (collective)
+        self.breeding = PooledBreeding(problem, comm, self.engines) if self.breed == "evaluator" else None
         if comm.rank == 0:
-            pool = WorkerPool(comm)
+            pool = WorkerPool(comm, self.breeding)
             if self.evaluation == "steady":
                 self.inner = SteadyIslands(pool, problem, self.engines, **options)
             else:
@@ -298,6 +383,9 @@ class MasterWorkerScheme(LedScheme):
             if on_device:
                 raise ValueError(f"expected host islands under master_worker (workers evaluate host rows), "
                                  f"got islands {on_device} on the GPU")
+            if self.breeding is not None:
+                self.breeding.pool = pool
+                self.breeding.adopt(self.inner.islands)
         self.budget_generation = plan(self.engines, problem.dim, options.get("budget")).budget_generation
         self.generation = -1
         self._run_state: dict = {}
@@ -336,6 +424,13 @@ class MasterWorkerScheme(LedScheme):
     def serve(self) -> dict:
         """Evaluate blocks until rank 0 summons this worker; the summons (its run state
         adopted)."""
-        call = serve(self.problem, self.comm)
+        answer = {} if self.breeding is None else {"answer": self.breeding.answer}
+        call = serve(self.problem, self.comm, **answer)
         self._adopt(call["run_state"])
         return call
+
+    def close(self) -> None:
+        """Free the shared archives of evaluator breeding (collective over the node)."""
+        if self.breeding is not None:
+            self.breeding.close()
+            self.breeding = None

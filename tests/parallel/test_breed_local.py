@@ -41,8 +41,8 @@ def test_evaluator_breeding_refuses_what_it_cannot_run():
                         SelfComm())
     with pytest.raises(ConfigError, match="run.breed: expected one of"):
         validate({"run": {"breed": "workers"}}, 1)
-    with pytest.raises(ConfigError, match="run.breed: expected 'leader' or 'auto' with run.scheme = 'master_worker'"):
-        validate({"run": {"breed": "evaluator", "scheme": "master_worker"}}, 2)
+    with pytest.raises(ConfigError, match="run.breed: expected 'leader' or 'auto' with run.scheme = 'replicated'"):
+        validate({"run": {"breed": "evaluator", "scheme": "replicated"}}, 2)
 
 
 # restarts every 2 generations: the archive truncated and refilled with uniform children

@@ -91,6 +91,14 @@ class SharedArray:
             self._node.Barrier()
             self._window.Sync()   # and the peers' are read only after it
 
+    def flush(self) -> None:
+        """This rank's writes reach the memory and its later reads see what reached it
+        (a memory barrier, no collective): pair it with a message, the writer flushing
+        before it sends, the reader after it receives (point-to-point protocols such as
+        :mod:`mpievo.parallel.breed_pool`)."""
+        if self._window is not None:
+            self._window.Sync()
+
     def free(self) -> None:
         """Release the memory (collective over the node; a second call does nothing)."""
         self.array = None
