@@ -233,12 +233,13 @@ class ProblemConfig(Settings):
                                    "several objectives: the point hypervolumes are measured to (n_obj "
                                    "numbers); default: a built-in's, none for a user function")
     fidelity_sample: float = setting(1.0, number(0.0, 1.0, open_low=True),
-                                     "cheaper fitness: the fraction of the data rows a child is scored on first "
-                                     "(a problem with fidelity_rows and evaluate_rows; scheme island); 1: full "
-                                     "scores only (see mpievo.evo.fidelity)")
+                                     "cheaper fitness: the fraction of the data rows a child is scored on first, "
+                                     "each later stage of its race 4x more (a problem with fidelity_rows and "
+                                     "evaluate_rows; scheme island); 1: full scores only (see mpievo.evo.fidelity)")
     fidelity_margin: float = setting(0.0, number(0.0, 1e300),
-                                     "cheaper fitness: a child is scored fully when its sample score is at most "
-                                     "the archive's worst plus this (fitness units)")
+                                     "cheaper fitness: a child stays in the race while its estimate (the archive's "
+                                     "worst plus their difference on the rows read) is at most the archive's worst "
+                                     "plus this (fitness units)")
     integer: Any = setting(None, optional(integer_genes),
                            "integer genes, as gene indices or a mask of dim booleans (their bounds integers; "
                            "[0, 1]: binary): bred continuously, rounded wherever a genome is made (see "

@@ -29,15 +29,15 @@ CONFIG = {"run": {"islands": 4, "scheme": "island", "log_every": 10_000},
           "migration": {"topology": "ring", "interval": 10, "emigrants": 1}}
 
 
-def run(problem, splits, budget: int, seed: int, sample: float, margin: float) -> dict:
-    """One search: its cost (cost units), children cheaply scored, and the best merge's test mean."""
-    searched = with_fidelity(problem, sample, margin)
+def run(problem, splits, budget: int, seed: int, sample: float, margin: float, growth: int) -> dict:
+    """One search: its cost (cost units), children started, and the best merge's test mean."""
+    searched = with_fidelity(problem, sample, margin, growth)
     cheap = [0]
     if sample < 1:
-        inner = searched.evaluate_rows
+        inner, first = searched.evaluate_rows, searched.fidelity.sample_rows
 
-        def counted(genomes, rows):
-            cheap[0] += len(genomes)
+        def counted(genomes, rows):         # the first stage's calls: every child once (and the worst)
+            cheap[0] += len(genomes) if len(rows) == first else 0
             return inner(genomes, rows)
         searched.evaluate_rows = counted
     result = mpievo.minimize(searched, config=CONFIG, budget=budget, seed=seed, comm=SelfComm())
@@ -50,26 +50,29 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget", type=int, default=1200, help="cost units of the full-evaluation runs")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--sample", type=float, default=0.125, help="problem.fidelity_sample")
-    parser.add_argument("--margin", type=float, default=0.05, help="problem.fidelity_margin")
-    parser.add_argument("--capacity", type=int, default=16, help="engine.capacity (the archive whose worst screens)")
+    parser.add_argument("--sample", type=float, default=1 / 16, help="problem.fidelity_sample")
+    parser.add_argument("--margin", type=float, default=0.02, help="problem.fidelity_margin")
+    parser.add_argument("--growth", type=int, default=4, help="rows of a stage / rows of the last one")
+    parser.add_argument("--arms", nargs="+", default=None, help="run only these rows of the table (by name)")
+    parser.add_argument("--capacity", type=int, default=2, help="engine.capacity (the archive whose worst screens)")
     parser.add_argument("--algorithm", default="cmaes", help="engine.algorithm (ga: batch_size = cma_popsize)")
     parser.add_argument("--divisor", type=int, default=3, help="the cheap runs' smaller budget: budget / this")
     args = parser.parse_args(argv)
     CONFIG["engine"].update(capacity=args.capacity, algorithm=args.algorithm, batch_size=8)
     zoo = default_zoo()
     problem = recipe_problem(zoo)
-    arms = {"full": (args.budget, 1.0), "fidelity, same budget": (args.budget, args.sample),
-            f"fidelity, budget / {args.divisor}": (args.budget // args.divisor, args.sample),
+    arms = {"full": (args.budget, 1.0), "raced, same budget": (args.budget, args.sample),
+            f"raced, budget / {args.divisor}": (args.budget // args.divisor, args.sample),
             f"full, budget / {args.divisor}": (args.budget // args.divisor, 1.0)}
+    arms = {name: arm for name, arm in arms.items() if args.arms is None or name in args.arms}
     table = {name: [] for name in arms}
     for seed in args.seeds:
         for name, (budget, sample) in arms.items():
-            row = run(problem, zoo.splits, budget, seed, sample, args.margin)
+            row = run(problem, zoo.splits, budget, seed, sample, args.margin, args.growth)
             table[name].append(row)
             print(f"seed {seed}  {name:24s} cost {row['cost']:5d}  children {row['children']:5d}  "
                   f"validation {row['validation']:.4f}  test {row['test']:.4f}", flush=True)
-    print(f"\nmedians over seeds {args.seeds} (sample {args.sample}, margin {args.margin}, "
+    print(f"\nmedians over seeds {args.seeds} (sample {args.sample}, margin {args.margin}, growth {args.growth}, "
           f"capacity {args.capacity}, {args.algorithm}): | run | cost units | test mean | validation |")
     for name, rows in table.items():
         print(f"| {name} | {np.median([r['cost'] for r in rows]):.0f} | "
