@@ -1,13 +1,13 @@
-"""Cheaper fitness on the recipe merge: full evaluation against two-stage scoring
+"""Cheaper fitness on the recipe merge: full evaluation against racing
 (``problem.fidelity_sample``), per seed, at equal budgets in cost units and at a third of it.
 
 Each run is ``merge.toml``'s search (4 CMA-ES islands from the plain average, ring
 migration) on one process with ``run.scheme = "island"``; a row gives the cost spent
-(``nfev``: cost units, a full evaluation 1, a sample its fraction), the children scored,
-and the best merge's mean exact match on the held-out test split::
+(``nfev``: cost units, every row scored 1 / N), the children started, and the best merge's
+mean exact match on the held-out test split::
 
     PYTHONPATH=examples/merge_transformers MERGE_TRANSFORMERS_SIZE=small \\
-        python examples/merge_transformers/fidelity_report.py --budget 1200 --seeds 0 1 2
+        python examples/merge_transformers/fidelity_report.py --budget 900 --seeds 0 1 2
 """
 
 from __future__ import annotations
@@ -32,17 +32,18 @@ CONFIG = {"run": {"islands": 4, "scheme": "island", "log_every": 10_000},
 def run(problem, splits, budget: int, seed: int, sample: float, margin: float, growth: int) -> dict:
     """One search: its cost (cost units), children started, and the best merge's test mean."""
     searched = with_fidelity(problem, sample, margin, growth)
-    cheap = [0]
+    cheap = [0, 0]
     if sample < 1:
-        inner, first = searched.evaluate_rows, searched.fidelity.sample_rows
+        inner, stages = searched.evaluate_rows, searched.fidelity.stages
 
-        def counted(genomes, rows):         # the first stage's calls: every child once (and the worst)
-            cheap[0] += len(genomes) if len(rows) == first else 0
+        def counted(genomes, rows):         # every child (and the worst) at the first stage; at the last
+            cheap[0] += len(genomes) if len(rows) == stages[0] else 0
+            cheap[1] += len(genomes) if len(rows) == stages[-1] - stages[-2] else 0
             return inner(genomes, rows)
         searched.evaluate_rows = counted
     result = mpievo.minimize(searched, config=CONFIG, budget=budget, seed=seed, comm=SelfComm())
     problem.materialize(result.x)
-    return {"cost": int(result.nfev), "children": cheap[0], "validation": float(result.fun),
+    return {"cost": int(result.nfev), "children": cheap[0], "to the end": cheap[1], "validation": float(result.fun),
             "test": task_scores(problem.model, splits, "test")["mean"]}
 
 
@@ -70,7 +71,8 @@ def main(argv=None) -> int:
         for name, (budget, sample) in arms.items():
             row = run(problem, zoo.splits, budget, seed, sample, args.margin, args.growth)
             table[name].append(row)
-            print(f"seed {seed}  {name:24s} cost {row['cost']:5d}  children {row['children']:5d}  "
+            print(f"seed {seed}  {name:24s} cost {row['cost']:5d}  children {row['children']:5d} "
+                  f"(raced to the end {row['to the end']:4d})  "
                   f"validation {row['validation']:.4f}  test {row['test']:.4f}", flush=True)
     print(f"\nmedians over seeds {args.seeds} (sample {args.sample}, margin {args.margin}, growth {args.growth}, "
           f"capacity {args.capacity}, {args.algorithm}): | run | cost units | test mean | validation |")

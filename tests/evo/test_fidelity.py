@@ -62,26 +62,32 @@ def fully_scored(problem, rows: int = 64) -> dict[bytes, int]:
     return {key: sorted(value) for key, value in read.items()}
 
 
-@pytest.mark.parametrize("algorithm,seed", [("ga", 0), ("ga", 1), ("cmaes", 2), ("de", 3)])
-def test_a_child_that_would_enter_the_archive_is_always_fully_scored(algorithm, seed):
-    island = island_of(algorithm, seed)
+def raced(island, generations: int = 30):
+    """Step ``island`` (initialized here); per generation (the archive before it, its
+    children, the rows each genome read) after checking the archive's worst came first."""
     problem = island.problem
     island.initialize()
-    screened_out = 0
-    for generation in range(1, 31):
+    for generation in range(1, generations + 1):
         before = copy.deepcopy(island.archive)
         problem.cheap_log.clear(), problem.rows_log.clear()
         rows_before = island.fidelity_rows
         island.step(generation)
-        children = problem.cheap_log[0][1:]                    # the first row: the archive's worst
         assert np.array_equal(problem.cheap_log[0][0], before.genomes[np.argmax(before.fitness)])
         read = fully_scored(problem)
-        scored = {key for key, rows in read.items() if rows == list(range(64))}   # each row once
-        assert all(len(set(rows)) == len(rows) for key, rows in read.items()), generation
+        assert all(len(set(rows)) == len(rows) for rows in read.values()), generation    # each row once
         assert island.fidelity_rows - rows_before == sum(len(rows) for rows in read.values())   # with the worst's
+        yield generation, before, problem.cheap_log[0][1:], read
+
+
+@pytest.mark.parametrize("algorithm,seed", [("ga", 0), ("ga", 1), ("cmaes", 2), ("de", 3)])
+def test_a_child_that_would_enter_the_archive_is_always_fully_scored(algorithm, seed):
+    island = island_of(algorithm, seed)
+    screened_out = 0
+    for generation, before, children, read in raced(island):
+        scored = {key for key, rows in read.items() if rows == list(range(64))}
         screened_out += sum(len(read[c.tobytes()]) == 8 for c in children)
         # brute force: every child scored fully, offered to the archive as it was
-        entered = before.insert_rows(children.astype(before.dtype), problem.full(children),
+        entered = before.insert_rows(children.astype(before.dtype), island.problem.full(children),
                                      np.arange(len(children)) + 10**6, 0, generation).entered
         missed = [i for i in entered if children[i].tobytes() not in scored]
         assert not missed, f"generation {generation}: children {missed} would enter but were screened out"
@@ -95,16 +101,9 @@ def test_the_worst_members_score_cancels_what_every_genome_shares():
     0 a child is raced to the end where its full score is at most the worst's, up to the
     wobble's error of a paired difference."""
     island = island_of("cmaes", 2, margin=0.0, shared=10.0)
-    problem = island.problem
-    island.initialize()
     dropped_late = 0
-    for generation in range(1, 31):
-        before = copy.deepcopy(island.archive)
-        problem.cheap_log.clear(), problem.rows_log.clear()
-        island.step(generation)
-        children = problem.cheap_log[0][1:]
-        read = fully_scored(problem)
-        full = problem.full(children)
+    for generation, before, children, read in raced(island):
+        full = island.problem.full(children)
         scored = np.array([len(read[c.tobytes()]) == 64 for c in children])
         # raced to the end: a full score at most the worst's, give or take the wobble (the
         # offset's sample mean alone errs by about 3 on 8 rows)
