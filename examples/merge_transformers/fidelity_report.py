@@ -49,9 +49,9 @@ def run(problem, splits, budget: int, seed: int, sample: float, margin: float, g
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--budget", type=int, default=1200, help="cost units of the full-evaluation runs")
+    parser.add_argument("--budget", type=int, default=900, help="cost units of the full-evaluation runs")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--sample", type=float, default=1 / 16, help="problem.fidelity_sample")
+    parser.add_argument("--sample", type=float, default=0.125, help="problem.fidelity_sample")
     parser.add_argument("--margin", type=float, default=0.02, help="problem.fidelity_margin")
     parser.add_argument("--growth", type=int, default=4, help="rows of a stage / rows of the last one")
     parser.add_argument("--arms", nargs="+", default=None, help="run only these rows of the table (by name)")
