@@ -97,6 +97,19 @@ def _accept_ranks_per_island(value):
 ranks_per_island = Check('an int >= 1 or "node"', _accept_ranks_per_island)
 
 
+def _accept_integer_genes(value):
+    """Gene indices (ints) or a mask (booleans), as a tuple; their range is checked with dim."""
+    if not isinstance(value, (list, tuple)) or not value:
+        integer_genes.reject(value)
+    kinds = {type(item) is bool for item in value}
+    if len(kinds) > 1 or not all(isinstance(item, int) for item in value):
+        integer_genes.reject(value)
+    return tuple(value)
+
+
+integer_genes = Check("a non-empty list of gene indices (ints) or a mask of dim booleans", _accept_integer_genes)
+
+
 # --------------------------------------------------------------------- tables
 @dataclass(frozen=True)
 class RunConfig(Settings):
@@ -220,12 +233,17 @@ class ProblemConfig(Settings):
                                    "several objectives: the point hypervolumes are measured to (n_obj "
                                    "numbers); default: a built-in's, none for a user function")
     fidelity_sample: float = setting(1.0, number(0.0, 1.0, open_low=True),
-                                     "cheaper fitness: the fraction of the data rows a child is scored on first "
-                                     "(a problem with fidelity_rows and evaluate_rows; scheme island); 1: full "
-                                     "scores only (see mpievo.evo.fidelity)")
+                                     "cheaper fitness: the fraction of the data rows a child is scored on first, "
+                                     "each later stage of its race 4x more (a problem with fidelity_rows and "
+                                     "evaluate_rows; scheme island); 1: full scores only (see mpievo.evo.fidelity)")
     fidelity_margin: float = setting(0.0, number(0.0, 1e300),
-                                     "cheaper fitness: a child is scored fully when its sample score is at most "
-                                     "the archive's worst plus this (fitness units)")
+                                     "cheaper fitness: a child stays in the race while its estimate (the archive's "
+                                     "worst plus their difference on the rows read) is at most the archive's worst "
+                                     "plus this (fitness units)")
+    integer: Any = setting(None, optional(integer_genes),
+                           "integer genes, as gene indices or a mask of dim booleans (their bounds integers; "
+                           "[0, 1]: binary): bred continuously, rounded wherever a genome is made (see "
+                           "mpievo.evo.problems.Problem); none: the problem's own")
     bases: Any = setting(None, optional(text),
                          "delta/seeded genomes: a .npy file of the base models, shape (count, dim) or "
                          "(dim,), loaded once per node; none: the problem object's own")
@@ -278,6 +296,29 @@ class ProblemConfig(Settings):
             if isinstance(value, list) and len(value) != self.dim:
                 problems.append(f"problem.{bound}: expected a number or {self.dim} numbers, got {len(value)}")
         problems += self._box_problems()
+        if self.integer is not None:
+            problems += self._integer_problems()
+
+    def _integer_problems(self) -> list[str]:
+        """``integer`` against dim, the bounds (integers) and the objectives (one)."""
+        import numpy as np
+
+        from .evo.problems import BUILTIN_PROBLEMS, integer_genes as columns_of
+
+        if self.n_obj > 1:
+            return [f"problem.integer: expected none with several objectives, got {shown(list(self.integer))}"]
+        builtin = BUILTIN_PROBLEMS.get(self.name)
+        box = [getattr(self, b) if getattr(self, b) is not None else getattr(builtin, b, 0.0)
+               for b in ("lower", "upper")]
+        try:
+            box = [np.broadcast_to(np.asarray(b, np.float64), (self.dim,)) for b in box]
+        except ValueError:
+            box = [np.zeros(self.dim)] * 2          # a bound of another length: reported on its own
+        try:
+            columns_of(list(self.integer), self.dim, *box)
+        except ValueError as err:
+            return [f"problem.{err}"]
+        return []
 
     def _objective_problems(self, builtin_moo) -> list[str]:
         """Settings that contradict the number of objectives."""
@@ -358,6 +399,8 @@ def with_problem_object(raw, problems: list[str]):
            "maximize": obj.maximize, "n_obj": getattr(obj, "n_obj", 1)}
     if getattr(obj, "reference_point", None) is not None:
         own["reference_point"] = [float(v) for v in obj.reference_point]
+    if getattr(obj, "integer", None) is not None:
+        own["integer"] = [int(v) for v in obj.integer]
     filled = dict(raw)
     for key, value in own.items():
         if key not in raw:

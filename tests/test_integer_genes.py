@@ -158,3 +158,36 @@ def test_on_two_ranks_integer_genes_run_and_resume_as_one_process(world, tmp_pat
     ok = (resumed.x.tobytes() == one.x.tobytes() and integral(resumed.x[None])
           and all(states_integral(s) for s in checkpoint.islands.values()))
     all_ranks_agree(world, ok, f"{resumed.x} against {one.x}")
+
+
+def test_a_job_files_problem_table_declares_integer_genes_by_index_or_mask():
+    """``integer`` in ``[problem]``: the run keeps those genes integers, the others not;
+    indices and the mask give the same run."""
+    table = {"name": "sphere", "dim": 4, "lower": -3.0, "upper": [3.0, 2.5, 3.0, 2.5]}
+    runs = [mpievo.minimize(config={"problem": {**table, "integer": integer}, "run": {"islands": 1},
+                                    "engine": {"algorithm": "ga", "capacity": 16, "batch_size": 16}},
+                            budget=200, seed=2, comm=SelfComm()) for integer in ([0, 2], [True, False, True, False])]
+    assert np.array_equal(runs[0].x, runs[1].x)
+    x = runs[0].x
+    assert np.array_equal(x[[0, 2]], np.rint(x[[0, 2]])) and not np.array_equal(x[[1, 3]], np.rint(x[[1, 3]]))
+
+
+@pytest.mark.parametrize("problem_table, message", [
+    ({"integer": [0, 7]}, "problem.integer: expected gene indices in [0, 4), got 7"),
+    ({"integer": [True, False]}, "problem.integer: expected a bool mask of shape (4,) or gene indices, got shape (2,)"),
+    ({"integer": [0, True]}, "problem.integer: expected a non-empty list of gene indices (ints) or a mask of dim "
+                             "booleans, got list [0, True]"),
+    ({"integer": 3}, "problem.integer: expected a non-empty list of gene indices (ints) or a mask of dim "
+                     "booleans, got int 3"),
+    ({"integer": [1], "lower": [-3.0, -2.5, -3.0, -3.0]},
+     "problem.integer: expected integer bounds of integer genes, got gene 1's lower -2.5"),
+    ({"name": "zdt1", "n_obj": 2, "lower": None, "upper": None, "integer": [1]},
+     "problem.integer: expected none with several objectives, got list [1]"),
+])
+def test_bad_integer_genes_of_a_job_are_refused_naming_the_key(problem_table, message):
+    from mpievo.config import ConfigError, validate
+
+    with pytest.raises(ConfigError) as caught:
+        table = {"name": "sphere", "dim": 4, "lower": -3.0, "upper": 3.0, **problem_table}
+        validate({"problem": {key: value for key, value in table.items() if value is not None}}, 1)
+    assert message in str(caught.value)

@@ -28,7 +28,7 @@ from ..evo.fidelity import fidelity_of, with_fidelity
 from ..evo.genomes import BaseModels
 from ..evo.moo.problems import MultiObjectiveProblem, moo_problem
 from ..evo.problem_wrappers import RowFitness, TimeLimitedFitness
-from ..evo.problems import Problem, load_object, make_problem
+from ..evo.problems import Problem, integer_genes, load_object, make_problem
 from ..rules.budget import plan
 from .shared_bases import share_bases
 from .runner import Reporter, RunLoop, RunResult, RunSettings
@@ -45,7 +45,8 @@ def build_problem(problem: ProblemConfig | Problem, stack: contextlib.ExitStack 
     With ``time_limit > 0`` each genome is evaluated under
     :class:`mpievo.evo.problem_wrappers.TimeLimitedFitness` (a late evaluation counts as failed, +inf);
     its worker is closed when ``stack`` closes. ``bases`` (a .npy path) become the
-    problem's base models (replacing a problem object's own, on a copy of it).
+    problem's base models (replacing a problem object's own, on a copy of it); ``integer``
+    its integer genes (on a copy).
     """
     if isinstance(problem, Problem):
         return problem
@@ -53,6 +54,12 @@ def build_problem(problem: ProblemConfig | Problem, stack: contextlib.ExitStack 
     if problem.bases is not None:
         built = copy.copy(built)          # a problem object named by the job stays as it is
         built.bases = BaseModels(problem.bases)
+    if problem.integer is not None:
+        columns = integer_genes(list(problem.integer), built.dim, built.lower, built.upper)
+        own = getattr(built, "integer", None)
+        if own is None or not np.array_equal(own, columns):
+            built = copy.copy(built)      # the table's integer genes (validated with the table)
+            built.integer = columns
     return with_fidelity(built, problem.fidelity_sample, problem.fidelity_margin)
 
 

@@ -366,18 +366,34 @@ def written_model(model: DataFlowModel) -> torch.nn.Module:
     return out
 
 
-def save_dataflow(problem: DataFlowProblem, genome, directory, score: float | None = None) -> Path:
+def save_dataflow(problem: DataFlowProblem, genome, directory, score: float | None = None,
+                  files_from=None) -> Path:
     """Write the data-flow merge of ``genome`` as a Hugging Face directory that
     ``from_pretrained`` loads (:func:`written_model`), with ``mpievo_merge.json`` (the path,
-    the genome, ``score``).
+    the genome, ``score``) and, as ``mpievo merge`` does, the tokenizer and the other files
+    (generation config, special tokens) of the directory ``files_from``; None: of the first
+    source loaded from a directory (its ``name_or_path``), none where no source was.
+
+    Raises:
+        ValueError: ``files_from`` given but not a directory.
 
     Example::
 
         out = save_dataflow(problem, result.x, "merged-dfs", score=result.fun)
         GPT2LMHeadModel.from_pretrained(out)      # n_layer = the path's length
+        AutoTokenizer.from_pretrained(out)        # the first source's tokenizer
     """
     from .hf import save_merged
+    from .mergekit_apply import copy_side_files
 
+    if files_from is not None and not Path(files_from).is_dir():
+        raise ValueError(f"files_from: expected a model directory, got {str(files_from)!r} (not a directory)")
+    if files_from is None:
+        found = (getattr(source, "name_or_path", "") for source in problem.model.sources)
+        files_from = next((path for path in found if path and Path(path).is_dir()), None)
     recipe = problem.materialize(genome)
     recipe["sources_layers"] = list(problem.model.layers)
-    return save_merged(written_model(problem.model), directory, recipe=recipe, genome=genome, score=score)
+    out = save_merged(written_model(problem.model), directory, recipe=recipe, genome=genome, score=score)
+    if files_from is not None:
+        copy_side_files(out, files_from, files_from)
+    return out

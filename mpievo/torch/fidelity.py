@@ -5,8 +5,9 @@
 with fidelity: ``fidelity_rows`` (the rows of the validation data) and
 ``evaluate_rows(genomes, rows)``, which writes each genome into the model as
 ``evaluate`` does and calls ``score_rows(model, rows)`` instead of ``evaluate(model)``.
-Then ``problem.fidelity_sample`` (or :func:`mpievo.evo.fidelity.with_fidelity`) turns the
-two-stage scoring on.
+``score_rows`` is a mean over ``rows`` of a per-row score whose mean over all rows is the
+problem's fitness (the race adds stages up). Then ``problem.fidelity_sample`` (or
+:func:`mpievo.evo.fidelity.with_fidelity`) turns the racing on.
 
 Example::
 
@@ -30,7 +31,8 @@ from .problem import score_each
 def row_scores(problem, score_rows: Callable, rows: int):
     """``problem`` (a ModelProblem or RecipeProblem) scoring genomes on rows of its data
     too: ``score_rows(model, rows) -> float`` (``rows`` a sorted int array in
-    ``[0, rows)``, the problem's sense); returns ``problem``, given ``fidelity_rows`` and
+    ``[0, rows)``; the mean over those rows of a per-row score, in the problem's sense, that
+    over all rows is its fitness); returns ``problem``, given ``fidelity_rows`` and
     ``evaluate_rows`` (module docstring).
 
     Raises:

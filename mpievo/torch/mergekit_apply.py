@@ -326,14 +326,27 @@ def apply_config(config: MergeConfig, out: str | os.PathLike, *, seed: int = 0) 
         stale.unlink()
     save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
     _write_config(plan, out, config.out_dtype or config.dtype)
-    for name in TOKENIZER_FILES:
-        if (Path(plan.tokenizer) / name).is_file():
-            shutil.copy(Path(plan.tokenizer) / name, out / name)
-    for name in BASE_FILES:
-        if (Path(plan.base) / name).is_file():
-            shutil.copy(Path(plan.base) / name, out / name)
+    copy_side_files(out, plan.tokenizer, plan.base)
     (out / "mergekit_config.yml").write_text(config.text)
     return out
+
+
+def copy_side_files(out: str | os.PathLike, tokenizer: str | os.PathLike, base: str | os.PathLike) -> list[str]:
+    """Copy the tokenizer files (:data:`TOKENIZER_FILES`) of directory ``tokenizer`` and
+    the other files of directory ``base`` (:data:`BASE_FILES`: the generation config)
+    that exist into ``out``; returns the names copied.
+
+    Example::
+
+        copy_side_files("merged", tokenizer="models/base", base="models/base")   # ['tokenizer.json', ...]
+    """
+    out, copied = Path(out), []
+    for folder, names in ((Path(tokenizer), TOKENIZER_FILES), (Path(base), BASE_FILES)):
+        for name in names:
+            if (folder / name).is_file():
+                shutil.copy(folder / name, out / name)
+                copied.append(name)
+    return copied
 
 
 def _write_config(plan: Plan, out: Path, dtype: str | None) -> None:

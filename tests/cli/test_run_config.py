@@ -77,7 +77,7 @@ def test_all_problems_are_reported_at_once_path_first():
         "got an unknown key",
         "run.seed: expected an int >= 0, got -1",
         "run.generations: expected an int >= 1, got str 'many'",
-        "problem.dimension: expected a key among ['bases', 'batched', 'dim', 'fidelity_margin', 'fidelity_sample', "
+        "problem.dimension: expected a key among ['bases', 'batched', 'dim', 'fidelity_margin', 'fidelity_sample', 'integer', "
         "'lower', 'maximize', 'n_obj', 'name', 'reference_point', 'rotate', 'seed', 'shift', 'time_limit', 'time_limit_method', 'upper'], got an unknown key",
         "migration.topology: expected one of ['ring', 'bidirectional_ring', 'torus', 'fully_connected', "
         "'random', 'graph', 'unconnected'], got str 'star'",

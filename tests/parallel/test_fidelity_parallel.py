@@ -16,7 +16,7 @@ from mpievo.evo.fidelity import with_fidelity
 from mpievo.parallel import best_genome_bytes, build_scheme, run_job
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "evo"))
-from test_fidelity import NOISE, rows_problem  # noqa: E402
+from test_fidelity import MARGIN, rows_problem  # noqa: E402
 
 CONFIG = {"run": {"islands": 4, "generations": 12, "log_every": 4, "seed": 3},
           "engine": {"algorithm": ["ga", "cmaes", "de", "ga"], "capacity": 8, "batch_size": 12, "cma_popsize": 8},
@@ -24,7 +24,7 @@ CONFIG = {"run": {"islands": 4, "generations": 12, "log_every": 4, "seed": 3},
 
 
 def _run(comm, nranks, budget=None, scheme="island"):
-    problem = with_fidelity(rows_problem(), 0.125, 2 * NOISE)
+    problem = with_fidelity(rows_problem(), 0.125, MARGIN)
     run = {**CONFIG["run"], "budget": budget, "scheme": scheme}
     job = validate({**CONFIG, "run": run}, nranks, problem=problem)
     return run_job(job, comm)
@@ -48,7 +48,7 @@ def test_fidelity_runs_are_bit_identical_on_any_rank_count(world, budget):
 @pytest.mark.mpi(min_size=1)
 def test_a_resumed_fidelity_scheme_matches_the_uninterrupted_one(world):
     comm = Communicator(world)
-    problem = with_fidelity(rows_problem(), 0.125, 2 * NOISE)
+    problem = with_fidelity(rows_problem(), 0.125, MARGIN)
     job = validate(CONFIG, comm.size, problem=problem)
     whole, first = build_scheme(comm, job), build_scheme(comm, job)
     whole.initialize(), first.initialize()

@@ -71,6 +71,37 @@ def test_the_written_model_loads_with_from_pretrained_and_gives_the_modules_outp
     assert note["recipe"]["path"] == [list(entry) for entry in PATH] and note["score"] == 0.5
 
 
+def test_the_written_directory_carries_the_tokenizer_and_the_bases_other_files(tmp_path):
+    """As ``mpievo merge`` writes them (the same copy): from the first source loaded from a
+    directory, or from ``files_from``; a ``files_from`` that is no directory is refused
+    before anything is written."""
+    from tokenizers import Tokenizer, models
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    from mpievo.torch.mergekit_apply import BASE_FILES, TOKENIZER_FILES
+
+    folder = tmp_path / "base"
+    gpt2(0).save_pretrained(folder)
+    vocabulary = Tokenizer(models.WordLevel({f"t{i}": i for i in range(32)}, unk_token="t0"))
+    PreTrainedTokenizerFast(tokenizer_object=vocabulary, unk_token="t0", eos_token="t1").save_pretrained(folder)
+    sources = [gpt2(1), GPT2LMHeadModel.from_pretrained(folder).eval()]      # source 0 was never saved
+    problem = DataFlowProblem(sources, lambda m: 0.0)
+    genome = problem.space.encode(PATH[:2])
+    out = save_dataflow(problem, genome, tmp_path / "merged")
+    carried = [name for name in TOKENIZER_FILES + BASE_FILES if (folder / name).is_file()]
+    assert {"tokenizer.json", "tokenizer_config.json", "generation_config.json"} <= set(carried)
+    for name in carried:
+        assert (out / name).read_bytes() == (folder / name).read_bytes(), name
+    assert AutoTokenizer.from_pretrained(out).eos_token == "t1"
+    other = save_dataflow(DataFlowProblem([gpt2(1)], lambda m: 0.0), np.ones(2 + 2), tmp_path / "plain")
+    assert not (other / "tokenizer.json").exists()                # no source from a directory: none
+    again = save_dataflow(DataFlowProblem([gpt2(1)], lambda m: 0.0), np.ones(4), tmp_path / "given", files_from=folder)
+    assert (again / "tokenizer.json").read_bytes() == (folder / "tokenizer.json").read_bytes()
+    with pytest.raises(ValueError, match="files_from: expected a model directory, got .*nowhere.* .not a directory."):
+        save_dataflow(problem, genome, tmp_path / "refused", files_from=tmp_path / "nowhere")
+    assert not (tmp_path / "refused").exists()
+
+
 def test_the_genome_is_binary_run_genes_then_scales_and_the_search_keeps_them_binary():
     sources = [gpt2(0), gpt2(1)]
     target = by_hand(sources, [(1, 0, 1.0), (0, 1, 1.0)], IDS)

@@ -39,6 +39,8 @@ def test_all_rows_give_the_full_fitness_and_a_sample_is_cheaper(kind):
     full = -problem.evaluate(genomes)           # evaluate is minimised; ModelProblem maximises
     assert np.allclose(problem.evaluate_rows(genomes, np.arange(64)), full, rtol=1e-6)
     assert not np.allclose(problem.evaluate_rows(genomes, np.arange(8)), full, rtol=1e-6)
+    stages = (16 * problem.evaluate_rows(genomes, np.arange(16)) + 48 * problem.evaluate_rows(genomes, np.arange(16, 64)))
+    assert np.allclose(stages / 64, full, rtol=1e-6)         # the race's stages add up to the full score
     if kind == "recipe":
         return      # the search below is the same for both kinds
     searched = with_fidelity(problem, 0.25, 0.05)
