@@ -24,6 +24,9 @@ Fine-Tuning Beyond Reinforcement Learning", for full-parameter fine-tuning):
   a model's genome a rank-``rank`` term ``U V^T / sqrt(rank)`` instead of a normal per
   gene (EGGROLL), from one short compact noise vector per pair
   (:mod:`mpievo.kernels.es_lowrank`); the update is the sum of those terms.
+* **On the device** (``engine.device = "cuda"``, full noise): the mean, the moments and
+  the members stay on the GPU; :mod:`mpievo.kernels.cuda.es_noise` makes the members and
+  rebuilds the update from the key there, the host's bits.
 * **Schedules**: ``sigma_t = max(sigma_min, sigma * sigma_decay^t)`` and likewise the
   learning rate (``t`` = updates so far), as estool's ``sigma_decay``/``sigma_limit``.
 
