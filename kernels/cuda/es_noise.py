@@ -133,19 +133,34 @@ def _names(dtype_str: str) -> dict:
 
 @functools.lru_cache(maxsize=None)
 def members_kernel(dtype_str: str):
-    """Compiled members of a generation, one thread per (pair, block of four genes)."""
+    """Compiled members of a generation, one thread per (pair, block of four genes).
+
+    Example::
+
+        members_kernel("<f4")[blocks, threads](out, mean, sigma, lower, upper, base, stride, *key)
+    """
     return compile_kernel(_members_kernel, **_names(dtype_str))
 
 
 @functools.lru_cache(maxsize=None)
 def update_kernel(dtype_str: str):
-    """Compiled optimizer step of the mean (Adam or SGD), one thread per block of four genes."""
+    """Compiled optimizer step of the mean (Adam or SGD), one thread per block of four genes.
+
+    Example::
+
+        update_kernel("<f4")   # launched by adam_update and sgd_update
+    """
     return compile_kernel(_update_kernel, **_names(dtype_str))
 
 
 @functools.lru_cache(maxsize=None)
 def zero_kernel():
-    """Compiled ``x[:] = 0`` of a 1-D device array."""
+    """Compiled ``x[:] = 0`` of a 1-D device array.
+
+    Example::
+
+        zero_kernel()[blocks, threads](moment)
+    """
     return compile_kernel(_zero_kernel)
 
 
