@@ -104,3 +104,21 @@ def test_a_device_es_island_is_the_host_island_bit_for_bit_and_resumes(optimizer
 def test_low_rank_noise_on_a_device_island_is_refused():
     with pytest.raises(ValueError, match="es_noise: expected 'full' on the device .* got 'lowrank'"):
         _island("cuda", es_noise="lowrank")
+
+
+def test_a_better_immigrant_becomes_the_device_mean_and_resets_the_moments():
+    from numba import cuda
+
+    island = _island("cuda")
+    island.run(2)
+    es = island.algorithm
+    better = np.full((2, 10), 0.25, np.float32)
+    better[1] = 0.5
+    es.migrate_in(better, np.array([es.last_best + 1.0, es.last_best - 1.0]))        # host rows
+    state = es.state_dict()
+    assert state["mean"].tobytes() == better[1].tobytes()
+    assert not state["moment1"].any() and not state["moment2"].any()
+    es.migrate_in(cuda.to_device(better), np.array([es.last_best - 1.0, np.inf]))    # device rows
+    assert es.state_dict()["mean"].tobytes() == better[0].tobytes()
+    es.migrate_in(better, np.array([es.last_best + 1.0, es.last_best]))            # not better: kept
+    assert es.state_dict()["mean"].tobytes() == better[0].tobytes()
