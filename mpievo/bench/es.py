@@ -167,7 +167,46 @@ def quality(options) -> list[dict]:
         print(f"{name:34s} " + " ".join(f"{v:9.3g}" for v in curve) + f"   {statistics.median(speeds):7.0f}"
               f" {statistics.median(cpu):9.0f}   ({min(finals):.3g}-{max(finals):.3g}; {min(speeds):.0f}-"
               f"{max(speeds):.0f}; {min(cpu):.0f}-{max(cpu):.0f})")
+    if "evox OpenES" in solvers:
+        for name in solvers:
+            if name != "evox OpenES":
+                print(paired_line(rows, name, "evox OpenES"))
     return rows
+
+
+def paired(rows: list[dict], solver: str, other: str) -> dict:
+    """Final fitness of ``solver`` against ``other`` seed by seed (same problem, same
+    settings): the geometric mean of the ratios with a 95 % interval (normal, on the logs),
+    their median and range, and on how many seeds ``solver`` ended lower.
+
+    Example::
+
+        paired(rows, "mpievo es (as EvoX)", "evox OpenES")["ratio"]     # < 1: mpievo lower
+    """
+    final = {(r["solver"], r["seed"]): r["curve"][-1] for r in rows}
+    seeds = sorted(s for (name, s) in final if name == solver and (other, s) in final)
+    logs = [float(np.log(final[solver, s] / final[other, s])) for s in seeds]
+    if not logs:
+        raise ValueError(f"expected seeds run by both {solver!r} and {other!r}, got none")
+    mean = statistics.fmean(logs)
+    half = 1.96 * statistics.stdev(logs) / len(logs) ** 0.5 if len(logs) > 1 else float("inf")
+    ratios = np.exp(logs)
+    return {"seeds": len(logs), "ratio": float(np.exp(mean)), "low": float(np.exp(mean - half)),
+            "high": float(np.exp(mean + half)), "median": float(np.median(ratios)), "min": float(ratios.min()),
+            "max": float(ratios.max()), "lower": int(sum(x < 0 for x in logs))}
+
+
+def paired_line(rows: list[dict], solver: str, other: str) -> str:
+    """:func:`paired` as one printed line.
+
+    Example::
+
+        print(paired_line(rows, "mpievo es (as EvoX)", "evox OpenES"))
+    """
+    p = paired(rows, solver, other)
+    return (f"{solver} / {other}, final fitness seed by seed ({p['seeds']} seeds): geometric mean "
+            f"{p['ratio']:.2f} (95 % interval {p['low']:.2f}-{p['high']:.2f}), median {p['median']:.2f} "
+            f"(range {p['min']:.2f}-{p['max']:.2f}); lower on {p['lower']} of {p['seeds']}")
 
 
 # ------------------------------------------------------------------- bytes on the wire

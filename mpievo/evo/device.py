@@ -32,7 +32,7 @@ from .problems import Problem, ShiftedRotated, check_fitness
 
 DEVICES = ("auto", "cpu", "cuda")
 #: algorithms that breed on the device (the others keep the host)
-DEVICE_ALGORITHMS = ("ga",)
+DEVICE_ALGORITHMS = ("ga", "es")
 
 
 def is_device_array(arr) -> bool:

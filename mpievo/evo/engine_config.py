@@ -103,8 +103,8 @@ class EngineConfig(Settings):
                           "and round once to nearest even (see mpievo.evo.half)")
     device: Any = _setting("cpu", choice(("auto", "cpu", "cuda")),
                            "where the island's genomes live and breed: cpu, cuda (the rank's GPU; GA "
-                           "only) or auto (cuda when the rank has a GPU, the algorithm is the GA and "
-                           "the problem evaluates on the device)")
+                           "and ES only) or auto (cuda when the rank has a GPU, the algorithm is the GA "
+                           "or ES and the problem evaluates on the device)")
     device_math: Any = _setting("exact", choice(DEVICE_MATH),
                                 "device islands' mutation arithmetic: exact (the host's bits, products "
                                 "rounded one by one) or fast (hardware log/sin/cos normals and FMA: "

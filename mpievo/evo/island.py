@@ -134,7 +134,7 @@ class Island:
         self.algorithm = make_algorithm(spec, self.config)
         check_algorithm_objectives(self.algorithm, self.problem, self.n_obj)
         if callable(getattr(self.algorithm, "check_problem", None)):
-            self.algorithm.check_problem(self.problem)     # e.g. ES's low-rank noise: before any work
+            self.algorithm.check_problem(self.problem, on_device=self.on_device)   # e.g. ES's noise: before any work
         self.generation = -1          # last completed generation; -1 before initialize()
         self.evaluations = 0
         self.nonfinite = 0            # evaluations that returned NaN or +-inf

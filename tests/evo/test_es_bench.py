@@ -3,6 +3,8 @@
 
 import json
 
+import pytest
+
 from mpievo.bench.es import main, run_mpievo
 
 
@@ -28,3 +30,17 @@ def test_bad_options_are_refused(capsys):
     assert "--popsize: expected an even int >= 2, got 1" in capsys.readouterr().err
     assert main(["quality", "--budget", "0"]) == 2
     assert "--budget: expected an int >= 1, got 0" in capsys.readouterr().err
+
+
+def test_paired_ratios_seed_by_seed():
+    from mpievo.bench.es import paired, paired_line
+
+    rows = [{"solver": "a", "seed": s, "curve": [9.0, v]} for s, v in enumerate([1.0, 4.0, 1.5])]
+    rows += [{"solver": "b", "seed": s, "curve": [9.0, v]} for s, v in enumerate([2.0, 2.0, 2.0])]
+    rows.append({"solver": "a", "seed": 7, "curve": [1.0]})          # a seed b did not run: left out
+    p = paired(rows, "a", "b")
+    assert p["seeds"] == 3 and p["lower"] == 2 and p["ratio"] == pytest.approx(0.75 ** (1 / 3))
+    assert (p["median"], p["min"], p["max"]) == (0.75, 0.5, 2.0) and p["low"] < p["ratio"] < 1.0 < p["high"]
+    assert "geometric mean 0.91" in paired_line(rows, "a", "b") and "lower on 2 of 3" in paired_line(rows, "a", "b")
+    with pytest.raises(ValueError, match="expected seeds run by both 'a' and 'c', got none"):
+        paired(rows, "a", "c")

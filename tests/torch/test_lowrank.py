@@ -13,6 +13,8 @@ from mpievo.evo.algorithms.es import centered_ranks  # noqa: E402
 from mpievo.torch.lowrank import LowRankPopulation, perturbed_modules  # noqa: E402
 
 P, B = 4, 2
+#: the same code on the model's device: the CPU here, and CUDA where torch sees one
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
 def tiny_gpt2(dtype=torch.float32):
@@ -36,11 +38,12 @@ def materialised(model, population, member):
     return clone
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype, tol", [(torch.float32, 2e-5), (torch.bfloat16, 0.1)])
-def test_batched_low_rank_forward_equals_each_member_materialised(dtype, tol):
-    model = tiny_gpt2(dtype)
+def test_batched_low_rank_forward_equals_each_member_materialised(dtype, tol, device):
+    model = tiny_gpt2(dtype).to(device)
     population = LowRankPopulation(model, popsize=P, rank=2, sigma=0.05, seed=3)
-    x = tokens()
+    x = tokens().to(device)
     with torch.no_grad(), population.generation(1):
         batched = model(x.repeat(P, 1)).logits
     base = model(x).logits
@@ -54,8 +57,9 @@ def test_batched_low_rank_forward_equals_each_member_materialised(dtype, tol):
         assert all(torch.equal(plus[key], -minus[key]) for key in plus)
 
 
-def test_step_is_the_es_gradient_of_the_dense_perturbations():
-    model = tiny_gpt2()
+@pytest.mark.parametrize("device", DEVICES)
+def test_step_is_the_es_gradient_of_the_dense_perturbations(device):
+    model = tiny_gpt2().to(device)
     population = LowRankPopulation(model, popsize=P, rank=2, sigma=0.05, seed=3)
     before = {name: p.detach().clone() for name, p in model.named_parameters()}
     with population.generation(2):
@@ -69,6 +73,20 @@ def test_step_is_the_es_gradient_of_the_dense_perturbations():
             got = getattr(module, key).detach() - before[f"{name}.{key}"]
             assert torch.allclose(got, expected, atol=1e-6), (name, key)
     assert torch.equal(model.transformer.wte.weight, before["transformer.wte.weight"])   # embeddings stay
+
+
+def test_nothing_is_placed_off_the_models_device():
+    # a model on the meta device: every tensor the population makes must follow it there
+    # (a CPU tensor mixed into its element-wise arithmetic raises), as on a GPU
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.LayerNorm(8), torch.nn.Linear(8, 3)).to("meta")
+    population = LowRankPopulation(model, popsize=P, rank=2, sigma=0.1)
+    with torch.no_grad(), population.generation(1):
+        out = model(torch.zeros(P * B, 4, device="meta"))
+        deltas = population.member_deltas(1)
+    population.step(np.arange(P, dtype=np.float64), learning_rate=0.1)
+    placed = [out] + [v for entry in population._noise for v in entry.values()] \
+        + [v for entry in deltas for v in entry.values()] + list(model.parameters())
+    assert out.shape == (P * B, 3) and {t.device.type for t in placed} == {"meta"}
 
 
 def test_perturbed_modules_skip_embeddings_and_a_tied_head():

@@ -24,6 +24,9 @@ Fine-Tuning Beyond Reinforcement Learning", for full-parameter fine-tuning):
   a model's genome a rank-``rank`` term ``U V^T / sqrt(rank)`` instead of a normal per
   gene (EGGROLL), from one short compact noise vector per pair
   (:mod:`mpievo.kernels.es_lowrank`); the update is the sum of those terms.
+* **On the device** (``engine.device = "cuda"``, full noise): the mean, the moments and
+  the members stay on the GPU; :mod:`mpievo.kernels.cuda.es_noise` makes the members and
+  rebuilds the update from the key there, the host's bits.
 * **Schedules**: ``sigma_t = max(sigma_min, sigma * sigma_decay^t)`` and likewise the
   learning rate (``t`` = updates so far), as estool's ``sigma_decay``/``sigma_limit``.
 
@@ -193,7 +196,7 @@ class ES:
         if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or rank < 1:
             raise ValueError(f"expected rank to be an int >= 1, got {rank!r}")
         self.noise, self.rank = noise, int(rank)
-        self._layout = None
+        self._layout = self._device = None
 
     @classmethod
     def from_config(cls, config) -> "ES":
@@ -213,14 +216,17 @@ class ES:
         return max(self.lr_min, self.learning_rate * self.lr_decay ** self.updates)
 
     # --- protocol --------------------------------------------------------------------
-    def check_problem(self, problem) -> None:
-        """Refuse low-rank noise on ``problem`` before any work: a genome without weight
-        matrices, or ``rank`` above a matrix's smaller side ("expected X, got Y").
+    def check_problem(self, problem, on_device: bool = False) -> None:
+        """Refuse low-rank noise on ``problem`` before any work: on a device island, on a
+        genome without weight matrices, or with ``rank`` above a matrix's smaller side
+        ("expected X, got Y").
 
         Example::
 
             ES(noise="lowrank", rank=8).check_problem(model_problem)
         """
+        if on_device and self.noise != "full":
+            raise ValueError(_DEVICE_NOISE.format(self.noise))
         if self.noise == "lowrank":
             es_lowrank.lowrank_layout(problem.dim, model_matrices(problem), self.rank)
 
@@ -240,18 +246,25 @@ class ES:
 
             es.start(np.zeros(1000, np.float32), -np.inf, np.inf)
         """
-        mean = np.asarray(mean)
+        self._device = _device_kernels(mean, self.noise)
+        mean = mean if self._device is not None else np.asarray(mean)
         if self.noise == "lowrank":
             self._layout = es_lowrank.lowrank_layout(len(mean), [] if matrices is None else matrices, self.rank)
-        self.dim = len(mean)
-        self.dtype = mean.dtype
+        self.dim = mean.shape[0]
+        self.dtype = np.dtype(mean.dtype)
         self.state_dtype = np.float64 if self.dtype == np.float64 else np.float32
         self.stride = es_noise.pair_stride(self.dim)
-        self._low, self._high = low, high
-        self.mean = mean.astype(self.state_dtype)
         velocity = self.optimizer == "adam" or self.momentum > 0     # plain SGD keeps no moment
-        self.moment1 = np.zeros(self.dim if velocity else 0, self.state_dtype)
-        self.moment2 = np.zeros(self.dim if self.optimizer == "adam" else 0, self.state_dtype)
+        sizes = (self.dim if velocity else 0, self.dim if self.optimizer == "adam" else 0)
+        if self._device is not None:       # the state and the box (one value per gene) on the device
+            self._low, self._high = (self._device.place(np.broadcast_to(np.asarray(b, self.dtype), (self.dim,)))
+                                     for b in (low, high))
+            self.mean = self._device.copy(mean)
+            self.moment1, self.moment2 = (self._device.zeros(n, self.state_dtype) for n in sizes)
+        else:
+            self._low, self._high = low, high
+            self.mean = mean.astype(self.state_dtype)
+            self.moment1, self.moment2 = (np.zeros(n, self.state_dtype) for n in sizes)
         self.updates = 0
         self.last_best = np.inf
         self._batch = self._noise = None
@@ -265,6 +278,12 @@ class ES:
         """The generation's ``popsize`` members (antithetic pairs), rows of the archive's dtype."""
         key, base = rng.counter_start()
         sigma = self.current_sigma()
+        if self._device is not None:        # full noise, drawn again by the update (none kept)
+            if self._batch is None:
+                self._batch = self._device.empty((self.popsize, self.dim), self.dtype)
+            self._device.members(self._batch, self.mean, sigma, key, base, self._low, self._high)
+            self._pending = (key, base, sigma)
+            return self._batch
         if self._batch is None:
             self._batch = np.empty((self.popsize, self.dim), self.dtype)
             width = self._layout[2] if self._layout is not None else self.dim    # low-rank: always kept
@@ -331,7 +350,16 @@ class ES:
                 raise ValueError("expected the compact noise ask() kept for es_noise 'lowrank', got None")
             sums = es_lowrank.lowrank_sums(coeffs, noise, self.dim, self._layout[0], self._layout[1], self.rank)
             noise = None
-        if self.optimizer == "adam":
+        if self._device is not None:       # the host's bits, the clip fused into the step
+            box = (self._low, self._high)
+            if self.optimizer == "adam":
+                self._device.adam_update(self.mean, self.moment1, self.moment2, coeffs, key, base, *box,
+                                         decay=self.weight_decay, lr=lr, beta1=_ADAM_BETAS[0], beta2=_ADAM_BETAS[1],
+                                         eps=_ADAM_EPS, step=self.updates if self.bias_correction else None)
+            else:
+                self._device.sgd_update(self.mean, self.moment1, coeffs, key, base, *box, decay=self.weight_decay,
+                                        lr=lr, momentum=self.momentum)
+        elif self.optimizer == "adam":
             es_noise.adam_update(self.mean, self.moment1, self.moment2, coeffs, key, base, stride=self.stride,
                                  start=0, decay=self.weight_decay, lr=lr, beta1=_ADAM_BETAS[0],
                                  beta2=_ADAM_BETAS[1], eps=_ADAM_EPS,
@@ -339,7 +367,8 @@ class ES:
         else:
             es_noise.sgd_update(self.mean, self.moment1, coeffs, key, base, stride=self.stride, start=0,
                                 decay=self.weight_decay, lr=lr, momentum=self.momentum, noise=noise, sums=sums)
-        np.clip(self.mean, self._low, self._high, out=self.mean)
+        if self._device is None:
+            np.clip(self.mean, self._low, self._high, out=self.mean)
         finite = fitness[np.isfinite(fitness)]
         self.last_best = float(finite.min()) if len(finite) else np.inf
         self._pending = None
@@ -352,17 +381,24 @@ class ES:
             return
         best = int(np.argmin(fitness))
         if fitness[best] < self.last_best:
-            self.mean[:] = np.asarray(genomes[best], self.state_dtype)
-            self.moment1[:] = 0
-            self.moment2[:] = 0
+            if self._device is not None:
+                self._device.assign(self.mean, genomes[best])
+                self._device.fill_zero(self.moment1)
+                self._device.fill_zero(self.moment2)
+            else:
+                self.mean[:] = np.asarray(genomes[best], self.state_dtype)
+                self.moment1[:] = 0
+                self.moment2[:] = 0
             self.last_best = float(fitness[best])
 
     def best(self) -> tuple[np.ndarray, float]:
         i = self.archive.best_index()
-        return self.archive.genomes[i].copy(), float(self.archive.fitness[i])
+        return self.archive.row(i), float(self.archive.fitness[i])
 
     def state_dict(self) -> dict:
-        return {"mean": self.mean.copy(), "moment1": self.moment1.copy(), "moment2": self.moment2.copy(),
+        """The mean, the moments (host arrays, a device island's too) and the counters."""
+        host = (lambda a: a.copy()) if self._device is None else self._device.to_host
+        return {"mean": host(self.mean), "moment1": host(self.moment1), "moment2": host(self.moment2),
                 "updates": int(self.updates), "last_best": float(self.last_best)}
 
     def load_state_dict(self, state: dict) -> None:
@@ -379,10 +415,35 @@ class ES:
             got = np.shape(state[name])
             if got != (want,):
                 raise ValueError(f"expected ES {name} of shape ({want},), got {got}")
-            getattr(self, name)[:] = np.asarray(state[name], self.state_dtype)
+            if self._device is not None:
+                self._device.assign(getattr(self, name), np.asarray(state[name], self.state_dtype))
+            else:
+                getattr(self, name)[:] = np.asarray(state[name], self.state_dtype)
         self.updates = int(state["updates"])
         self.last_best = float(state["last_best"])
         self._pending = None
+
+
+_DEVICE_NOISE = ("es_noise: expected 'full' on the device (engine.device 'cuda'), got {!r} (low-rank noise runs "
+                 "on a host island, or in LowRankPopulation on a model's device)")
+
+
+def _device_kernels(mean, noise: str):
+    """:mod:`mpievo.kernels.cuda.es_noise` (imported here, never at import time) when ``mean``
+    is a device array (a device island's), else None.
+
+    Raises:
+        ValueError: low-rank noise or a genome dtype other than float32/float64 on the device.
+    """
+    if not (getattr(mean, "__cuda_ndarray__", False) or hasattr(mean, "__cuda_array_interface__")):
+        return None
+    if noise != "full":
+        raise ValueError(_DEVICE_NOISE.format(noise))
+    if np.dtype(mean.dtype) not in (np.float32, np.float64):
+        raise ValueError(f"expected float32 or float64 genomes for ES on the device, got {np.dtype(mean.dtype)}")
+    from mpievo.kernels.cuda import es_noise as cuda_es_noise
+
+    return cuda_es_noise
 
 
 def model_matrices(problem) -> list[tuple[int, int, int]]:
