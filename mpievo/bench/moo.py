@@ -10,7 +10,8 @@ resident does not dominate it):
 * mpievo: each of ``algorithms`` (``nsga2``, ``smsemoa``, ``moead``) on every island,
   capacity = batch = ``population``, the run's budget split equally over the islands
   (:func:`mpievo.parallel.run_job`), with pygmo ``nsga2``'s variation settings
-  (:data:`LIKE_PYGMO`: crossover 0.95, eta_c 10, eta_m 50, mutation 0.01 per gene), so
+  (:data:`LIKE_PYGMO`: crossover 0.95, eta_c 10, eta_m 50, mutation 0.01 per gene of every
+  child), so
   that the two NSGA-II differ in their code, not their parameters; ``moead`` with pygmo
   ``moead``'s (:data:`LIKE_PYGMO_MOEAD`: DE variation, not mpievo's default SBX);
 * pygmo ``nsga2`` and ``moead`` (Tchebycheff, 20 neighbours; grid weights for 2

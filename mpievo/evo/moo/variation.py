@@ -3,7 +3,8 @@
 SBX crosses each gene of a crossed pair with probability 1/2 and clips its two children
 to the box (Deb's bounded SBX, which narrows the spread near the edges instead, ended
 with lower hypervolumes here: on ZDT1 0.860 vs 0.866, on DTLZ2 with 3 objectives 0.748
-vs 0.755; 40,000 evaluations, 4 islands of 100, seed 0, the default settings). The mutation's step shrinks near the
+vs 0.755; 40,000 evaluations, 4 islands of 100, seed 0, the default settings; at the
+defaults of ``mpievo bench moo --defaults`` too, docs/benchmarks/moo.md). The mutation's step shrinks near the
 box's edges (NSGA-II's reference code), so mutants stay inside; a child is mutated at all
 with probability ``child_prob`` (pymoo's ``PM(prob=0.9)``, the islands' default
 ``engine.pm_prob``; 1 in Deb's code and pygmo). float64 arrays
