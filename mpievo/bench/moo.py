@@ -10,7 +10,8 @@ resident does not dominate it):
 * mpievo: each of ``algorithms`` (``nsga2``, ``smsemoa``, ``moead``) on every island,
   capacity = batch = ``population``, the run's budget split equally over the islands
   (:func:`mpievo.parallel.run_job`), with pygmo ``nsga2``'s variation settings
-  (:data:`LIKE_PYGMO`: crossover 0.95, eta_c 10, eta_m 50, mutation 0.01 per gene), so
+  (:data:`LIKE_PYGMO`: crossover 0.95, eta_c 10, eta_m 50, mutation 0.01 per gene of every
+  child), so
   that the two NSGA-II differ in their code, not their parameters; ``moead`` with pygmo
   ``moead``'s (:data:`LIKE_PYGMO_MOEAD`: DE variation, not mpievo's default SBX);
 * pygmo ``nsga2`` and ``moead`` (Tchebycheff, 20 neighbours; grid weights for 2
@@ -52,12 +53,13 @@ from ..schema import Settings, boolean, choice, integer, list_of, setting, text
 DEFAULT_PROBLEMS = ("zdt1", "zdt2", "zdt3", "zdt4", "zdt6", "dtlz1:2", "dtlz2:2", "dtlz7:2",
                     "dtlz1:3", "dtlz2:3", "dtlz4:3", "dtlz5:3", "dtlz7:3")
 PEERS = ("nsga2", "moead")
-#: mpievo's engine settings equal to pygmo nsga2's defaults (cr, eta_c, eta_m, m)
-LIKE_PYGMO = {"sbx_prob": 0.95, "sbx_eta": 10.0, "pm_eta": 50.0, "mutation_rate": 0.01}
+#: mpievo's engine settings equal to pygmo nsga2's defaults (cr, eta_c, eta_m, m; every child mutated)
+LIKE_PYGMO = {"sbx_prob": 0.95, "sbx_eta": 10.0, "pm_eta": 50.0, "mutation_rate": 0.01, "pm_prob": 1.0}
 #: pygmo moead's default neighbourhood (fewer for populations below 21)
 MOEAD_NEIGHBOURS = 20
-#: mpievo's moead settings equal to pygmo moead's defaults (DE, eta_m, mutation 1/dim, neighbours)
-LIKE_PYGMO_MOEAD = {"moead_variation": "de", "pm_eta": 20.0, "mutation_rate": None,
+#: mpievo's moead settings equal to pygmo moead's defaults (DE, eta_m, mutation 1/dim of every
+#: child, neighbours)
+LIKE_PYGMO_MOEAD = {"moead_variation": "de", "pm_eta": 20.0, "mutation_rate": None, "pm_prob": 1.0,
                     "moead_neighbours": MOEAD_NEIGHBOURS}
 
 

@@ -140,6 +140,8 @@ class EngineConfig(Settings):
                              "an SBX crossover (else copies of its parents); none: the algorithm's default (0.9; "
                              "moead 1)")
     pm_eta: Any = _setting(20.0, number(0.0, 1e6), "nsga2, smsemoa, moead: polynomial mutation distribution index")
+    pm_prob: Any = _setting(0.9, number(0.0, 1.0), "nsga2, smsemoa, moead: probability that a child is mutated at "
+                            "all (pymoo's PM(prob=0.9); 1: every child, as Deb's code and pygmo)")
     mutation_rate: Any = _setting(None, optional(number(0.0, 1.0)),
                                   "per-gene mutation probability; None: min(1, 10/dim) (nsga2, smsemoa, moead: 1/dim)")
     moead_neighbours: Any = _setting(20, integer(2), "moead: subproblems in a neighbourhood (pygmo's default 20)")

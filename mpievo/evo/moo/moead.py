@@ -16,7 +16,8 @@ Per generation, ``batch_size`` children, subproblems taken in a shuffled order:
    the two children at random (pymoo's); ``"de"``: DE/rand/1 ``x_i + F (x_r1 - x_r2)``,
    binomial crossover with ``CR`` (one gene always from the mutant), a gene beyond the
    box drawn between the bound and ``x_i``'s gene (pygmo's repair); then polynomial
-   mutation (``pm_eta``, per gene with probability ``mutation_rate``, None: 1/dim);
+   mutation (``pm_eta``) of a child with probability ``pm_prob`` (pymoo's 0.9), each of
+   its genes with probability ``mutation_rate`` (None: 1/dim);
 3. on :meth:`tell`, in the order asked: ``z`` takes the child's objectives, and the child
    replaces the solution of at most ``REPLACEMENT_LIMIT`` subproblems of its pool whose
    ``g`` it lowers, offered its own subproblem first, then the others in a drawn order.
@@ -35,7 +36,7 @@ from __future__ import annotations
 import numpy as np
 
 from .nsga2 import POPULATION, ParetoAlgorithm
-from .variation import bounded_polynomial_mutation, sbx_pairs
+from .variation import CHILD_PROBABILITY, bounded_polynomial_mutation, sbx_pairs
 
 #: pygmo moead's defaults: DE's F and CR, the chance of mating in the neighbourhood, and
 #: the most subproblems one child may take over ("preserve diversity")
@@ -100,15 +101,16 @@ class MOEAD(ParetoAlgorithm):
 
     def __init__(self, *, batch_size: int = 100, neighbours: int = 20, pm_eta: float = 20.0,
                  mutation_rate: float | None = None, variation: str = "sbx", sbx_eta: float = 20.0,
-                 sbx_prob: float = 1.0):
+                 sbx_prob: float = 1.0, pm_prob: float = CHILD_PROBABILITY):
         for label, value, low in (("batch_size", batch_size, 1), ("neighbours", neighbours, 2)):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
                 raise ValueError(f"expected {label} to be an int >= {low}, got {value!r}")
         if variation not in VARIATIONS:
             raise ValueError(f"expected variation among {VARIATIONS}, got {variation!r}")
-        if not 0.0 <= sbx_prob <= 1.0:
-            raise ValueError(f"expected sbx_prob in [0, 1], got {sbx_prob!r}")
-        self.batch_size, self.neighbours = int(batch_size), int(neighbours)
+        for label, value in (("sbx_prob", sbx_prob), ("pm_prob", pm_prob)):
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"expected {label} in [0, 1], got {value!r}")
+        self.batch_size, self.neighbours, self.pm_prob = int(batch_size), int(neighbours), float(pm_prob)
         self.pm_eta, self.mutation_rate = float(pm_eta), mutation_rate
         self.variation, self.sbx_eta, self.sbx_prob = variation, float(sbx_eta), float(sbx_prob)
         self.archive = None
@@ -118,7 +120,7 @@ class MOEAD(ParetoAlgorithm):
     def from_config(cls, config) -> "MOEAD":
         return cls(batch_size=config.batch_size, neighbours=config.moead_neighbours, pm_eta=config.pm_eta,
                    mutation_rate=config.mutation_rate, variation=config.moead_variation,
-                   sbx_eta=config.sbx_eta, sbx_prob=config.sbx_prob)
+                   sbx_eta=config.sbx_eta, sbx_prob=config.sbx_prob, pm_prob=config.pm_prob)
 
     def init(self, problem, archive, rng) -> None:
         """Subproblem ``i`` starts with the archive's member ``i`` (the initial population)."""
@@ -156,7 +158,8 @@ class MOEAD(ParetoAlgorithm):
             children = np.where((rng.random(n) < 0.5)[:, None], first, second)
         else:
             children = self._de_children(rng, x[order], x[partners[:, 0]] - x[partners[:, 1]])
-        bounded_polynomial_mutation(children, rng, self.lower, self.upper, rate=self.rate, eta=self.pm_eta)
+        bounded_polynomial_mutation(children, rng, self.lower, self.upper, rate=self.rate, eta=self.pm_eta,
+                                    child_prob=self.pm_prob)
         # the order in which each child's pool is offered it: its own subproblem, then the
         # others at random (by random keys over each pool)
         keys = rng.random((n, count))

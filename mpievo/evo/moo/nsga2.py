@@ -9,8 +9,9 @@ only breeds. Per generation, ``batch_size`` children:
 2. simulated binary crossover (``sbx_eta``): a pair crosses with probability ``sbx_prob``
    (else its children are copies of the parents), each gene with probability 1/2; both
    children are kept, clipped to the box;
-3. Deb's bounded polynomial mutation (``pm_eta``) of each gene with probability
-   ``mutation_rate`` (None: 1/dim); see :mod:`.variation`.
+3. Deb's bounded polynomial mutation (``pm_eta``) of a child with probability ``pm_prob``
+   (pymoo's 0.9), each of its genes with probability ``mutation_rate`` (None: 1/dim); see
+   :mod:`.variation`.
 
 All draws come from the generation's ``breed`` stream, and the state is the archive
 (``state_dict`` is empty), so islands are deterministic per stream and resume exactly.
@@ -22,7 +23,7 @@ import numpy as np
 
 from .. import operators as ops
 from .pareto import survivor_order
-from .variation import bounded_polynomial_mutation, sbx_pairs
+from .variation import CHILD_PROBABILITY, bounded_polynomial_mutation, sbx_pairs
 
 #: the Pareto islands' default population (engine.capacity) and children per generation
 POPULATION = 100
@@ -75,12 +76,13 @@ class NSGA2(ParetoAlgorithm):
     name = "nsga2"
 
     def __init__(self, *, batch_size: int = 100, sbx_eta: float = 15.0, sbx_prob: float = 0.9,
-                 pm_eta: float = 20.0, mutation_rate: float | None = None):
+                 pm_eta: float = 20.0, mutation_rate: float | None = None, pm_prob: float = CHILD_PROBABILITY):
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
             raise ValueError(f"expected batch_size to be an int >= 1, got {batch_size!r}")
-        if not 0.0 <= sbx_prob <= 1.0:
-            raise ValueError(f"expected sbx_prob in [0, 1], got {sbx_prob!r}")
-        self.batch_size = int(batch_size)
+        for label, value in (("sbx_prob", sbx_prob), ("pm_prob", pm_prob)):
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"expected {label} in [0, 1], got {value!r}")
+        self.batch_size, self.pm_prob = int(batch_size), float(pm_prob)
         self.sbx_eta, self.sbx_prob, self.pm_eta = float(sbx_eta), float(sbx_prob), float(pm_eta)
         self.mutation_rate = mutation_rate
         self.archive = None
@@ -88,7 +90,7 @@ class NSGA2(ParetoAlgorithm):
     @classmethod
     def from_config(cls, config) -> "NSGA2":
         return cls(batch_size=config.batch_size, sbx_eta=config.sbx_eta, sbx_prob=config.sbx_prob,
-                   pm_eta=config.pm_eta, mutation_rate=config.mutation_rate)
+                   pm_eta=config.pm_eta, mutation_rate=config.mutation_rate, pm_prob=config.pm_prob)
 
     def init(self, problem, archive, rng) -> None:
         self.attach(problem, archive)
@@ -112,7 +114,8 @@ class NSGA2(ParetoAlgorithm):
         children = np.empty((2 * len(idx_a), archive.dim))
         children[0::2], children[1::2] = first, second
         children = children[:n]
-        bounded_polynomial_mutation(children, rng, self.lower, self.upper, rate=self.rate, eta=self.pm_eta)
+        bounded_polynomial_mutation(children, rng, self.lower, self.upper, rate=self.rate, eta=self.pm_eta,
+                                    child_prob=self.pm_prob)
         return children.astype(archive.dtype)
 
     def tell(self, genomes: np.ndarray, fitness: np.ndarray) -> None:

@@ -3,8 +3,11 @@
 SBX crosses each gene of a crossed pair with probability 1/2 and clips its two children
 to the box (Deb's bounded SBX, which narrows the spread near the edges instead, ended
 with lower hypervolumes here: on ZDT1 0.860 vs 0.866, on DTLZ2 with 3 objectives 0.748
-vs 0.755; 40,000 evaluations, 4 islands of 100, seed 0, the default settings). The mutation's step shrinks near the
-box's edges (NSGA-II's reference code), so mutants stay inside. float64 arrays
+vs 0.755; 40,000 evaluations, 4 islands of 100, seed 0, the default settings; at the
+defaults of ``mpievo bench moo --defaults`` too, docs/benchmarks/moo.md). The mutation's step shrinks near the
+box's edges (NSGA-II's reference code), so mutants stay inside; a child is mutated at all
+with probability ``child_prob`` (pymoo's ``PM(prob=0.9)``, the islands' default
+``engine.pm_prob``; 1 in Deb's code and pygmo). float64 arrays
 ``(n, dim)``, vectorised; every draw is a whole ``(n, dim)`` (or ``(n,)``) array, in the
 order documented per function.
 """
@@ -15,6 +18,9 @@ import numpy as np
 
 #: per-variable probability that a crossed pair exchanges a gene by SBX (else copied)
 VARIABLE_PROBABILITY = 0.5
+#: probability that a child is mutated at all: pymoo's ``PolynomialMutation(prob=0.9)``, the
+#: mutation of its NSGA2, SMSEMOA and MOEAD (each gene of a mutated child then with ``rate``)
+CHILD_PROBABILITY = 0.9
 
 
 def sbx_pairs(a: np.ndarray, b: np.ndarray, rng: np.random.Generator, lower, upper, *,
@@ -39,12 +45,20 @@ def sbx_pairs(a: np.ndarray, b: np.ndarray, rng: np.random.Generator, lower, upp
 
 
 def bounded_polynomial_mutation(x: np.ndarray, rng: np.random.Generator, lower, upper, *,
-                                rate: float, eta: float) -> None:
-    """Deb's polynomial mutation of each gene of ``x`` with probability ``rate``, in place.
+                                rate: float, eta: float, child_prob: float = 1.0) -> None:
+    """Deb's polynomial mutation, in place: each row of ``x`` with probability ``child_prob``,
+    each gene of such a row with probability ``rate``.
 
-    Draws: which genes (n, dim), then the steps (n, dim).
+    Draws: which children (n,), which genes (n, dim), then the steps (n, dim).
+
+    Example:
+        >>> import numpy as np
+        >>> x = np.full((4, 3), 0.5)
+        >>> bounded_polynomial_mutation(x, np.random.default_rng(0), 0.0, 1.0, rate=1.0, eta=20.0, child_prob=0.0)
+        >>> x.tolist() == np.full((4, 3), 0.5).tolist()          # no child mutated
+        True
     """
-    mutate = rng.random(x.shape) < rate
+    mutate = (rng.random(x.shape[0]) < child_prob)[:, None] & (rng.random(x.shape) < rate)
     rand = rng.random(x.shape)
     width = upper - lower
     power = 1.0 / (eta + 1.0)
