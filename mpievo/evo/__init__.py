@@ -51,7 +51,8 @@ from .genomes import BaseModels
 from .island import Island
 from .migration_policy import REPLACEMENT_POLICIES, SELECTION_POLICIES, MigrationPolicy, Migrants
 from .params import resolve_param
-from .problems import BUILTIN_PROBLEMS, Problem, builtin_problem, check_fitness, make_problem
+from .benchmark_functions import BUILTIN_PROBLEMS
+from .problems import Problem, builtin_problem, check_fitness, make_problem
 from .stagnation import StagnationMonitor
 from .streams import PURPOSES, stream
 

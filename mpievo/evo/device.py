@@ -28,7 +28,8 @@ import numpy as np
 
 from ..kernels.host import BFLOAT16
 from .half import is_half
-from .problems import Problem, ShiftedRotated, check_fitness
+from .benchmark_functions import ShiftedRotated
+from .problems import Problem, check_fitness
 
 DEVICES = ("auto", "cpu", "cuda")
 #: algorithms that breed on the device (the others keep the host)
