@@ -22,8 +22,8 @@ from mpievo.parallel.breed_device import breeding_rows, rebuild_order
 DIM = 48
 RESTARTS = {"stagnation_patience": 2, "stagnation_tol": 1.0, "restart_growth": 1.0}
 # (genome, dtype, engine settings): dense mutation at DIM's default rate, sparse at 0.03
-CASES = [("dense", "float32", {}), ("delta", "bfloat16", {"mutation_rate": 0.03}),
-         ("dense", "bfloat16", RESTARTS), ("delta", "float32", {"bounds": "reflect"})]
+CASES = [("dense", "float32", {}), ("delta", "bfloat16", {"mutation_rate": 0.03, "bounds": "reflect"}),
+         ("dense", "bfloat16", RESTARTS)]
 
 
 def _fitness(batch):
@@ -59,7 +59,11 @@ def _digest(states: dict) -> str:
 
 def _run(comm, job, generations=4):
     """(digest of every island on rank 0, breed mode, rows this rank sent after generation 0,
-    rows the sync sent, survivors this rank rebuilt)."""
+    rows the sync sent, survivors this rank rebuilt, whether every replica holds the rows
+    the leader counts it as holding). After generation 2, island 0's members are put in reverse order on rank 0 (the
+    replicas follow by device copies)."""
+    from mpievo.evo.device import to_host
+
     scheme = build_scheme(comm, job)
     rows = []          # rows of every array this rank's group exchange sent
     try:
@@ -73,16 +77,25 @@ def _run(comm, job, generations=4):
                 return real(sends, recvs, **kw)
 
             group.exchange = spy
-        for _ in range(generations):
+        islands = scheme.inner.islands if getattr(scheme, "inner", None) is not None else getattr(scheme, "islands", {})
+        for generation in range(generations):
+            if generation == 2 and 0 in islands:
+                islands[0].archive.retain(np.arange(islands[0].archive.size)[::-1])
             scheme.step()
         parts = comm.gather_object(scheme.island_states())
         breeding = getattr(scheme, "breeding", None)
         counts = (getattr(breeding, "sent_rows", 0), getattr(breeding, "made", 0))
+        replicas = comm.gather_object({i: to_host(r) for i, r in getattr(breeding, "replicas", {}).items()})
+        same = comm.rank != 0 or all(     # every slot the leader counts as held (not immigrants since)
+            replica[held].tobytes() == islands[i].archive.host_genomes()[held].tobytes()
+            for part in replicas for i, replica in part.items() if i in islands    # rank 0's group's
+            for held in [np.flatnonzero(breeding._synced[i][:islands[i].archive.size]
+                                        == islands[i].archive.row_versions())])
         mode = getattr(scheme, "breed", "island")
     finally:
         getattr(scheme, "close", lambda: None)()
     digest = _digest({i: s for part in parts for i, s in part.items()}) if comm.rank == 0 else None
-    return digest, mode, sum(rows), *counts
+    return digest, mode, sum(rows), *counts, same
 
 
 def test_rebuild_order_makes_each_survivor_before_its_slot_is_read():
@@ -166,28 +179,31 @@ def test_a_group_of_one_rank_breeds_the_device_island_models_children():
 def test_evaluators_breed_device_islands_bit_for_bit_with_no_child_bytes(world, genome, dtype, engine):
     comm = Communicator(world)
     job = _job(comm.size, genome, dtype, engine, scheme="centralized", breed="evaluator")
-    digest, mode, sent, synced, made = _run(comm, job)
-    serial, *_ = _run(SelfComm(), _job(1, genome, dtype, engine))
+    generations = 6 if engine is RESTARTS else 4      # a restart's compaction, its refill, then parents again
+    digest, mode, sent, synced, made, same = _run(comm, job, generations)
+    serial = _run(SelfComm(), _job(1, genome, dtype, engine), generations)[0] if comm.rank == 0 else None
     # after generation 0 only rows the replicas never held travel (generation 0's, immigrants):
     # plans, fitness and decisions otherwise, no child
-    ok = mode == "evaluator" and sent == synced and synced < 8 * comm.size
+    rows = 2 * 4 + 2 * (generations // 2)      # per other rank: generation 0's, one immigrant per migration
+    ok = mode == "evaluator" and sent == synced <= (comm.size - 1) * rows and same
     made = sum(comm.allgather_object(made))
     ok = ok and made > 0 and (comm.rank != 0 or digest == serial)
-    all_ranks_agree(world, ok, f"{mode}: {sent} rows sent, {synced} synced, {made} rebuilt; {digest} vs {serial}")
+    all_ranks_agree(world, ok, f"{mode}: {sent} rows sent, {synced} synced, {made} rebuilt, replicas the same {same}; "
+                               f"{digest} vs {serial}")
     comm.free()
 
 
-@pytest.mark.mpi(min_size=2)
+@pytest.mark.mpi(min_size=4)
 def test_hybrid_groups_of_device_islands_breed_on_evaluators(world):
     comm = Communicator(world)
     if comm.size % 2:
         pytest.skip("groups of 2 ranks need an even rank count")
     islands = comm.size // 2 * 2
     job = _job(comm.size, dtype="bfloat16", scheme="hybrid", ranks_per_island=2, islands=islands, breed="evaluator")
-    digest, mode, _, _, made = _run(comm, job)
-    serial, *_ = _run(SelfComm(), _job(1, dtype="bfloat16", islands=islands))
-    ok = mode == "evaluator" and (comm.rank != 0 or digest == serial)
-    all_ranks_agree(world, ok, f"{mode}, {made} rebuilt; {digest} vs {serial}")
+    digest, mode, _, _, made, same = _run(comm, job)
+    serial = _run(SelfComm(), _job(1, dtype="bfloat16", islands=islands))[0] if comm.rank == 0 else None
+    ok = mode == "evaluator" and same and (comm.rank != 0 or digest == serial)
+    all_ranks_agree(world, ok, f"{mode}, {made} rebuilt, replicas the same {same}; {digest} vs {serial}")
     comm.free()
 
 
