@@ -340,24 +340,22 @@ class DeviceBreeding(EvaluatorBreeding):
         order = ("sync", island, np.array(moves, np.int64).reshape(-1, 2), np.array(sent, np.int64))
         with self.group.purpose("breeding"):
             self.group.bcast_object(order, root=0)
-        rows = self._move(island, order[2])        # the leader's rows are its archive's already
-        if len(sent):
+        if len(sent):          # (the leader's replica is its archive's storage: moved already)
             rows = device.take(self.replicas[island], order[3])
             with self.group.purpose("breeding"):
                 self.group.exchange(sends=[(r, rows) for r in range(1, self.group.size)])
             self.sent_rows += len(sent) * (self.group.size - 1)
         synced[:len(versions)] = versions
 
-    def _move(self, island: int, moves: np.ndarray):
+    def _move(self, island: int, moves: np.ndarray) -> None:
         """On a replica: rows ``moves[:, 0]`` into slots ``moves[:, 1]`` (read before written)."""
-        if self.group.rank == 0 or not len(moves):
-            return None
+        if not len(moves):
+            return
         from mpievo.kernels.cuda import rows as cuda_rows
 
         replica = self.replicas[island]
         moved = cuda_rows.take_rows(replica, moves[:, 0])
         cuda_rows.copy_rows(moved, np.arange(len(moves)), replica, moves[:, 1])
-        return moved
 
     def _receive(self, island: int, moves: np.ndarray, sent: np.ndarray) -> None:
         from numba import cuda
