@@ -21,8 +21,8 @@ from typing import Mapping, Sequence
 from ..evo.engine_config import EngineConfig
 from ..rules.budget import plan
 from ..rules.mapping import islands_of_rank
-from .breed_local import BreedingGroupProblem, EvaluatorBreeding, choose_breeding
-from .groups import GroupLayout, GroupProblem, serve
+from .breed_device import breeding_rows, breeding_view
+from .groups import GroupLayout, serve
 from .led import LedScheme
 from .scheme import IslandScheme
 
@@ -81,15 +81,14 @@ class HybridScheme(LedScheme):
         self.n_islands = len(self.engines)
         layout.islands(self.n_islands)      # checks the island count on every rank
         self.group, self.leaders = split_communicators(comm, layout)
-        self.breed = choose_breeding(breed, self.engines, problem, self.group)
+        self.breed, rows = breeding_rows(breed, self.engines, problem, self.group)
         self.breeding = None
-        if self.breed == "evaluator":       # the group's islands' rows, once per node (collective)
+        if self.breed == "evaluator":       # the group's islands' rows: once per node, or per GPU (collective)
             islands = islands_of_rank(layout.group_index, self.n_islands, len(layout.groups))
-            self.breeding = EvaluatorBreeding(problem, self.group, self.engines, islands)
+            self.breeding = rows(problem, self.group, self.engines, islands)
         self.inner = None
         if layout.leader:
-            view = (GroupProblem(problem, self.group) if self.breeding is None
-                    else BreedingGroupProblem(problem, self.group, self.breeding))
+            view = breeding_view(problem, self.group, self.breeding)
             self.inner = IslandScheme(self.leaders, view, self.engines,
                                       seed=seed, policy=policy, schedule=schedule, budget=budget)
             if self.breeding is not None:

@@ -15,7 +15,8 @@ rotated built-in its rotation matrix. A rank holds ``ceil(islands / ranks)`` isl
 The ranks on one node share its memory: their estimates are summed and compared with the
 least of the cgroup's limit left (v2 ``memory.max - memory.current``, or v1's) and
 ``MemAvailable``. A GPU island's rows are on its device: they are compared with the
-device's free memory once the rank is bound to it. ``run.memory_check = false`` skips
+device's free memory once the rank is bound to it (bred on the evaluators, every rank's
+GPU holds a replica of its group's islands: :func:`mpievo.parallel.breed_device.replica_bytes`). ``run.memory_check = false`` skips
 both checks.
 """
 
@@ -122,6 +123,10 @@ def rank_estimate(job, nranks: int) -> tuple[int, int]:
         host += per_rank * dim * box_bytes_per_gene(itemsize, engine.genome == "delta") + block * dim * itemsize
     if getattr(job.problem, "rotate", False):
         host += 8 * dim * dim
+    if on_device:       # device islands bred on the evaluators: a replica of the group's rows per GPU
+        from .breed_device import replica_bytes
+
+        islands = replica_bytes(job, nranks) or islands
     return host, islands if on_device else 0
 
 
