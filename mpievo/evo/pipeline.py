@@ -180,6 +180,34 @@ def deferred(rows) -> DeferredRows | None:
     return lazy if lazy is not None and rows.shape[0] <= lazy.rows.shape[0] else None
 
 
+def pipelined_rows(rows: np.ndarray, fill: Callable[[int, int], None],
+                   use: Callable[[int, int], float]) -> np.ndarray:
+    """:func:`pipelined` over the rows of a batch: ``fill(i, slot)`` makes row ``i``'s
+    genome into buffer ``slot`` on the helper thread, after breeding the row there when
+    it is deferred (:func:`deferred`).
+
+    Example::
+
+        values = pipelined_rows(rows, lambda i, s: np.copyto(buffers[s], rows[i]),
+                                lambda i, s: float(buffers[s].sum()))
+    """
+    lazy = deferred(rows)
+
+    def make(index: int, slot: int) -> None:
+        if lazy is not None:
+            lazy.ensure(index)
+        fill(index, slot)
+
+    return pipelined(rows.shape[0], make, use)
+
+
+def settle_rows(rows) -> None:
+    """Breed the deferred rows of ``rows`` (a batch evaluated without the pipeline)."""
+    lazy = deferred(rows)
+    if lazy is not None:
+        lazy.settle()
+
+
 def settle() -> None:
     """Breed every deferred row (before anything but the pipeline reads them)."""
     while _DEFERRED:

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from ..evo.genomes import BaseModels
-from ..evo.pipeline import deferred, pipelined
+from ..evo.pipeline import pipelined_rows, settle_rows
 from ..evo.problems import Problem
 from .flat import FlatParameters, as_flat, as_numpy, copy_releasing_gil
 
@@ -207,8 +207,7 @@ class ModelProblem(Problem):
         rows = genomes.shape[0] if hasattr(genomes, "shape") else len(genomes)
         pipelines = rows > 1 and isinstance(genomes, np.ndarray)
         blocks = self.genome_blocks(self.flat.numpy_dtype) if pipelines else None
-        # children bred as they are made (deferred rows)
-        return score_each(self.model, self.score, genomes, self.flat.write, blocks=blocks, lazy=deferred(genomes))
+        return score_each(self.model, self.score, genomes, self.flat.write, blocks=blocks)
 
 
 def largest_weight(models) -> float:
@@ -220,14 +219,13 @@ def largest_weight(models) -> float:
     return largest
 
 
-def score_each(model: torch.nn.Module, score: Callable, genomes, put: Callable, blocks=None,
-               lazy=None) -> np.ndarray:
+def score_each(model: torch.nn.Module, score: Callable, genomes, put: Callable, blocks=None) -> np.ndarray:
     """``score(model)`` after ``put(genome)`` for each genome of a batch, in eval mode and
     under ``torch.no_grad()`` (the model's training flag restored after). With two host
     ``blocks`` the model runs from (:meth:`ModelProblem.genome_blocks`), genome ``i + 1``
     is copied into one on a helper thread while the model runs on genome ``i`` in the
-    other (:func:`~mpievo.evo.pipeline.pipelined`), after breeding it there when its
-    row is ``lazy`` (:class:`~mpievo.evo.pipeline.DeferredRows`; without ``blocks`` every
+    other (:func:`~mpievo.evo.pipeline.pipelined_rows`), after breeding it there when its
+    row is deferred (:class:`~mpievo.evo.pipeline.DeferredRows`; without ``blocks`` every
     row is bred first)."""
     rows = genomes.shape[0] if hasattr(genomes, "shape") else len(genomes)
     was_training = model.training
@@ -235,18 +233,13 @@ def score_each(model: torch.nn.Module, score: Callable, genomes, put: Callable, 
     try:
         with torch.no_grad():
             if blocks is not None:
-                def make(index: int, slot: int) -> None:     # as FlatParameters.write copies, GIL released
-                    if lazy is not None:
-                        lazy.ensure(index)
-                    copy_releasing_gil(genomes[index], blocks[slot][0])
-
                 def use(index: int, slot: int) -> float:
                     put(blocks[slot])
                     return float(score(model))
 
-                return pipelined(rows, make, use)
-            if lazy is not None:
-                lazy.settle()
+                # copied as FlatParameters.write copies, GIL released
+                return pipelined_rows(genomes, lambda i, slot: copy_releasing_gil(genomes[i], blocks[slot][0]), use)
+            settle_rows(genomes)
             values = np.empty(rows)
             for index in range(rows):
                 put(genomes[index])

@@ -22,7 +22,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from ..pipeline import deferred, pipelined
+from ..pipeline import pipelined_rows, settle_rows
 from ..problems import Problem
 from ..base_models import BaseModels
 
@@ -103,16 +103,10 @@ class EncodedProblem(Problem):
         (:mod:`mpievo.evo.pipeline`) where the user's problem lends two genome buffers."""
         lend = getattr(self.inner, "genome_blocks", None)
         blocks = lend(self.dtype) if lend is not None and rows.shape[0] > 1 else None
-        lazy = deferred(rows)                   # children bred as they are made
-        if blocks is not None:
-            def make(i: int, slot: int) -> None:
-                if lazy is not None:
-                    lazy.ensure(i)
-                self.materialize_into(rows[i:i + 1], blocks[slot])
-
-            return pipelined(rows.shape[0], make, lambda i, slot: self.inner(blocks[slot])[0])
-        if lazy is not None:
-            lazy.settle()
+        if blocks is not None:                  # children bred as they are made
+            return pipelined_rows(rows, lambda i, slot: self.materialize_into(rows[i:i + 1], blocks[slot]),
+                                  lambda i, slot: self.inner(blocks[slot])[0])
+        settle_rows(rows)
         values = np.empty(rows.shape[0])
         for start, genomes in self.blocks(rows):
             values[start:start + genomes.shape[0]] = self.inner(genomes)
