@@ -9,6 +9,7 @@ all ranks fail, and shrink, together.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -32,9 +33,14 @@ def pytest_configure(config):
     progress.register(config)
 
 
+#: where every ``heavy`` test lives: tests/run.sh's heavy stage collects this directory only
+HEAVY_DIR = Path(__file__).resolve().parent / "plan"
+
+
 def pytest_collection_modifyitems(config, items):
     """Heavy tests (``@pytest.mark.heavy``: real calibrations, minutes) run only in their own
-    budgeted stage, ``MPIEVO_TEST_HEAVY=1``; there they run alone.
+    budgeted stage, ``MPIEVO_TEST_HEAVY=1``; there they run alone. That stage collects only
+    :data:`HEAVY_DIR` (not the whole tree), so a heavy test anywhere else is an error here.
 
     Under ``--only-mpi`` the tests without the ``mpi`` marker are deselected here rather
     than skipped one by one on every rank (pytest-mpi's way): the MPI stages then spend
@@ -43,7 +49,11 @@ def pytest_collection_modifyitems(config, items):
     only_mpi = config.getoption("--only-mpi", default=False)
     keep, drop = [], []
     for item in items:
-        wanted = (item.get_closest_marker("heavy") is not None) == heavy
+        is_heavy = item.get_closest_marker("heavy") is not None
+        if is_heavy and HEAVY_DIR not in Path(str(item.fspath)).resolve().parents:
+            raise pytest.UsageError(f"heavy test {item.nodeid}: expected under {HEAVY_DIR} (the only "
+                                    f"directory tests/run.sh's heavy stage collects), got {item.fspath}")
+        wanted = is_heavy == heavy
         if only_mpi and item.get_closest_marker("mpi") is None:
             wanted = False
         (keep if wanted else drop).append(item)
