@@ -33,6 +33,8 @@ def pytest_configure(config):
     progress.register(config)
 
 
+#: the words tests/run.sh's Open MPI stages look for (grep) to pick the files they collect
+MPI_MARK = "pytest.mark.mpi"
 #: where every ``heavy`` test lives: tests/run.sh's heavy stage collects this directory only
 HEAVY_DIR = Path(__file__).resolve().parent / "plan"
 
@@ -44,11 +46,22 @@ def pytest_collection_modifyitems(config, items):
 
     Under ``--only-mpi`` the tests without the ``mpi`` marker are deselected here rather
     than skipped one by one on every rank (pytest-mpi's way): the MPI stages then spend
-    no per-test set-up, timeout thread or progress line on the ~1700 tests they never run."""
+    no per-test set-up, timeout thread or progress line on the ~1700 tests they never run.
+    The Open MPI stages collect only the files that spell :data:`MPI_MARK`; under
+    ``--with-mpi`` (the serial stage sees every test) an MPI test elsewhere is an error."""
     heavy = os.environ.get("MPIEVO_TEST_HEAVY") == "1"
     only_mpi = config.getoption("--only-mpi", default=False)
     keep, drop = [], []
+    checked: dict[str, bool] = {}
     for item in items:
+        if item.get_closest_marker("mpi") is not None and config.getoption("--with-mpi", default=False):
+            path = str(item.fspath)
+            if path not in checked:
+                with open(path, encoding="utf-8") as f:
+                    checked[path] = MPI_MARK in f.read()
+            if not checked[path]:
+                raise pytest.UsageError(f"MPI test {item.nodeid}: expected its file to spell {MPI_MARK} "
+                                        "(tests/run.sh's MPI stages collect only such files), got none")
         is_heavy = item.get_closest_marker("heavy") is not None
         if is_heavy and HEAVY_DIR not in Path(str(item.fspath)).resolve().parents:
             raise pytest.UsageError(f"heavy test {item.nodeid}: expected under {HEAVY_DIR} (the only "
