@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from parallel_helpers import small_job
 
-from mpi_support import all_ranks_agree, on_rank_0
+from mpi_support import all_ranks_agree
 from mpievo.comm.protocol import SelfComm
 from mpievo.config import ConfigError, validate
 from mpievo.evo import EngineConfig, Island, make_problem
@@ -106,7 +106,7 @@ def test_budget_and_target_runs_match_the_serial_run_bit_for_bit(world, tables):
 
     comm = Communicator(world)
     distributed = run_job(small_job(comm.size, **tables), comm)
-    serial = on_rank_0(world, lambda: run_job(small_job(1, **tables), SelfComm()))      # all 4 islands in this process
+    serial = run_job(small_job(1, **tables), SelfComm())      # all 4 islands in this process
     same = (distributed.generations, distributed.evaluations, distributed.stop_reason, distributed.best_fitness) \
         == (serial.generations, serial.evaluations, serial.stop_reason, serial.best_fitness)
     if comm.rank == 0:

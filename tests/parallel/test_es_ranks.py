@@ -6,7 +6,7 @@ the genome size."""
 import pytest
 from parallel_helpers import small_job, stop_and_checkpoint
 
-from mpi_support import all_ranks_agree, on_rank_0
+from mpi_support import all_ranks_agree
 from mpievo.comm import Communicator
 from mpievo.comm.protocol import SelfComm
 from mpievo.io import load_latest
@@ -31,7 +31,7 @@ def test_es_over_ranks_equals_one_process_and_resumes(world, tmp_path_factory):
     stopped = stop_and_checkpoint(comm, job, directory)
     restored = load_latest(directory, islands=islands_to_load(comm, job.run, 2), comm=comm)
     resumed = run_job(job, comm, restored=restored)
-    serial = on_rank_0(world, lambda: run_job(es_job(1), SelfComm()))
+    serial = run_job(es_job(1), SelfComm())
     ok = stopped.stopped and whole.evaluations == serial.evaluations == resumed.evaluations
     if comm.rank == 0:
         ok = ok and best_genome_bytes(whole) == best_genome_bytes(serial) == best_genome_bytes(resumed)

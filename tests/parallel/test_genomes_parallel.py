@@ -8,7 +8,7 @@ import pytest
 from genome_helpers import BASES, DIM, MERGE, genome_job
 from parallel_helpers import stop_and_checkpoint
 
-from mpi_support import all_ranks_agree, on_rank_0
+from mpi_support import all_ranks_agree
 from mpievo.comm import Communicator
 from mpievo.comm.protocol import SelfComm
 from mpievo.io import load_latest
@@ -26,7 +26,7 @@ def _serial(genome, **tables):
 def test_encoded_runs_repeat_the_serial_run_bit_for_bit(world, genome):
     comm = Communicator(world)
     result = run_job(genome_job(comm.size, genome), comm)
-    serial = on_rank_0(world, lambda: _serial(genome))
+    serial = _serial(genome)
     same = result.evaluations == serial.evaluations and (
         comm.rank != 0 or best_genome_bytes(result) == best_genome_bytes(serial))
     whole = comm.rank != 0 or (result.best_genome.shape == (DIM,) and result.best_genome.dtype == np.float32)
@@ -46,7 +46,7 @@ def test_seeded_groups_ship_recipes_not_genomes(world):
         traffic = comm.allgather_object(scheme_traffic(comm, scheme))
     finally:
         scheme.close()
-    serial = on_rank_0(world, lambda: _serial("seeded"))
+    serial = _serial("seeded")
     same = (result.best_fitness, result.evaluations) == (serial.best_fitness, serial.evaluations)
     # each evaluated child and each migrant moved as a recipe row of 8 * (3 + 3 * 32)
     # bytes (a 1/40 of one float32 genome of DIM genes), plus its fitness
@@ -65,7 +65,7 @@ def test_seeded_checkpoints_resume_on_another_rank_count(world, tmp_path_factory
     if comm.rank == 0:
         restored = load_latest(directory, islands=list(range(4)))
         resumed = run_job(genome_job(1, "seeded"), SelfComm(), restored=restored)
-    straight = on_rank_0(world, lambda: _serial("seeded"))
+    straight = _serial("seeded")
     ok = stopped.stopped and (comm.rank != 0 or best_genome_bytes(resumed) == best_genome_bytes(straight))
     all_ranks_agree(world, ok)
 

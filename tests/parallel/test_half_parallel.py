@@ -9,7 +9,7 @@ import pytest
 from mpi4py import MPI
 from parallel_helpers import StopAt, small_job
 
-from mpi_support import all_ranks_agree, on_rank_0
+from mpi_support import all_ranks_agree
 from mpievo.comm import Communicator
 from mpievo.comm.protocol import SelfComm
 from mpievo.io import Checkpointer, load_latest
@@ -72,7 +72,7 @@ def test_half_runs_give_the_serial_result_bit_for_bit(world, mixed):
 
     comm = Communicator(world)
     distributed = run_job(job(comm.size), comm)
-    serial = on_rank_0(world, lambda: run_job(job(1), SelfComm()))   # all 4 islands in this process, no MPI
+    serial = run_job(job(1), SelfComm())   # all 4 islands in this process, no MPI
     if comm.rank == 0:
         same = best_genome_bytes(distributed) == best_genome_bytes(serial) != b"" \
             and (mixed or distributed.best_genome.dtype == ml_dtypes.bfloat16) \
@@ -108,7 +108,7 @@ def test_hybrid_groups_evaluate_bfloat16_blocks(world):
         pytest.skip("groups of 2 ranks need an even rank count")
     comm = Communicator(world)
     hybrid = run_job(_job(comm.size, run={"scheme": "hybrid", "ranks_per_island": 2}), comm)
-    serial = on_rank_0(world, lambda: run_job(_job(1), SelfComm()))
+    serial = run_job(_job(1), SelfComm())
     ok = hybrid.evaluations == serial.evaluations and hybrid.best_fitness == serial.best_fitness
     if comm.rank == 0:
         ok = ok and best_genome_bytes(hybrid) == best_genome_bytes(serial)

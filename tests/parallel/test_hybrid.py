@@ -8,7 +8,7 @@ import pytest
 from mpi4py import MPI
 from parallel_helpers import small_job, states_digest, stop_and_checkpoint
 
-from mpi_support import all_ranks_agree, on_rank_0
+from mpi_support import all_ranks_agree
 from mpievo.comm import Communicator
 from mpievo.comm.protocol import SelfComm
 from mpievo.config import ConfigError, validate
@@ -88,7 +88,7 @@ def test_groups_give_the_serial_result_bit_for_bit(world, tables):
         scheme.inner.local_indices if layout.leader else [])
     scheme.close()
     hybrid = run_job(job, comm)
-    serial = on_rank_0(world, lambda: run_job(small_job(1, **tables), SelfComm()))
+    serial = run_job(small_job(1, **tables), SelfComm())
     ok = held and (hybrid.generations == serial.generations and hybrid.migrations == serial.migrations
           and hybrid.evaluations == serial.evaluations)
     if comm.rank == 0:
@@ -109,7 +109,7 @@ def test_node_groups_from_fake_nodes(world):
     job = small_job(comm.size, run={"scheme": "hybrid", "ranks_per_island": "node"})
     layout = group_layout(comm, "node")
     node = run_job(job, comm)
-    serial = on_rank_0(world, lambda: run_job(small_job(1), SelfComm()))
+    serial = run_job(small_job(1), SelfComm())
     ok = layout.groups == (tuple(range(half)), tuple(range(half, comm.size)))
     if comm.rank == 0:
         ok = ok and best_genome_bytes(node) == best_genome_bytes(serial)
@@ -129,7 +129,7 @@ def test_resume_with_another_group_layout(world, tmp_path_factory, before, after
     mine = group_layout(comm, after).islands(job.n_islands)
     restored = load_latest(directory, islands=mine, comm=comm)
     resumed = run_job(job, comm, restored=restored)
-    straight = on_rank_0(world, lambda: run_job(small_job(1, **FEATURES), SelfComm()))
+    straight = run_job(small_job(1, **FEATURES), SelfComm())
     ok = stopped.stopped and restored.generation == stopped.generations and sorted(restored.islands) == mine
     if comm.rank == 0:
         ok = ok and best_genome_bytes(resumed) == best_genome_bytes(straight)
@@ -173,7 +173,7 @@ def test_centralized_gives_the_serial_result_and_resumes_as_islands(world, tmp_p
     getattr(scheme, "close", lambda: None)()
     whole = run_job(small_job(comm.size, run=central, **FEATURES), comm)
     stopped = stop_and_checkpoint(comm, small_job(comm.size, run=central, **FEATURES), directory)
-    serial = on_rank_0(world, lambda: run_job(small_job(1, **FEATURES), SelfComm()))
+    serial = run_job(small_job(1, **FEATURES), SelfComm())
     ok = held and stopped.stopped and whole.evaluations == serial.evaluations
     if comm.rank == 0:    # resume the centralized checkpoint as 4 islands in one process
         resumed = run_job(small_job(1, **FEATURES), SelfComm(), restored=load_latest(directory))

@@ -3,7 +3,7 @@
 import pytest
 from parallel_helpers import small_job
 
-from mpi_support import all_ranks_agree, on_rank_0
+from mpi_support import all_ranks_agree
 from mpievo.comm import Communicator
 from mpievo.comm.protocol import SelfComm
 from mpievo.config import ConfigError
@@ -36,7 +36,7 @@ def test_patience_is_a_count_of_generations():
 def test_a_patient_run_matches_the_serial_run_bit_for_bit(world):
     comm = Communicator(world)
     distributed = run_job(patient_job(comm.size), comm)
-    serial = on_rank_0(world, lambda: run_job(patient_job(1), SelfComm()))
+    serial = run_job(patient_job(1), SelfComm())
     same = distributed.best_fitness == serial.best_fitness
     if comm.rank == 0:
         same = same and best_genome_bytes(distributed) == best_genome_bytes(serial) \

@@ -5,7 +5,7 @@ import pytest
 from mpi4py import MPI
 from parallel_helpers import StopAt, small_job
 
-from mpi_support import all_ranks_agree, on_rank_0
+from mpi_support import all_ranks_agree
 from mpievo.comm import Communicator
 from mpievo.comm.protocol import SelfComm
 from mpievo.config import ConfigError
@@ -172,7 +172,7 @@ def test_leader_rate_needs_a_budget_and_the_island_scheme():
 def test_a_split_run_matches_the_serial_run_bit_for_bit(world, run):
     comm = Communicator(world)
     distributed = run_job(leading_job(comm.size, **run), comm)
-    serial = on_rank_0(world, lambda: run_job(leading_job(1, **run), SelfComm()))
+    serial = run_job(leading_job(1, **run), SelfComm())
     same = (distributed.generations, distributed.evaluations, distributed.best_fitness) == \
         (serial.generations, serial.evaluations, serial.best_fitness)
     if comm.rank == 0:

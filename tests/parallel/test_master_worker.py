@@ -15,7 +15,7 @@ from mpi4py import MPI
 from parallel_helpers import small_job, stop_and_checkpoint
 from test_hybrid import FEATURES
 
-from mpi_support import all_ranks_agree, on_rank_0
+from mpi_support import all_ranks_agree
 from mpievo.comm import Communicator
 from mpievo.comm.protocol import SelfComm
 from mpievo.config import RESUMABLE_KEYS, ConfigError, validate
@@ -82,7 +82,7 @@ def test_both_modes_give_the_island_model_bit_for_bit(world, evaluation, tables)
     held = comm.size == 1 or isinstance(scheme, MasterWorkerScheme) and (
         sorted(scheme.inner.islands) == [0, 1, 2, 3] if comm.rank == 0 else scheme.inner is None)
     pulled = run_job(job, comm)
-    serial = on_rank_0(world, lambda: run_job(_serial(**{k: dict(v) for k, v in tables.items()}), SelfComm()))
+    serial = run_job(_serial(**{k: dict(v) for k, v in tables.items()}), SelfComm())
     ok = held and pulled.evaluations == serial.evaluations and pulled.generations == serial.generations
     if comm.rank == 0:
         ok = ok and best_genome_bytes(pulled) == best_genome_bytes(serial) and pulled.islands == serial.islands
@@ -99,7 +99,7 @@ def test_checkpoints_resume_across_schemes(world, tmp_path_factory, evaluation):
     # the master_worker checkpoint, resumed here and as 4 islands in one process ...
     resumed = run_job(_job(comm.size, evaluation, **FEATURES), comm,
                       restored=load_latest(directory, islands=every, comm=comm))
-    straight = on_rank_0(world, lambda: run_job(_serial(**FEATURES), SelfComm()))
+    straight = run_job(_serial(**FEATURES), SelfComm())
     ok = stopped.stopped and resumed.evaluations == straight.evaluations
     if comm.rank == 0:
         alone = run_job(_serial(**FEATURES), SelfComm(), restored=load_latest(directory))

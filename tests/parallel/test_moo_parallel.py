@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from parallel_helpers import small_job, states_digest, stepped_scheme
 
-from mpi_support import all_ranks_agree, on_rank_0
+from mpi_support import all_ranks_agree
 from mpievo.comm import Communicator
 from mpievo.comm.protocol import SelfComm
 from mpievo.config import ConfigError
@@ -73,7 +73,7 @@ def test_restored_pareto_islands_continue_exactly():
 def test_pareto_islands_give_the_serial_result_bit_for_bit(world):
     comm = Communicator(world)
     distributed = run_job(moo_job(comm.size), comm)
-    serial = on_rank_0(world, lambda: run_job(moo_job(1), SelfComm()))
+    serial = run_job(moo_job(1), SelfComm())
     job = moo_job(comm.size)
     scheme = stepped_scheme(comm, job, job.run.generations)
     reference = stepped_scheme(SelfComm(), job, job.run.generations)

@@ -8,7 +8,7 @@ import pytest
 from mpi4py import MPI
 from parallel_helpers import StopAt, small_job
 
-from mpi_support import all_ranks_agree, on_rank_0
+from mpi_support import all_ranks_agree
 from mpievo.comm import Communicator
 from mpievo.comm.protocol import SelfComm
 from mpievo.config import ConfigError
@@ -101,7 +101,7 @@ def test_a_switched_island_is_saved_and_restored_as_cmaes():
 def test_the_portfolio_rules_match_the_serial_run_bit_for_bit(world, run):
     comm = Communicator(world)
     distributed = run_job(sphere_job(comm.size, islands=4, **run), comm)
-    serial = on_rank_0(world, lambda: run_job(sphere_job(1, islands=4, **run), SelfComm()))
+    serial = run_job(sphere_job(1, islands=4, **run), SelfComm())
     same = (distributed.generations, distributed.evaluations, distributed.best_fitness) == \
         (serial.generations, serial.evaluations, serial.best_fitness)
     if comm.rank == 0:

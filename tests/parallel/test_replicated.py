@@ -6,7 +6,7 @@ from mpi4py import MPI
 from parallel_helpers import small_job, stop_and_checkpoint
 from test_hybrid import FEATURES
 
-from mpi_support import all_ranks_agree, on_rank_0
+from mpi_support import all_ranks_agree
 from mpievo.comm import Communicator
 from mpievo.comm.protocol import SelfComm
 from mpievo.config import validate
@@ -36,7 +36,7 @@ def test_replicas_give_the_serial_result_and_resume_on_another_scheme(world, tmp
     # every rank loads every island and continues to the same result
     restored = load_latest(directory, islands=islands_to_load(comm, job.run, 4), comm=comm)
     resumed = run_job(job, comm, restored=restored)
-    serial = on_rank_0(world, lambda: run_job(small_job(1, **FEATURES), SelfComm()))
+    serial = run_job(small_job(1, **FEATURES), SelfComm())
     ok = replicated and stopped.stopped and whole.evaluations == serial.evaluations == resumed.evaluations
     if comm.rank == 0:   # and as 4 islands in one process
         as_islands = run_job(small_job(1, **FEATURES), SelfComm(), restored=load_latest(directory))
