@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from mpi_support import on_rank_0
 
 from mpievo.comm import Communicator
 from mpievo.comm.protocol import SelfComm
@@ -32,7 +33,7 @@ def _job(nranks: int, devices):
 def test_device_islands_give_the_serial_result_on_any_rank_count(world, devices):
     comm = Communicator(world)
     distributed = run_job(_job(comm.size, devices), comm)
-    serial = run_job(_job(1, devices), SelfComm())
+    serial = on_rank_0(world, lambda: run_job(_job(1, devices), SelfComm()))
     ok = True
     if comm.rank == 0:
         ok = (best_genome_bytes(distributed) == best_genome_bytes(serial) != b""
@@ -81,7 +82,7 @@ def test_device_islands_over_groups_of_ranks_give_the_one_rank_result(world, sch
     monkeypatch.undo()
     # every rank evaluated blocks of fewer rows than a batch, all on its device
     split = bool(blocks) and all(on for _, on in blocks) and max(rows for rows, _ in blocks) < 5
-    serial = run_job(_job(1, "cuda"), SelfComm())
+    serial = on_rank_0(world, lambda: run_job(_job(1, "cuda"), SelfComm()))
     ok = split and (comm.rank != 0 or (best_genome_bytes(hybrid) == best_genome_bytes(serial)
                                        and hybrid.evaluations == serial.evaluations))
     flags = world.allgather(bool(ok))
