@@ -265,6 +265,30 @@ def test_moead_weights_replacement_limit_and_state():
         moead.load_state_dict({"solutions": np.zeros((3, 8)), "objectives": np.zeros((12, 2))})
 
 
+def test_moead_islands_rotate_their_weights_apart_and_keep_them_on_resume():
+    from mpievo.evo.moo.moead import weight_vectors
+
+    grid = weight_vectors(5, 2)
+    rotated = weight_vectors(5, 2, rotation=[0.75])       # interior points a quarter spacing down
+    assert np.allclose(rotated[:, 0], [0, 0.1875, 0.4375, 0.6875, 1]) and np.allclose(rotated.sum(axis=1), 1)
+    assert np.array_equal(weight_vectors(5, 2, rotation=[0.0]), grid)
+    w = weight_vectors(30, 3, rotation=[0.3, 0.9])
+    assert np.allclose(w.sum(axis=1), 1.0) and (w >= 0).all() and np.array_equal(w[:3], np.eye(3))
+    assert not np.allclose(w, weight_vectors(30, 3)) and len(np.unique(w.round(12), axis=0)) == 30
+    for bad in ([1.0], [0.1, 0.2], [-0.1]):
+        with pytest.raises(ValueError, match="expected a rotation of 1 numbers in \\[0, 1\\)"):
+            weight_vectors(5, 2, rotation=bad)
+    config = EngineConfig(algorithm="moead", capacity=12, batch_size=12)
+    islands = [Island(i, moo_problem("zdt1", dim=8), config, seed=1) for i in (0, 1)]
+    for island in islands:
+        island.initialize()
+        island.step(1)
+    assert not np.allclose(islands[0].algorithm.weights, islands[1].algorithm.weights)
+    again = Island(1, moo_problem("zdt1", dim=8), config, seed=1)
+    again.load_state_dict(islands[1].state_dict())
+    assert np.array_equal(again.algorithm.weights, islands[1].algorithm.weights)
+
+
 def test_moead_breeds_by_sbx_by_default_and_by_de_when_asked():
     from mpievo.evo.moo.moead import MOEAD
     from mpievo.schema import ConfigError

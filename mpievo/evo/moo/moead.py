@@ -63,15 +63,32 @@ def halton(count: int, dims: int) -> np.ndarray:
     return out
 
 
-def weight_vectors(count: int, n_obj: int) -> np.ndarray:
-    """``count`` weight vectors on the unit simplex (rows sum to 1), deterministic."""
+def weight_vectors(count: int, n_obj: int, rotation=None) -> np.ndarray:
+    """``count`` weight vectors on the unit simplex (rows sum to 1): the ``n_obj`` corners
+    and evenly spread interior points (a grid for two objectives, the Halton sequence for
+    more), deterministic. ``rotation`` (``n_obj - 1`` numbers in [0, 1)) moves the interior
+    points by a Cranley-Patterson rotation (each coordinate + its rotation, modulo the
+    spacing for two objectives, modulo 1 for the Halton points): as evenly spread, but
+    other directions, so islands rotated apart cover the front between each other's.
+
+    Example:
+        >>> weight_vectors(4, 2)[:, 0].tolist()
+        [0.0, 0.3333333333333333, 0.6666666666666666, 1.0]
+        >>> weight_vectors(4, 2, rotation=[0.75])[:, 0].round(4).tolist()
+        [0.0, 0.25, 0.5833, 1.0]
+    """
     if count < n_obj:
         raise ValueError(f"expected a population of at least {n_obj} for moead's weights, got {count}")
+    shift = np.zeros(n_obj - 1) if rotation is None else np.asarray(rotation, dtype=np.float64)
+    if shift.shape != (n_obj - 1,) or not np.all((shift >= 0) & (shift < 1)):
+        raise ValueError(f"expected a rotation of {n_obj - 1} numbers in [0, 1), got {rotation!r}")
     if n_obj == 2:
         t = np.linspace(0.0, 1.0, count)
+        # interior point i at (i + shift - 1/2 rounded into [-1/2, 1/2)) / (count - 1): inside (0, 1)
+        t[1:-1] += ((shift[0] + 0.5) % 1.0 - 0.5) / (count - 1)
         return np.column_stack([t, 1.0 - t])
     # sorted coordinates of a point in the cube cut [0, 1] into n_obj spacings: the simplex
-    cuts = np.sort(halton(count - n_obj, n_obj - 1), axis=1)
+    cuts = np.sort((halton(count - n_obj, n_obj - 1) + shift) % 1.0, axis=1)
     inner = np.diff(np.hstack([np.zeros((len(cuts), 1)), cuts, np.ones((len(cuts), 1))]), axis=1)
     return np.vstack([np.eye(n_obj), inner])
 
@@ -127,7 +144,9 @@ class MOEAD(ParetoAlgorithm):
         self.attach(problem, archive)
         self.solutions = archive.genomes.astype(np.float64)
         self.objectives = archive.objectives.copy()
-        self.weights = weight_vectors(len(self.solutions), archive.n_obj)
+        # each island its own rotation of the weights (drawn from the island's algorithm
+        # stream, so the same again on resume): islands search between each other's directions
+        self.weights = weight_vectors(len(self.solutions), archive.n_obj, rotation=rng.random(archive.n_obj - 1))
         distance = np.linalg.norm(self.weights[:, None] - self.weights[None], axis=2)
         #: every subproblem's subproblems, closest weights first (itself first)
         self.closest = np.argsort(distance, axis=1, kind="stable")
