@@ -35,15 +35,15 @@ import contextlib
 
 import numpy as np
 
-from mpievo.kernels import operators as kernels
 from .algorithms.base import make_algorithm
 from . import device, genomes, half, pipeline
 from .fidelity import fidelity_of, screened_step
 from .archive import Archive
 from .archive_records import first_id, make_ids
+from .diversity import archive_diversity
 from .engine_config import EngineConfig
 from .island_sizes import initial_population
-from .migration_policy import Migrants, admit, choose_emigrants
+from .migration_policy import Migrants, admit, checked_migrants, choose_emigrants
 from .moo.archive import ParetoArchive
 from .moo.indicators import hypervolume
 from .moo.problems import check_algorithm_objectives, sanitized_values
@@ -397,36 +397,9 @@ class Island:
 
     def diversity(self) -> float:
         """Mean distance of the members to their centroid, genes scaled by the box width,
-        divided by sqrt(dim): 0 when all members coincide, ~0.29 for uniform random.
-        """
-        if self.archive.size == 0:
-            return 0.0
-        of_rows = getattr(genomes.encoding_of(self.problem), "diversity", None)
-        if of_rows is not None:      # seeded: rows are recipes, measured on their genomes
-            return of_rows(self.archive.genomes)
-        width = self.problem.width
-        if self.on_device:
-            from mpievo.kernels.cuda import rows as cuda_rows
-
-            out = cuda_rows.centroid_distances(self._measured_rows(), width)
-        elif half.is_half(self.archive.dtype):    # widened a tile at a time: no float32 copy
-            out = half.centroid_distances(self.archive.genomes, width, np.empty(self.archive.size))
-        else:
-            out = np.empty(self.archive.size)
-            kernels.centroid_distances(self._measured_rows(), width, out)  # no float64 copy of the rows
-        return float(np.mean(out) / np.sqrt(self.problem.dim))
-
-    def _measured_rows(self):
-        """The members' rows as the distance kernels read them: half-precision rows widened
-        to float32 (a copy; Numba has no bfloat16), others as they are."""
-        rows = self.archive.genomes
-        if not half.is_half(self.archive.dtype):
-            return rows
-        if self.on_device:
-            from mpievo.kernels.cuda import half as cuda_half
-
-            return cuda_half.widen_rows(rows, np.arange(rows.shape[0]), self.archive.dtype)
-        return half.widen_into(rows, np.empty(rows.shape, np.float32))
+        divided by sqrt(dim) (:func:`.diversity.archive_diversity`): 0 when all members
+        coincide, ~0.29 for uniform random."""
+        return archive_diversity(self.archive, self.problem, self.on_device)
 
     def counters(self) -> dict:
         """Plain-int counters (evaluations, nonfinite, ...)."""
@@ -482,8 +455,8 @@ class Island:
         limit = 1 if max_replace is None else max_replace
         if isinstance(limit, bool) or not isinstance(limit, (int, np.integer)) or limit < 0:
             raise ValueError(f"expected max_replace to be an int >= 0, got {max_replace!r}")
-        migrants = self._check_migrants(genomes, fitness, ids, origins,
-                                        self.generation if births is None else births)
+        migrants = checked_migrants(self.archive, self.problem, self.n_obj, genomes, fitness, ids, origins,
+                                    self.generation if births is None else births)
         if self.n_obj > 1 and policy == "fair":
             raise ValueError("expected replacement 'better' or 'worst' for several objectives, got 'fair'")
         if self.stalled < self.config.immigration_patience:
@@ -493,26 +466,6 @@ class Island:
         if len(entered.fitness) and callable(getattr(self.algorithm, "migrate_in", None)):
             self.algorithm.migrate_in(entered.genomes, entered.fitness)
         return len(entered.fitness)
-
-    def _check_migrants(self, genomes, fitness, ids, origins, births) -> Migrants:
-        """Immigrant columns validated, cast to this island's dtype, scalars broadcast."""
-        shape = tuple(np.shape(genomes) if not device.is_device_array(genomes) else genomes.shape)
-        if len(shape) != 2 or shape[1] != self.problem.dim:
-            raise ValueError(f"expected immigrant genomes of shape (k, {self.problem.dim}), got {shape}")
-        n = shape[0]
-        expected = (n,) if self.n_obj == 1 else (n, self.n_obj)
-        if np.shape(fitness) != expected:
-            raise ValueError(f"expected immigrant fitness of shape {expected}, got {np.shape(fitness)}")
-        fitness, _ = sanitized_values(fitness, self.n_obj, self.problem.name)
-        columns = []
-        for name, column in (("ids", ids), ("origins", origins), ("births", births)):
-            column = np.asarray(column, dtype=np.int64)
-            if column.ndim == 0:
-                column = np.full(n, column)
-            elif column.shape != (n,):
-                raise ValueError(f"expected immigrant {name} of shape ({n},), got {column.shape}")
-            columns.append(column)
-        return Migrants(self.archive.as_rows(genomes, "immigrant genomes"), fitness, *columns)
 
     # --- checkpoint --------------------------------------------------------------
     def state_dict(self, copy: bool = True) -> dict:

@@ -29,6 +29,7 @@ import numpy as np
 
 from . import device
 from .archive import Archive
+from .moo.problems import sanitized_values
 
 
 class Migrants(NamedTuple):
@@ -227,6 +228,36 @@ def replace_fair(archive: Archive, migrants: Migrants, k: int) -> np.ndarray:
 
 #: MigrationPolicy.replacement name -> replace(archive, migrants, k) -> entered
 REPLACEMENT_POLICIES = {"worst": replace_worst, "better": replace_if_better, "fair": replace_fair}
+
+
+def checked_migrants(archive: Archive, problem, n_obj: int, genomes, fitness, ids, origins, births) -> Migrants:
+    """Immigrant columns validated against ``problem`` (its dim, ``n_obj`` objectives), the
+    genomes cast to ``archive``'s dtype, scalar ids/origins/births broadcast.
+
+    Raises:
+        ValueError: a column of another shape (named, with the shape expected).
+
+    Example::
+
+        checked_migrants(island.archive, island.problem, 1, rows, fitness, ids, 3, 10)   # origin 3, born at 10
+    """
+    shape = tuple(np.shape(genomes) if not device.is_device_array(genomes) else genomes.shape)
+    if len(shape) != 2 or shape[1] != problem.dim:
+        raise ValueError(f"expected immigrant genomes of shape (k, {problem.dim}), got {shape}")
+    n = shape[0]
+    expected = (n,) if n_obj == 1 else (n, n_obj)
+    if np.shape(fitness) != expected:
+        raise ValueError(f"expected immigrant fitness of shape {expected}, got {np.shape(fitness)}")
+    fitness, _ = sanitized_values(fitness, n_obj, problem.name)
+    columns = []
+    for name, column in (("ids", ids), ("origins", origins), ("births", births)):
+        column = np.asarray(column, dtype=np.int64)
+        if column.ndim == 0:
+            column = np.full(n, column)
+        elif column.shape != (n,):
+            raise ValueError(f"expected immigrant {name} of shape ({n},), got {column.shape}")
+        columns.append(column)
+    return Migrants(archive.as_rows(genomes, "immigrant genomes"), fitness, *columns)
 
 
 def admit(archive: Archive, migrants: Migrants, policy: str, k: int, unique: bool = False) -> Migrants:
