@@ -317,7 +317,8 @@ class IslandScheme:
         self.leader = leader(best, self.leader, self.leader_margin * self.lead_scale)
         if finishing:
             late = self.finish_reserve > 0 and budget - sum(evaluations) <= self.finish_reserve * budget
-            chosen = finisher(best, [r[2] for r in rows], self.kinds, self.finished, self.finish_diversity, late)
+            chosen = finisher(best, [r[2] for r in rows], self.kinds, self.finished, self.finish_diversity, late,
+                              self.leader)
             if chosen is not None:
                 self.finished.append(chosen)
                 self.leader = chosen         # the finishing run gets the leader's share
