@@ -1,5 +1,5 @@
-"""run.finish_diversity / run.finish_reserve: the island holding the best switches, once, to a
-local CMA-ES from its best at a split of the budget (mpievo.rules.budget.finisher)."""
+"""run.finish_diversity / run.finish_reserve: the leader switches, once, to a local CMA-ES
+from its best at a split of the budget (mpievo.rules.budget.finisher)."""
 
 import math
 
