@@ -144,12 +144,12 @@ class RunConfig(Settings):
                                  "best is better by more than this fraction of the spread of the islands' "
                                  "best fitness at the first split; 0: any improvement (a tie keeps the leader)")
     finish_diversity: Any = setting(0.0, number(0.0, 0.999),
-                                    "with leader_rate > 1: at a split, the island holding the best switches "
+                                    "with leader_rate > 1: at a split, the leader (under leader_margin) switches "
                                     "(once) to a local CMA-ES from its best when it is not a CMA-ES island and "
                                     "its diversity (box-relative spread) is at most this; 0: never")
     finish_reserve: Any = setting(0.0, number(0.0, 0.999),
                                   "with leader_rate > 1: at the first split with at most this fraction of "
-                                  "the budget left, the island holding the best switches (once) to a local "
+                                  "the budget left, the leader (under leader_margin) switches (once) to a local "
                                   "CMA-ES from its best; 0: never")
     progress_rate: int = setting(1, integer(1),
                                  "with leader_rate > 1: at each split every island but the leader gets up to "

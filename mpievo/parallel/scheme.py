@@ -149,8 +149,8 @@ class IslandScheme:
         leader_margin: the lead changes hands only when another island is better by more
             than this fraction of the spread of the islands' best fitness at the first
             split (:func:`mpievo.rules.budget.lead_scale`); 0: any improvement.
-        finish_diversity, finish_reserve: with ``leader_rate > 1``, when the island holding
-            the best switches to a local CMA-ES from its best (:func:`mpievo.rules.budget.finisher`):
+        finish_diversity, finish_reserve: with ``leader_rate > 1``, when the leader (under
+            ``leader_margin``) switches to a local CMA-ES from its best (:func:`mpievo.rules.budget.finisher`):
             a non-CMA-ES island whose diversity is at most ``finish_diversity``, any
             island once at most ``finish_reserve`` of the budget is left; 0: never.
         progress_rate: with ``leader_rate > 1``, > 1 gives every other island up to this
@@ -317,7 +317,8 @@ class IslandScheme:
         self.leader = leader(best, self.leader, self.leader_margin * self.lead_scale)
         if finishing:
             late = self.finish_reserve > 0 and budget - sum(evaluations) <= self.finish_reserve * budget
-            chosen = finisher(best, [r[2] for r in rows], self.kinds, self.finished, self.finish_diversity, late)
+            chosen = finisher(best, [r[2] for r in rows], self.kinds, self.finished, self.finish_diversity, late,
+                              self.leader)
             if chosen is not None:
                 self.finished.append(chosen)
                 self.leader = chosen         # the finishing run gets the leader's share

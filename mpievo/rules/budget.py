@@ -28,9 +28,9 @@ The rule (the same on every rank, from the settings alone):
   first split (:func:`lead_scale`): an island that polishes an immigrant's copy does
   not take the budget from the island that found it.
 * **Finishing** (``run.finish_diversity = d > 0`` and/or ``run.finish_reserve = r > 0``,
-  with the leader's share): at a split, the island holding the best fitness
-  (:func:`finisher`) switches, once, to a local CMA-ES started at its best member
-  with a step of its own spread (its diversity, box-relative): when it is not a
+  with the leader's share): at a split, the leader (:func:`finisher`; the margin of
+  ``run.leader_margin`` applies) switches, once, to a local CMA-ES started at its best
+  member with a step of its own spread (its diversity, box-relative): when it is not a
   CMA-ES island and its members have converged (diversity <= ``d``), or, any island,
   once at most ``r`` of the budget is left. It leads from then on, so the local run
   gets the leader's share: a DE population that converged to 1e-6 of the optimum
@@ -200,20 +200,26 @@ def rounds_to_spend(shares: Sequence[int], base: Sequence[int], size: int, rates
 
 
 def finisher(best: Sequence[float], diversity: Sequence[float], kinds: Sequence[str], finished: Sequence[int],
-             tolerance: float, late: bool) -> int | None:
-    """The island to switch to a finishing run at this split, or None: the lowest index
-    holding the best (lowest) fitness, not switched before (``finished``), either
-    converged (``diversity`` at most ``tolerance`` > 0, an island whose ``kinds`` entry
-    is not ``"cmaes"``: a CMA-ES run converges to full precision on its own) or ``late``
-    (the budget's reserve is reached). NaN never finishes.
+             tolerance: float, late: bool, lead: int | None = None) -> int | None:
+    """The island to switch to a finishing run at this split, or None: the leader
+    ``lead`` (None: the lowest index holding the best, lowest, fitness), not switched
+    before (``finished``), either converged (``diversity`` at most ``tolerance`` > 0, an
+    island whose ``kinds`` entry is not ``"cmaes"``: a CMA-ES run converges to full
+    precision on its own) or ``late`` (the budget's reserve is reached). NaN never
+    finishes. Given the leader (:func:`leader`, with its margin), a DE island that only
+    polished an immigrant's copy of a CMA-ES optimum by a hair does not finish and take
+    the lead (and the budget) from the CMA-ES island, whose larger restart may be the
+    one that gets below the local optima near the best.
 
     Example::
 
         >>> finisher([3.0, 1e-6, 2.0], [0.2, 1e-4, 0.1], ["cmaes", "shade", "cmaes"], [], 1e-3, False)
         1
+        >>> finisher([1e-6, 1e-6 - 1e-12, 2.0], [0.2, 1e-4, 0.1], ["cmaes", "shade", "cmaes"], [], 1e-3, False, lead=0)
     """
     values = [float("inf") if v != v else float(v) for v in best]
-    lead = values.index(min(values))
+    if lead is None:
+        lead = values.index(min(values))
     if lead in finished or not math.isfinite(values[lead]):
         return None
     converged = tolerance > 0 and kinds[lead] != "cmaes" and diversity[lead] <= tolerance

@@ -96,6 +96,19 @@ def test_a_run_short_of_the_budget_is_refused():
         bb.bench_bbob(SelfComm(), options, log=lambda *a, **k: None)
 
 
+def test_a_peer_s_single_evaluation_records_as_a_batch_of_one():
+    # the peers' scalar path must count, return and record the targets exactly as the batch path
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-5, 5, (60, 3)) * np.geomspace(1, 1e-6, 60)[:, None]
+    values = np.array([bb.coco_problem(1, 3, 1)(row) for row in x])
+    fopt = values.min() - 1e-9 * np.ptp(values) / 50             # 1e-8 reached at the best row only
+    batch, scalar = (bb.CocoFitness(bb.coco_problem(1, 3, 1), fopt) for _ in range(2))
+    by_batch = np.concatenate([batch(x[:7]), batch(x[7:])])
+    by_scalar = np.array([scalar.scalar(row) for row in x])
+    assert np.array_equal(by_batch, by_scalar) and scalar.state() == batch.state()
+    assert scalar.first_hit[0] is not None and scalar.first_hit[-1] == 1 + int(np.argmin(values))
+
+
 def test_f_opt_is_the_optimum_value():
     problem = bb.coco_problem(3, 2, 1)
     fopt = bb.f_opt(3, 2, 1)

@@ -1,5 +1,5 @@
-"""run.finish_diversity / run.finish_reserve: the island holding the best switches, once, to a
-local CMA-ES from its best at a split of the budget (mpievo.rules.budget.finisher)."""
+"""run.finish_diversity / run.finish_reserve: the leader switches, once, to a local CMA-ES
+from its best at a split of the budget (mpievo.rules.budget.finisher)."""
 
 import math
 
@@ -40,6 +40,9 @@ def test_the_finisher_is_the_converged_island_holding_the_best():
     assert finisher([1e-6, 3.0, 2.0], [1e-4, 0.2, 0.1], kinds, [], 0.0, True) == 0
     assert finisher([float("nan"), 1.0, 1.0], [0.0] * 3, kinds, [], 1e-3, False) == 1      # lowest index of a tie
     assert finisher([math.inf, math.inf], [0.0] * 2, kinds[1:], [], 1e-3, True) is None
+    # given the leader (its margin applied), a copy polished by a hair does not finish
+    assert finisher([1e-6, 1e-6 - 1e-12, 2.0], [1e-4, 1e-4, 0.1], kinds, [], 1e-3, False, lead=0) is None
+    assert finisher([3.0, 1e-6, 2.0], [0.2, 1e-4, 0.1], kinds, [], 1e-3, False, lead=1) == 1
     assert finish_step(1e-4, 0.3) == 1e-4 and finish_step(0.5, 0.3) == 0.3 and finish_step(0.0, 0.3) == 1e-12
 
 
@@ -55,6 +58,28 @@ def test_finishing_reaches_1e_8_where_the_run_without_it_stops_short():
     (island,) = scheme.finished
     assert scheme.islands[island].algorithm.name == "cmaes" and scheme.leader == island
     assert sum(i.evaluations for i in scheme.islands.values()) == BUDGET
+
+
+def test_only_the_leader_finishes(monkeypatch):
+    import mpievo.parallel.scheme as scheme_module
+
+    # the lead forced onto the island with the worse best: the converged island holding
+    # the best (a copy polished by a hair, under a margin) must not finish and take it
+    monkeypatch.setattr(scheme_module, "leader", lambda best, current, margin=0.0: int(np.argmax(best)))
+    chosen = []
+
+    def recorded(best, *args):
+        chosen.append((finisher(best, *args), int(np.argmax(best))))
+        return chosen[-1][0]
+
+    monkeypatch.setattr(scheme_module, "finisher", recorded)
+    scheme = build_scheme(SelfComm(), sphere_job(1, finish_diversity=1e-2))
+    scheme.initialize()
+    while scheme.generation < scheme.budget_generation:
+        scheme.step()
+    picked = [(island, lead) for island, lead in chosen if island is not None]
+    assert picked and all(island == lead for island, lead in picked), picked
+    assert scheme.finished == [island for island, _ in picked]
 
 
 def test_the_reserve_finishes_the_leader_late_and_within_the_budget():
