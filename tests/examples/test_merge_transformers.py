@@ -213,14 +213,15 @@ def test_merge_front_is_nondominated_and_rescores_to_its_objectives(example, fro
 
 
 def test_merge_front_holds_a_member_at_least_as_good_as_the_plain_average(example, front_run):
-    """On every task's validation exact match (the objectives) and on the test split."""
+    """On every task's validation exact match (the objectives: the average recipe is a
+    starting member, so the front keeps it or a member that dominates it). Not on the test
+    split: in this 3-generation run of 8 members a member that ties the average on
+    validation may score a line less on test (a change of the mutation draws showed it);
+    the full run's test-split comparison is docs/benchmarks/merge-transformers.md's."""
     front, report = front_run.problem, front_run.report
     average_genome = front.recipe.space.average_genome()
     average = front(average_genome[None])[0]
     assert (report["objectives"] <= average).all(axis=1).any(), (average, report["objectives"])
-    front.recipe.materialize(average_genome)
-    average_test = example.report.scores(front.recipe.model, example.zoo.splits)
-    assert any(front_run.module.at_least_as_good_on_test(row, average_test) for row in report["front"]), average_test
 
 
 def test_front_report_prints_and_plots(example, front_run, tmp_path):
