@@ -180,8 +180,6 @@ def run_evox_finetune(python: str, model_dir, splits: tuple, task: str, lines: i
                                    "sort", 256, seed=0, popsize=30, sigma=1e-3, lr=2e-3, generations=30,
                                    checkpoints={10, 20, 30})
     """
-    from .es import _last_json
-
     with tempfile.TemporaryDirectory() as tmp:
         out = str(Path(tmp) / "mean.npy")
         spec = {"example": str(example), "model": str(model_dir), "splits": list(splits), "task": task,
@@ -191,7 +189,7 @@ def run_evox_finetune(python: str, model_dir, splits: tuple, task: str, lines: i
                               text=True, timeout=7200)
         if done.returncode:
             raise RuntimeError(f"EvoX side: expected exit 0, got {done.returncode}: {done.stderr[-2000:]}")
-        result = _last_json(done.stdout)
+        result = json.loads(done.stdout.strip().splitlines()[-1])       # the script's last line
         result["mean"] = np.load(out)
     return result
 
