@@ -389,13 +389,13 @@ def main(argv=None) -> int:
     parser.add_argument("--lr", type=float, default=None,
                         help="quality, finetune: Adam learning rate (default 0.05, finetune 2e-3)")
     parser.add_argument("--budget", type=int, default=50_000, help="quality: evaluations per run (default 50000)")
-    parser.add_argument("--seeds", type=_ints, default=[0, 1, 2], help="quality: seeds (default 0,1,2)")
+    parser.add_argument("--seeds", type=_ints, default=[0, 1, 2], help="quality, finetune: seeds (default 0,1,2)")
     parser.add_argument("--evox-python", default=None, help="quality, finetune: the interpreter with evox installed")
     parser.add_argument("--task", default="sort", help="finetune: the example's task (default sort)")
     parser.add_argument("--size", default="full", help="finetune: the example's model size (default full)")
     parser.add_argument("--cache", default=None, help="finetune: the example's cache folder (as its build.py)")
     parser.add_argument("--example", default=None, help="finetune: the examples/merge_transformers folder")
-    parser.add_argument("--generations", type=int, default=30, help="finetune: generations (default 30)")
+    parser.add_argument("--generations", type=int, default=60, help="finetune: generations (default 60)")
     parser.add_argument("--lines", type=int, default=256, help="finetune: training lines scored (default 256)")
     parser.add_argument("--checkpoints", type=int, default=3,
                         help="finetune: points of the budget where the mean is scored (default 3)")
