@@ -17,6 +17,9 @@ a loaded machine's time slicing does not change), with the seeds' ranges.
 What differs: the noise (mpievo's counter-based Philox rebuilt from the key, EvoX's torch
 ``randn`` matrix); mpievo's island also keeps its archive of members.
 
+``finetune`` -- the same comparison fine-tuning the GPT-2 base of
+``examples/merge_transformers`` on one of its tasks: :mod:`mpievo.bench.es_finetune`.
+
 ``bytes`` -- :class:`mpievo.parallel.es_group.SeededES` runs one generation on 2 ranks
 (``mpievo launch -n 2``) at each ``--bytes-dims`` size and prints the bytes the ranks
 sent (``comm.traffic``, all ranks summed): the ``popsize`` float64 fitness values, the
@@ -45,6 +48,7 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -368,22 +372,33 @@ def _ints(text: str) -> list[int]:
 
 
 def main(argv=None) -> int:
-    """``mpievo bench es {quality,bytes,lowrank,scale}``; returns the exit status.
+    """``mpievo bench es {quality,finetune,bytes,lowrank,scale}``; returns the exit status.
 
     Example::
 
         main(["quality", "--budget", "2000", "--seeds", "0"])
     """
     parser = argparse.ArgumentParser(prog="mpievo bench es", description=__doc__.split("\n")[0])
-    parser.add_argument("part", choices=("quality", "bytes", "lowrank", "scale", "bytes-worker", "scale-worker"))
+    parser.add_argument("part", choices=("quality", "finetune", "bytes", "lowrank", "scale", "bytes-worker",
+                                         "scale-worker"))
     parser.add_argument("--dim", type=int, default=1000, help="quality: genes (default 1000)")
     parser.add_argument("--popsize", type=int, default=None,
-                        help="members per generation (default: quality 50, lowrank 32)")
-    parser.add_argument("--sigma", type=float, default=0.1, help="quality: noise deviation (default 0.1)")
-    parser.add_argument("--lr", type=float, default=0.05, help="quality: Adam learning rate (default 0.05)")
+                        help="members per generation (default: quality 50, finetune 30, lowrank 32)")
+    parser.add_argument("--sigma", type=float, default=None,
+                        help="quality, finetune: noise deviation (default 0.1, finetune 1e-3)")
+    parser.add_argument("--lr", type=float, default=None,
+                        help="quality, finetune: Adam learning rate (default 0.05, finetune 2e-3)")
     parser.add_argument("--budget", type=int, default=50_000, help="quality: evaluations per run (default 50000)")
-    parser.add_argument("--seeds", type=_ints, default=[0, 1, 2], help="quality: seeds (default 0,1,2)")
-    parser.add_argument("--evox-python", default=None, help="quality: the interpreter with evox installed")
+    parser.add_argument("--seeds", type=_ints, default=[0, 1, 2], help="quality, finetune: seeds (default 0,1,2)")
+    parser.add_argument("--evox-python", default=None, help="quality, finetune: the interpreter with evox installed")
+    parser.add_argument("--task", default="sort", help="finetune: the example's task (default sort)")
+    parser.add_argument("--size", default="full", help="finetune: the example's model size (default full)")
+    parser.add_argument("--cache", default=None, help="finetune: the example's cache folder (as its build.py)")
+    parser.add_argument("--example", default=None, help="finetune: the examples/merge_transformers folder")
+    parser.add_argument("--generations", type=int, default=60, help="finetune: generations (default 60)")
+    parser.add_argument("--lines", type=int, default=256, help="finetune: training lines scored (default 256)")
+    parser.add_argument("--checkpoints", type=int, default=3,
+                        help="finetune: points of the budget where the mean is scored (default 3)")
     parser.add_argument("--bytes-dims", type=_ints, default=[100_000, 100_000_000],
                         help="bytes: genome sizes (default 1e5,1e8)")
     parser.add_argument("--bytes-popsize", type=int, default=4, help="bytes: members per generation (default 4)")
@@ -397,8 +412,16 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="lowrank: timed repetitions; scale: rounds (default 3)")
     parser.add_argument("--json", dest="json_path", default=None, help="write the rows as JSON here")
     options = parser.parse_args(argv)
-    options.popsize = options.popsize or (32 if options.part == "lowrank" else 50)
-    for name in ("dim", "popsize", "budget", "ranks", "bytes_popsize"):
+    options.popsize = options.popsize or {"lowrank": 32, "finetune": 30}.get(options.part, 50)
+    if options.sigma is None:
+        options.sigma = 1e-3 if options.part == "finetune" else 0.1
+    if options.lr is None:
+        options.lr = 2e-3 if options.part == "finetune" else 0.05
+    for name in ("sigma", "lr"):
+        if not getattr(options, name) > 0:
+            print(f"mpievo bench es: --{name}: expected a number > 0, got {getattr(options, name)}", file=sys.stderr)
+            return 2
+    for name in ("dim", "popsize", "budget", "ranks", "bytes_popsize", "generations", "lines", "checkpoints"):
         value, minimum = getattr(options, name), 2 if name in ("popsize", "ranks", "bytes_popsize") else 1
         even = name in ("popsize", "bytes_popsize")
         if value < minimum or (even and value % 2):
@@ -411,7 +434,20 @@ def main(argv=None) -> int:
     if options.part == "scale-worker":
         scale_worker(options.dim, options.popsize, options.cost_ms, generations=4)
         return 0
+    if options.part == "finetune" and options.evox_python and not Path(options.evox_python).exists():
+        print(f"mpievo bench es: --evox-python: expected an interpreter, got {options.evox_python}", file=sys.stderr)
+        return 2
     parts = {"quality": quality, "bytes": wire_bytes, "lowrank": lowrank, "scale": scale}
+    if options.part == "finetune":
+        from .es_finetune import EXAMPLE, example_modules, finetune
+
+        data, _, zoo = example_modules(options.example or EXAMPLE)
+        tasks, sizes = data.TASKS, zoo.SPECS
+        parts["finetune"] = finetune
+        if options.task not in tasks or options.size not in sizes:
+            print(f"mpievo bench es: --task, --size: expected one of {list(tasks)} and of {sorted(sizes)}, got "
+                  f"{options.task!r} and {options.size!r}", file=sys.stderr)
+            return 2
     rows = parts[options.part](options)
     if options.json_path:
         with open(options.json_path, "w") as handle:
