@@ -173,12 +173,14 @@ def test_evaluator_checkpoints_resume_as_the_island_model_and_back(world, tmp_pa
 
 
 @pytest.mark.mpi(min_size=2)
-def test_a_group_over_two_nodes_is_refused(world):
-    """The archive is one node's shared memory: a group over two nodes would not see its rows."""
+@pytest.mark.parametrize("run", [{"scheme": "centralized", "islands": 2, "breed": "evaluator"},
+                                 {"scheme": "master_worker", "breed": "evaluator"}])
+def test_a_group_over_two_nodes_is_refused(world, run):
+    """The archive is one node's shared memory: a group (or a master's workers) over two
+    nodes would not see its rows."""
     os.environ["MPIEVO_FAKE_NODES"] = "2"      # two nodes of size/2 consecutive ranks
     try:
         comm = Communicator(world)
-        run = {"scheme": "centralized", "islands": 2, "breed": "evaluator"}
         build_scheme(comm, breed_job(comm.size, run=run))
         error = "built"
     except ValueError as err:

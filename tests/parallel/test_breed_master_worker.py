@@ -1,13 +1,8 @@
 """Evaluator breeding under master-worker (run.scheme = "master_worker", run.breed =
 "evaluator"): blocks carry plans, workers breed their children from the rows held once
 per node, the survivors' rows are written by the workers that bred them; the island
-model's result bit for bit, no child bodies between ranks, resumable across schemes."""
-
-import os
-import subprocess
-import sys
-import time
-from pathlib import Path
+model's result bit for bit, no child bodies between ranks, resumable across schemes (a
+worker killed while breeding: test_breed_killed.py; over two nodes: test_breed_local.py)."""
 
 import pytest
 from breed_helpers import DIM, breed_job
@@ -100,58 +95,6 @@ def test_master_worker_checkpoints_resume_as_the_island_model_and_back(world, tm
     back = run_job(mw_job(comm.size), comm, restored=load_latest(serial_ckpt, islands=every, comm=comm))
     ok = ok and (comm.rank != 0 or best_genome_bytes(back) == best_genome_bytes(straight))
     all_ranks_agree(world, ok, "a resume across master_worker and the island model differs from the straight run")
-
-
-@pytest.mark.mpi(min_size=2)
-def test_master_worker_over_two_nodes_is_refused(world):
-    """The archive is one node's shared memory: workers on another node would not see its rows."""
-    os.environ["MPIEVO_FAKE_NODES"] = "2"      # two nodes of size/2 consecutive ranks
-    try:
-        build_scheme(Communicator(world), mw_job(world.size))
-        error = "built"
-    except ValueError as err:
-        error = str(err)
-    finally:
-        del os.environ["MPIEVO_FAKE_NODES"]
-    all_ranks_agree(world, "expected every group of ranks on one node, got a group over 2 nodes" in error, error)
-
-
-KILLED = '''
-import inspect, os, signal, sys
-sys.path[:0] = [sys.argv[1], os.path.join(sys.argv[1], "parallel")]
-from mpi4py import MPI
-import breed_helpers
-from breed_helpers import breed_job
-from mpievo.comm import Communicator
-from mpievo.comm.abort import abort_on_error
-from mpievo.evo import Problem
-from mpievo.parallel import run_job
-
-def fitness(genomes):
-    breeding = any(frame.function == "_serve_breed" for frame in inspect.stack())
-    if MPI.COMM_WORLD.Get_rank() == 1 and breeding:
-        os.kill(os.getpid(), signal.SIGKILL)     # in the middle of its block of children
-    return breed_helpers.distance(genomes)
-
-breed_helpers.KILLER = Problem(fitness, breed_helpers.DIM, -4, 4, name="killer")
-job = breed_job(2, problem={"name": "breed_helpers:KILLER"}, run={"scheme": "master_worker", "breed": "evaluator"})
-with abort_on_error():
-    run_job(job, Communicator(MPI.COMM_WORLD, timeout=20.0))
-print("finished")
-'''
-
-
-def test_a_worker_killed_while_breeding_ends_the_job_naming_it(tmp_path):
-    script = tmp_path / "killed.py"
-    script.write_text(KILLED)
-    start = time.monotonic()
-    tests = Path(__file__).resolve().parents[1]
-    job = subprocess.run([str(Path(sys.executable).parent / "mpievo"), "launch", "-n", "2", "--", sys.executable,
-                          str(script), str(tests)], capture_output=True, text=True, timeout=120)
-    output = job.stdout + job.stderr
-    assert job.returncode != 0 and "finished" not in output, output
-    assert "rank 1" in output and "signal 9" in output, output
-    assert time.monotonic() - start < 110
 
 
 @pytest.mark.mpi(min_size=2)
