@@ -16,7 +16,9 @@ from mpievo.parallel.groups import GroupLayout
 from mpievo.parallel.hybrid import HybridScheme
 from mpievo.parallel.job import job_problem
 
-torch = pytest.importorskip("torch")
+# the real torch: without it, ``import torch`` finds the directory tests/torch on sys.path
+pytest.importorskip("torch.nn")
+import torch  # noqa: E402
 
 IN, OUT = 1000, 100            # 100,100 parameters: rows of the counter-based kernels' size
 
