@@ -220,6 +220,29 @@ def test_diversity_shrinks_as_the_island_converges():
     assert isl.diversity() < start / 10
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_diversity_of_long_genomes_is_measured_on_every_kth_gene(monkeypatch, dtype):
+    """Above MEASURED_GENES genes the same strided genes every time (exactly those), below
+    every gene."""
+    from mpievo.evo import diversity
+
+    rng = np.random.default_rng(5)
+    lower, upper = -rng.uniform(1, 3, 50), rng.uniform(1, 3, 50)
+    config = EngineConfig(capacity=6, batch_size=6, dtype=dtype)
+    isl = Island(0, Problem(lambda x: np.sum(np.asarray(x, np.float64) ** 2, axis=1), 50, lower, upper), config)
+    isl.initialize()
+    rows = isl.archive.genomes.astype(np.float64)
+
+    def reference(genes):
+        scaled = rows[:, genes] / (upper - lower)[genes]
+        return np.mean(np.linalg.norm(scaled - scaled.mean(axis=0), axis=1)) / np.sqrt(len(genes))
+
+    assert isl.diversity() == pytest.approx(reference(np.arange(50)), rel=1e-6)
+    monkeypatch.setattr(diversity, "MEASURED_GENES", 16)          # 50 genes: every 4th, 13 of them
+    assert isl.diversity() == pytest.approx(reference(np.arange(0, 50, 4)), rel=1e-6)
+    assert abs(isl.diversity() - reference(np.arange(50))) > 1e-4
+
+
 # --- checkpoints and determinism ----------------------------------------------------
 
 @pytest.mark.parametrize("algorithm", ["ga", "de", "cmaes"])
