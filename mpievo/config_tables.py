@@ -268,7 +268,7 @@ class ProblemConfig(Settings):
 
     def _check_together(self, problems: list[str]) -> None:
         from .evo.moo.problems import BUILTIN_MOO
-        from .evo.benchmark_functions import BUILTIN_PROBLEMS
+        from .evo.builtin_functions import BUILTIN_PROBLEMS
         from .evo.problems import load_object
 
         if not self.user_function and self.name not in BUILTIN_PROBLEMS and self.name not in BUILTIN_MOO:
@@ -304,7 +304,7 @@ class ProblemConfig(Settings):
         """``integer`` against dim, the bounds (integers) and the objectives (one)."""
         import numpy as np
 
-        from .evo.benchmark_functions import BUILTIN_PROBLEMS
+        from .evo.builtin_functions import BUILTIN_PROBLEMS
         from .evo.problems import integer_genes as columns_of
 
         if self.n_obj > 1:
@@ -352,7 +352,7 @@ class ProblemConfig(Settings):
         """Non-finite bounds and genes whose lower bound is not below the upper one (a
         missing bound of a built-in is the built-in's), found here rather than as a
         traceback on every rank once the run has started."""
-        from .evo.benchmark_functions import BUILTIN_PROBLEMS
+        from .evo.builtin_functions import BUILTIN_PROBLEMS
 
         builtin = BUILTIN_PROBLEMS.get(self.name)
         box, problems = {}, []

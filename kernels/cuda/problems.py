@@ -1,7 +1,7 @@
 """The built-in benchmark problems on the device (Numba CUDA).
 
 :func:`evaluate` computes the fitness of device genomes as
-:class:`mpievo.evo.benchmark_functions.ShiftedRotated` does on the host, in float64: at
+:class:`mpievo.evo.builtin_functions.ShiftedRotated` does on the host, in float64: at
 ``z = x`` (plain) or ``z = R (x - o) + x*`` (``o`` the shift, else ``x*``; ``x*`` the
 unshifted optimum, one value per gene). Each row's sum runs through
 :mod:`mpievo.kernels.cuda.row_reduce` (a row split over many blocks, partials combined
@@ -26,10 +26,10 @@ from .operators import GENOME_DTYPES, is_device, require_device, to_device
 from .rows import describe
 from .workspace import scratch
 
-#: problems :func:`evaluate` runs (mpievo.evo.benchmark_functions.BUILTIN_PROBLEMS)
+#: problems :func:`evaluate` runs (mpievo.evo.builtin_functions.BUILTIN_PROBLEMS)
 DEVICE_PROBLEMS = ("sphere", "ellipsoid", "rastrigin", "rosenbrock", "ackley", "griewank",
                    "schwefel")
-SCHWEFEL_CONSTANT = 418.9828872724338  # mpievo.evo.benchmark_functions.schwefel's
+SCHWEFEL_CONSTANT = 418.9828872724338  # mpievo.evo.builtin_functions.schwefel's
 
 
 # ------------------------------------------------------------- templates

@@ -51,7 +51,7 @@ from .genomes import BaseModels
 from .island import Island
 from .migration_policy import REPLACEMENT_POLICIES, SELECTION_POLICIES, MigrationPolicy, Migrants
 from .params import resolve_param
-from .benchmark_functions import BUILTIN_PROBLEMS
+from .builtin_functions import BUILTIN_PROBLEMS
 from .problems import Problem, builtin_problem, check_fitness, make_problem
 from .stagnation import StagnationMonitor
 from .streams import PURPOSES, stream

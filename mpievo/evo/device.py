@@ -28,7 +28,7 @@ import numpy as np
 
 from ..kernels.host import BFLOAT16
 from .half import is_half
-from .benchmark_functions import ShiftedRotated
+from .builtin_functions import ShiftedRotated
 from .problems import Problem, check_fitness
 
 DEVICES = ("auto", "cpu", "cuda")

@@ -4,7 +4,7 @@ A :class:`Problem` wraps ``f(X) -> (n,)`` where ``X`` is an (n, dim) batch of ge
 (one per row). The engine minimises: :meth:`Problem.evaluate` negates the values of a
 maximisation problem, and :meth:`Problem.to_user` turns them back.
 
-Built-in benchmark functions (:mod:`mpievo.evo.benchmark_functions`): sphere, ellipsoid, rastrigin,
+Built-in benchmark functions (:mod:`mpievo.evo.builtin_functions`): sphere, ellipsoid, rastrigin,
 rosenbrock, ackley, griewank, schwefel; each optionally shifted and rotated, the shift
 and the rotation derived from a seed (:func:`builtin_problem`). A shifted/rotated
 function is evaluated at ``z = R (x - o) + x*`` where ``x*`` is the unshifted optimum,
@@ -35,7 +35,7 @@ import numpy as np
 from . import half, operators
 from ..kernels.host import BFLOAT16
 from .base_models import as_bases
-from .benchmark_functions import BUILTIN_PROBLEMS, ShiftedRotated, random_rotation
+from .builtin_functions import BUILTIN_PROBLEMS, ShiftedRotated, random_rotation
 from .operators import box_arrays, counter_based
 from .streams import stream
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from mpievo.evo import BUILTIN_PROBLEMS, EngineConfig, Island, Problem, builtin_problem, make_problem, stream
-from mpievo.evo.benchmark_functions import random_rotation
+from mpievo.evo.builtin_functions import random_rotation
 
 
 # Rotated schwefel has no known optimum (documented), so it is left out.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mpievo.evo.benchmark_functions import BUILTIN_PROBLEMS, ShiftedRotated, random_rotation
+from mpievo.evo.builtin_functions import BUILTIN_PROBLEMS, ShiftedRotated, random_rotation
 from mpievo.kernels.cuda import problems as cuda_problems
 from mpievo.kernels import operators as host_ops
 
